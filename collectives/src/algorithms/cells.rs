@@ -1,0 +1,84 @@
+//! A buffer cut into cells (block x segment) that two halves of one collective pass
+//! between them: the receiving half writes a cell, the sending half reads it once
+//! the schedule says it is final. Whoever holds a cell owns it outright (no lock is
+//! held across an await), so the collective's future stays `Send`.
+
+use std::ops::Range;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::Notify;
+
+use crate::schedule::{segment, segment_count};
+
+pub(crate) struct Cells<'a, T> {
+    slots: Mutex<Vec<Option<&'a mut [T]>>>,
+    /// `first[b]`: index of block `b`'s first cell.
+    first: Vec<usize>,
+    received: AtomicUsize,
+    changed: Notify,
+}
+
+impl<'a, T> Cells<'a, T> {
+    /// Cuts `buf` along `blocks` (contiguous, in order, covering `buf`) into
+    /// `seg`-element segments.
+    pub(crate) fn new(buf: &'a mut [T], blocks: &[Range<usize>], seg: usize) -> Self {
+        let mut slots = Vec::new();
+        let mut first = Vec::with_capacity(blocks.len());
+        let mut rest = buf;
+        for b in blocks {
+            first.push(slots.len());
+            for k in 0..segment_count(b.len(), seg) {
+                let len = segment(b, seg, k).len();
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
+                slots.push(Some(head));
+                rest = tail;
+            }
+        }
+        Self {
+            slots: Mutex::new(slots),
+            first,
+            received: AtomicUsize::new(0),
+            changed: Notify::new(),
+        }
+    }
+
+    pub(crate) fn index(&self, block: usize, seg: usize) -> usize {
+        self.first[block] + seg
+    }
+
+    fn try_take(&self, idx: usize, received_at_least: usize) -> Option<&'a mut [T]> {
+        if self.received.load(Ordering::Acquire) < received_at_least {
+            return None;
+        }
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.get_mut(idx).and_then(Option::take)
+    }
+
+    /// Takes cell `idx` once it is back in the table and at least
+    /// `received_at_least` cells have been marked received.
+    pub(crate) async fn take(&self, idx: usize, received_at_least: usize) -> &'a mut [T] {
+        loop {
+            let notified = self.changed.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(c) = self.try_take(idx, received_at_least) {
+                return c;
+            }
+            notified.await;
+        }
+    }
+
+    pub(crate) fn put(&self, idx: usize, cell: &'a mut [T]) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots[idx] = Some(cell);
+        drop(slots);
+        self.changed.notify_waiters();
+    }
+
+    /// Records that one more cell (in schedule order) has been received.
+    pub(crate) fn mark_received(&self) {
+        self.received.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+}

@@ -1,0 +1,74 @@
+//! Collective algorithms over any [`Transport`]. Each takes its schedule from
+//! [`crate::schedule`] and only moves and combines bytes.
+
+use bytes::Bytes;
+
+use crate::dtype::Element;
+use crate::error::{CollectiveError, Result};
+use crate::reduce::Combine;
+use crate::tag::{Rank, Tag};
+use crate::transport::Transport;
+
+mod alltoall;
+mod broadcast;
+mod cells;
+mod doubling;
+mod ring;
+
+pub(crate) use alltoall::{alltoall, count_from_wire, exchange_counts};
+pub(crate) use broadcast::pipeline_broadcast;
+pub(crate) use doubling::doubling_allreduce;
+pub(crate) use ring::ring_pass;
+
+/// One collective operation in flight: its transport and op id.
+pub(crate) struct Op<'a, X> {
+    pub(crate) tr: &'a X,
+    pub(crate) id: u64,
+}
+
+impl<X: Transport> Op<'_, X> {
+    pub(crate) fn tag(&self, step: usize) -> Result<Tag> {
+        let step = u32::try_from(step).map_err(|_| CollectiveError::TooManyMessages)?;
+        Ok(Tag::new(self.tr.generation(), self.id, step))
+    }
+
+    pub(crate) async fn send<T: Element>(&self, to: Rank, step: usize, data: &[T]) -> Result<()> {
+        let tag = self.tag(step)?;
+        Ok(self.tr.send(to, tag, bytemuck::cast_slice(data)).await?)
+    }
+
+    /// Receives a message that must hold exactly `expected` elements of `T`.
+    pub(crate) async fn recv<T: Element>(
+        &self,
+        from: Rank,
+        step: usize,
+        expected: usize,
+    ) -> Result<Bytes> {
+        let tag = self.tag(step)?;
+        let payload = self.tr.recv(from, tag).await?;
+        let want = expected * std::mem::size_of::<T>();
+        if payload.len() != want {
+            return Err(CollectiveError::LengthMismatch {
+                from,
+                tag,
+                expected: want,
+                got: payload.len(),
+            });
+        }
+        Ok(payload)
+    }
+}
+
+/// Combines `payload` (elements of `T`, any alignment) into `dst`, or copies it
+/// when `combine` is `None`. The caller has checked the length.
+pub(crate) fn apply<T: Element>(dst: &mut [T], payload: &[u8], combine: Option<Combine>) {
+    let Some(op) = combine else {
+        bytemuck::cast_slice_mut::<T, u8>(dst).copy_from_slice(payload);
+        return;
+    };
+    match bytemuck::try_cast_slice::<u8, T>(payload) {
+        Ok(src) => T::combine(dst, src, op),
+        // Received buffers are usually aligned; copy the rare one that is not.
+        Err(_) => T::combine(dst, &bytemuck::pod_collect_to_vec::<u8, T>(payload), op),
+    }
+}

@@ -1,0 +1,339 @@
+//! [`Communicator`]: the collectives of one world over one [`Transport`].
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::algorithms::{self, Op};
+use crate::dtype::Element;
+use crate::error::{CollectiveError, Result};
+use crate::reduce::ReduceOp;
+use crate::schedule::{
+    allgather_ring, allreduce_ring, binomial_tree, block_ranges, chain, dissemination_rounds,
+    reducescatter_ring,
+};
+use crate::tag::Rank;
+use crate::transport::Transport;
+
+/// Allreduce algorithm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AllreduceAlgorithm {
+    /// Recursive doubling up to [`CollectiveOptions::small_message_bytes`], ring above.
+    #[default]
+    Auto,
+    /// Ring reduce-scatter + allgather: bandwidth-optimal, 2(n-1) steps.
+    Ring,
+    /// Recursive doubling: log2(n) whole-buffer exchanges, latency-optimal.
+    RecursiveDoubling,
+}
+
+/// Broadcast algorithm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BroadcastAlgorithm {
+    /// Binomial tree up to [`CollectiveOptions::small_message_bytes`], chain above.
+    #[default]
+    Auto,
+    /// Binomial tree, whole buffer per message: log2(n) hops.
+    Tree,
+    /// Pipelined chain, one segment per message: each link carries the buffer once.
+    Chain,
+}
+
+/// Tuning of the collective algorithms. Every rank must use the same values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollectiveOptions {
+    /// Bytes per message in the segmented (ring, chain, alltoall) algorithms. Default
+    /// 512 KiB: large enough that per-message overhead vanishes, small enough that a
+    /// received segment is combined while still in cache (measured in
+    /// docs/BENCHMARKS.md).
+    pub segment_bytes: usize,
+    /// Messages up to this size take the latency-optimal algorithms. Default 64 KiB.
+    pub small_message_bytes: usize,
+    pub allreduce: AllreduceAlgorithm,
+    pub broadcast: BroadcastAlgorithm,
+}
+
+impl Default for CollectiveOptions {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 512 * 1024,
+            small_message_bytes: 64 * 1024,
+            allreduce: AllreduceAlgorithm::Auto,
+            broadcast: BroadcastAlgorithm::Auto,
+        }
+    }
+}
+
+/// Factors applied around a reduction: `prescale` to every input before it is
+/// combined, `postscale` to the result. Floating-point types only.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scaling {
+    pub prescale: f64,
+    pub postscale: f64,
+}
+
+impl Default for Scaling {
+    fn default() -> Self {
+        Self {
+            prescale: 1.0,
+            postscale: 1.0,
+        }
+    }
+}
+
+/// The collectives of one world. Every rank must call the same collectives in the
+/// same order with matching sizes (the worker engine's negotiation guarantees it);
+/// each call gets the next operation id, which tags its messages.
+#[derive(Debug)]
+pub struct Communicator<X> {
+    transport: X,
+    options: CollectiveOptions,
+    next_op: AtomicU64,
+}
+
+impl<X: Transport> Communicator<X> {
+    pub fn new(transport: X, options: CollectiveOptions) -> Self {
+        Self {
+            transport,
+            options,
+            next_op: AtomicU64::new(0),
+        }
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.transport.rank()
+    }
+
+    pub fn size(&self) -> usize {
+        self.transport.size()
+    }
+
+    pub fn options(&self) -> &CollectiveOptions {
+        &self.options
+    }
+
+    pub fn transport(&self) -> &X {
+        &self.transport
+    }
+
+    pub fn into_transport(self) -> X {
+        self.transport
+    }
+
+    fn op(&self) -> Op<'_, X> {
+        Op {
+            tr: &self.transport,
+            id: self.next_op.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    fn seg<T>(&self) -> usize {
+        (self.options.segment_bytes / std::mem::size_of::<T>()).max(1)
+    }
+
+    fn is_small<T>(&self, len: usize) -> bool {
+        len * std::mem::size_of::<T>() <= self.options.small_message_bytes
+    }
+
+    /// Reduces `buf` element-wise over all ranks, in place, on every rank.
+    pub async fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        self.allreduce_scaled(buf, op, Scaling::default()).await
+    }
+
+    /// [`Communicator::allreduce`] with pre- and post-scaling factors.
+    pub async fn allreduce_scaled<T: Element>(
+        &self,
+        buf: &mut [T],
+        op: ReduceOp,
+        scaling: Scaling,
+    ) -> Result<()> {
+        let post = prepare_scaling(buf, op, scaling, self.size())?;
+        let o = self.op();
+        let doubling = match self.options.allreduce {
+            AllreduceAlgorithm::Auto => self.is_small::<T>(buf.len()),
+            AllreduceAlgorithm::Ring => false,
+            AllreduceAlgorithm::RecursiveDoubling => true,
+        };
+        if doubling {
+            algorithms::doubling_allreduce(&o, buf, op.combine()).await?;
+        } else {
+            let counts = crate::schedule::even_counts(buf.len(), self.size());
+            let steps = allreduce_ring(self.size(), self.rank());
+            algorithms::ring_pass(&o, buf, &counts, &steps, self.seg::<T>(), op.combine()).await?;
+        }
+        finish_scaling(buf, op, post, self.size());
+        Ok(())
+    }
+
+    /// Reduces `buf` over all ranks and leaves block `rank` of `counts` (one count
+    /// per rank, summing to `buf.len()`) complete on each rank; returns that block's
+    /// range. The rest of `buf` is scratch afterwards.
+    pub async fn reducescatter<T: Element>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        op: ReduceOp,
+    ) -> Result<Range<usize>> {
+        self.check_counts("reducescatter counts", counts, buf.len())?;
+        let post = prepare_scaling(buf, op, Scaling::default(), self.size())?;
+        let steps = reducescatter_ring(self.size(), self.rank());
+        algorithms::ring_pass(
+            &self.op(),
+            buf,
+            counts,
+            &steps,
+            self.seg::<T>(),
+            op.combine(),
+        )
+        .await?;
+        let mine = block_ranges(counts)[self.rank()].clone();
+        finish_scaling(&mut buf[mine.clone()], op, post, self.size());
+        Ok(mine)
+    }
+
+    /// Gathers every rank's `input` (`counts[r]` elements on rank `r`) into one
+    /// buffer, in rank order, on every rank.
+    pub async fn allgatherv<T: Element>(&self, input: &[T], counts: &[usize]) -> Result<Vec<T>> {
+        let total: usize = counts.iter().sum();
+        self.check_len("allgather counts", counts.len())?;
+        let mine = counts[self.rank()];
+        if mine != input.len() {
+            return Err(CollectiveError::CountsSum {
+                what: "allgather counts for this rank",
+                sum: mine,
+                len: input.len(),
+            });
+        }
+        let mut out = vec![T::zeroed(); total];
+        out[block_ranges(counts)[self.rank()].clone()].copy_from_slice(input);
+        let steps = allgather_ring(self.size(), self.rank());
+        let o = self.op();
+        algorithms::ring_pass(
+            &o,
+            &mut out,
+            counts,
+            &steps,
+            self.seg::<T>(),
+            crate::reduce::Combine::Sum,
+        )
+        .await?;
+        Ok(out)
+    }
+
+    /// Gathers every rank's `input`, whatever its length; returns the concatenation
+    /// and each rank's count.
+    pub async fn allgather<T: Element>(&self, input: &[T]) -> Result<(Vec<T>, Vec<usize>)> {
+        let ones = vec![1; self.size()];
+        let lens = self.allgatherv(&[input.len() as i64], &ones).await?;
+        let counts = lens
+            .into_iter()
+            .enumerate()
+            .map(|(from, c)| algorithms::count_from_wire(from, c))
+            .collect::<Result<Vec<usize>>>()?;
+        let out = self.allgatherv(input, &counts).await?;
+        Ok((out, counts))
+    }
+
+    /// Copies `root`'s `buf` into every rank's `buf`.
+    pub async fn broadcast<T: Element>(&self, buf: &mut [T], root: Rank) -> Result<()> {
+        let (n, rank) = (self.size(), self.rank());
+        if root >= n {
+            return Err(CollectiveError::InvalidRoot { root, size: n });
+        }
+        let tree = match self.options.broadcast {
+            BroadcastAlgorithm::Auto => self.is_small::<T>(buf.len()),
+            BroadcastAlgorithm::Tree => true,
+            BroadcastAlgorithm::Chain => false,
+        };
+        let (links, seg) = if tree {
+            (binomial_tree(n, root, rank), buf.len().max(1))
+        } else {
+            (chain(n, root, rank), self.seg::<T>())
+        };
+        algorithms::pipeline_broadcast(&self.op(), buf, &links, seg).await
+    }
+
+    /// Sends block `j` of `input` (`send_counts[j]` elements) to rank `j`; returns
+    /// what every rank sent this one, in rank order, and the per-rank counts.
+    pub async fn alltoall<T: Element>(
+        &self,
+        input: &[T],
+        send_counts: &[usize],
+    ) -> Result<(Vec<T>, Vec<usize>)> {
+        self.check_counts("alltoall send counts", send_counts, input.len())?;
+        let recv_counts = algorithms::exchange_counts(&self.op(), send_counts).await?;
+        let mut out = vec![T::zeroed(); recv_counts.iter().sum()];
+        let o = self.op();
+        algorithms::alltoall(
+            &o,
+            input,
+            send_counts,
+            &mut out,
+            &recv_counts,
+            self.seg::<T>(),
+        )
+        .await?;
+        Ok((out, recv_counts))
+    }
+
+    /// Returns once every rank has entered the barrier.
+    pub async fn barrier(&self) -> Result<()> {
+        let o = self.op();
+        for (k, (to, from)) in dissemination_rounds(self.size(), self.rank())
+            .into_iter()
+            .enumerate()
+        {
+            tokio::try_join!(o.send::<u8>(to, k, &[]), o.recv::<u8>(from, k, 0))?;
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, what: &'static str, got: usize) -> Result<()> {
+        if got != self.size() {
+            return Err(CollectiveError::CountsLength {
+                what,
+                got,
+                size: self.size(),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_counts(&self, what: &'static str, counts: &[usize], len: usize) -> Result<()> {
+        self.check_len(what, counts.len())?;
+        let sum: usize = counts.iter().sum();
+        if sum != len {
+            return Err(CollectiveError::CountsSum { what, sum, len });
+        }
+        Ok(())
+    }
+}
+
+/// Applies the prescale and returns the factor still to apply after the reduction
+/// (the postscale, with an average's 1/n folded in for floating-point types).
+fn prepare_scaling<T: Element>(buf: &mut [T], op: ReduceOp, s: Scaling, n: usize) -> Result<f64> {
+    if !T::DTYPE.is_float() {
+        if s.prescale != 1.0 || s.postscale != 1.0 {
+            return Err(CollectiveError::ScaleOnInteger { dtype: T::DTYPE });
+        }
+        return Ok(1.0);
+    }
+    if s.prescale != 1.0 {
+        T::scale(buf, s.prescale);
+    }
+    let avg = if op == ReduceOp::Average {
+        1.0 / n as f64
+    } else {
+        1.0
+    };
+    Ok(s.postscale * avg)
+}
+
+fn finish_scaling<T: Element>(buf: &mut [T], op: ReduceOp, post: f64, n: usize) {
+    if !T::DTYPE.is_float() {
+        if op == ReduceOp::Average {
+            T::divide(buf, n);
+        }
+    } else if post != 1.0 {
+        T::scale(buf, post);
+    }
+}

@@ -1,0 +1,218 @@
+//! Element types the collectives move and reduce.
+
+use std::fmt;
+use std::str::FromStr;
+
+use half::{bf16, f16};
+
+use crate::reduce::{Combine, kernels};
+
+/// The element type of a tensor, as named on the command line and on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F64,
+    F16,
+    BF16,
+    I32,
+    I64,
+    U8,
+}
+
+impl DType {
+    pub const ALL: [DType; 7] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+    ];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A dtype name that is not one of [`DType::ALL`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown dtype {0:?}; expected one of f32, f64, f16, bf16, i32, i64, u8")]
+pub struct UnknownDType(pub String);
+
+impl FromStr for DType {
+    type Err = UnknownDType;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownDType(s.to_owned()))
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A tensor element: plain bytes on the wire, with monomorphised reduction kernels
+/// (no per-element dynamic dispatch).
+pub trait Element:
+    bytemuck::Pod + Send + Sync + PartialEq + fmt::Debug + sealed::Sealed + 'static
+{
+    const DTYPE: DType;
+
+    /// `dst[i] = dst[i] (op) src[i]` for every `i`; the slices have equal lengths.
+    fn combine(dst: &mut [Self], src: &[Self], op: Combine);
+
+    /// Multiplies every element by `factor`. Only called for floating-point types.
+    fn scale(buf: &mut [Self], factor: f64);
+
+    /// Integer division by the world size (the integer form of an average).
+    fn divide(buf: &mut [Self], n: usize);
+
+    /// Converts a small integer test or fill value.
+    fn from_f64(v: f64) -> Self;
+
+    fn to_f64(self) -> f64;
+}
+
+macro_rules! native_float {
+    ($t:ty, $d:expr) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            fn combine(dst: &mut [Self], src: &[Self], op: Combine) {
+                kernels::float(dst, src, op)
+            }
+            fn scale(buf: &mut [Self], factor: f64) {
+                let f = factor as $t;
+                buf.iter_mut().for_each(|x| *x *= f);
+            }
+            fn divide(buf: &mut [Self], n: usize) {
+                Self::scale(buf, 1.0 / n as f64)
+            }
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+        }
+    };
+}
+
+macro_rules! half_float {
+    ($t:ty, $d:expr) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            fn combine(dst: &mut [Self], src: &[Self], op: Combine) {
+                kernels::half(dst, src, op)
+            }
+            fn scale(buf: &mut [Self], factor: f64) {
+                kernels::half_scale(buf, factor as f32)
+            }
+            fn divide(buf: &mut [Self], n: usize) {
+                Self::scale(buf, 1.0 / n as f64)
+            }
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+        }
+    };
+}
+
+macro_rules! integer {
+    ($t:ty, $d:expr) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            fn combine(dst: &mut [Self], src: &[Self], op: Combine) {
+                kernels::integer(dst, src, op)
+            }
+            fn scale(_buf: &mut [Self], _factor: f64) {}
+            fn divide(buf: &mut [Self], n: usize) {
+                // i128 holds every value of every integer dtype and any world size.
+                let n = n as i128;
+                buf.iter_mut().for_each(|x| *x = (*x as i128 / n) as $t);
+            }
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+        }
+    };
+}
+
+native_float!(f32, DType::F32);
+native_float!(f64, DType::F64);
+half_float!(f16, DType::F16);
+half_float!(bf16, DType::BF16);
+integer!(i32, DType::I32);
+integer!(i64, DType::I64);
+integer!(u8, DType::U8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(d.name().parse::<DType>().unwrap(), d);
+        }
+        assert_eq!("BF16".parse::<DType>().unwrap(), DType::BF16);
+        assert!("f8".parse::<DType>().is_err());
+    }
+
+    #[test]
+    fn sizes_match_rust_types() {
+        assert_eq!(DType::F16.size(), std::mem::size_of::<f16>());
+        assert_eq!(DType::BF16.size(), std::mem::size_of::<bf16>());
+        assert_eq!(DType::I64.size(), std::mem::size_of::<i64>());
+    }
+
+    #[test]
+    fn integer_divide_handles_worlds_larger_than_the_type() {
+        let mut v = [250u8, 7];
+        u8::divide(&mut v, 300);
+        assert_eq!(v, [0, 0]);
+        let mut w = [-9i32, 9];
+        i32::divide(&mut w, 2);
+        assert_eq!(w, [-4, 4]);
+    }
+}

@@ -1,0 +1,129 @@
+//! Typed errors of the data plane. Anything that can arrive from the network is a
+//! value here, never a panic.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::dtype::DType;
+use crate::tag::{Generation, Rank, Tag};
+
+/// Why a peer is considered lost.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LossCause {
+    #[error("connection closed")]
+    Closed,
+    #[error("i/o error: {0:?}")]
+    Io(io::ErrorKind),
+    #[error("malformed frame: {0}")]
+    Malformed(&'static str),
+    #[error("frame of {len} bytes exceeds the {limit}-byte limit")]
+    FrameTooLarge { len: u64, limit: u64 },
+    #[error("a send to it was abandoned half-way")]
+    AbandonedSend,
+    #[error("the transport was shut down")]
+    Shutdown,
+    #[error("it left the generation (finished its work and closed cleanly)")]
+    Departed,
+}
+
+/// Errors of a [`Transport`](crate::Transport).
+///
+/// Apart from [`TransportError::GenerationMismatch`] and [`TransportError::InvalidRank`]
+/// (mistakes of the caller), an error leaves the transport broken: every later call
+/// fails too, and the owner rebuilds the data plane for the next generation.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("peer rank {rank} lost in generation {generation}: {cause}")]
+    PeerLost {
+        rank: Rank,
+        generation: Generation,
+        cause: LossCause,
+    },
+    #[error("timed out after {after:?} waiting on rank {rank} ({tag})")]
+    Timeout {
+        rank: Rank,
+        tag: Tag,
+        after: Duration,
+    },
+    #[error("message of generation {got} refused: this transport serves generation {current}")]
+    GenerationMismatch {
+        got: Generation,
+        current: Generation,
+    },
+    #[error("rank {rank} is outside a world of size {size}")]
+    InvalidRank { rank: Rank, size: usize },
+    #[error("could not connect to rank {rank} at {addr} within {after:?}: {source}")]
+    Connect {
+        rank: Rank,
+        addr: SocketAddr,
+        after: Duration,
+        source: Arc<io::Error>,
+    },
+    #[error(
+        "mesh set-up for generation {generation} timed out after {after:?}; missing ranks {missing:?}"
+    )]
+    SetupTimeout {
+        generation: Generation,
+        after: Duration,
+        missing: Vec<Rank>,
+    },
+    #[error("handshake with rank {rank} failed: {reason}")]
+    Handshake { rank: Rank, reason: &'static str },
+    #[error("payload of {len} bytes exceeds the {limit}-byte frame limit")]
+    PayloadTooLarge { len: usize, limit: u64 },
+    #[error("socket set-up failed: {0}")]
+    Socket(Arc<io::Error>),
+}
+
+impl TransportError {
+    pub(crate) fn socket(e: io::Error) -> Self {
+        Self::Socket(Arc::new(e))
+    }
+}
+
+/// Errors of a collective operation.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum CollectiveError {
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error(
+        "rank {from} sent {got} bytes where {expected} were expected ({tag}); ranks disagree on the tensor size"
+    )]
+    LengthMismatch {
+        from: Rank,
+        tag: Tag,
+        expected: usize,
+        got: usize,
+    },
+    #[error("rank {from} sent {got} bytes ({tag}), not a whole number of {dtype} elements")]
+    RaggedPayload {
+        from: Rank,
+        tag: Tag,
+        got: usize,
+        dtype: DType,
+    },
+    #[error("{what} has {got} entries; the world has {size} ranks")]
+    CountsLength {
+        what: &'static str,
+        got: usize,
+        size: usize,
+    },
+    #[error("{what} add up to {sum} elements but the buffer holds {len}")]
+    CountsSum {
+        what: &'static str,
+        sum: usize,
+        len: usize,
+    },
+    #[error("root rank {root} is outside a world of size {size}")]
+    InvalidRoot { root: Rank, size: usize },
+    #[error("scale factors apply to floating-point tensors only, not {dtype}")]
+    ScaleOnInteger { dtype: DType },
+    #[error("rank {from} announced an impossible element count {count}")]
+    BadCount { from: Rank, count: i64 },
+    #[error("the schedule needs more than 2^32 messages; raise the segment size")]
+    TooManyMessages,
+}
+
+pub type Result<T, E = CollectiveError> = std::result::Result<T, E>;

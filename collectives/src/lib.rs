@@ -1,0 +1,32 @@
+//! elasticrun's data plane.
+//!
+//! A [`Communicator`] runs collectives (allreduce, allgather, broadcast, alltoall,
+//! reduce-scatter, barrier) over a [`Transport`]: point-to-point, tagged byte
+//! messages among the ranks of one generation. Transports: [`MemTransport`]
+//! (in-process, for tests) and [`TcpTransport`] (built from a [`TcpEndpoint`]).
+//! The schedules ("which block goes to whom at step i") are pure functions in
+//! [`schedule`]; the reduction kernels are monomorphised per [`Element`] type.
+//!
+//! Glossary: a *rank* is a process's position in the world (`0..size`); a
+//! *generation* numbers membership epochs, and a message from an older one is
+//! refused; a *block* is the part of a buffer a ring step moves, cut into
+//! *segments* that are the messages on the wire.
+
+mod algorithms;
+mod comm;
+mod dtype;
+mod error;
+mod reduce;
+pub mod schedule;
+mod tag;
+mod transport;
+
+pub use comm::{AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, Scaling};
+pub use dtype::{DType, Element, UnknownDType};
+pub use error::{CollectiveError, LossCause, Result, TransportError};
+pub use half::{bf16, f16};
+pub use reduce::{Combine, ReduceOp, UnknownReduceOp};
+pub use tag::{Generation, Rank, Tag};
+pub use transport::Transport;
+pub use transport::mem::MemTransport;
+pub use transport::tcp::{TcpConfig, TcpEndpoint, TcpTransport};

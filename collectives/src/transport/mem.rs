@@ -1,0 +1,192 @@
+//! In-process transport: every rank of a world lives in one process and messages are
+//! copied between mailboxes. Used to test every collective at many world sizes with
+//! no sockets. [`Transport::shutdown`] is a clean departure; dropping a rank's
+//! transport (or [`MemTransport::kill`]) looks to the others like a crashed peer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::mailbox::Mailbox;
+use super::{Transport, check_peer};
+use crate::error::{LossCause, TransportError};
+use crate::tag::{Generation, Rank, Tag};
+
+/// One rank's end of an in-memory world. Build a world with [`MemTransport::world`].
+#[derive(Debug)]
+pub struct MemTransport {
+    rank: Rank,
+    generation: Generation,
+    boxes: Arc<Vec<Mailbox>>,
+    timeout: Duration,
+    departed: bool,
+}
+
+impl MemTransport {
+    /// Builds `size` connected transports, rank `i` at index `i`. Every `recv` waits at
+    /// most `timeout`.
+    pub fn world(size: usize, generation: Generation, timeout: Duration) -> Vec<MemTransport> {
+        let boxes = Arc::new(
+            (0..size)
+                .map(|_| Mailbox::new(generation))
+                .collect::<Vec<_>>(),
+        );
+        (0..size)
+            .map(|rank| MemTransport {
+                rank,
+                generation,
+                boxes: boxes.clone(),
+                timeout,
+                departed: false,
+            })
+            .collect()
+    }
+
+    fn own(&self) -> &Mailbox {
+        &self.boxes[self.rank]
+    }
+
+    /// Ends this rank as a crash would (same as dropping it): every other rank's
+    /// pending and later waits fail with [`LossCause::Closed`].
+    pub fn kill(self) {
+        drop(self)
+    }
+
+    /// Delivers a message as if `from` had sent it with `tag`, whatever its
+    /// generation: lets tests replay a message from an older generation.
+    pub fn inject(&self, from: Rank, tag: Tag, payload: &[u8]) {
+        self.own()
+            .deliver(from, tag, Bytes::copy_from_slice(payload));
+    }
+}
+
+impl Transport for MemTransport {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.boxes.len()
+    }
+
+    fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    async fn send(&self, to: Rank, tag: Tag, payload: &[u8]) -> Result<(), TransportError> {
+        check_peer(self.size(), self.generation, to, tag)?;
+        if let Some(e) = self.own().broken() {
+            return Err(e);
+        }
+        self.boxes[to].deliver(self.rank, tag, Bytes::copy_from_slice(payload));
+        Ok(())
+    }
+
+    async fn recv(&self, from: Rank, tag: Tag) -> Result<Bytes, TransportError> {
+        check_peer(self.size(), self.generation, from, tag)?;
+        self.own().recv(from, tag, self.timeout).await
+    }
+
+    fn stale_refused(&self) -> u64 {
+        self.own().stale_refused()
+    }
+
+    async fn shutdown(mut self) {
+        self.departed = true;
+        for (rank, b) in self.boxes.iter().enumerate() {
+            if rank != self.rank {
+                b.depart(self.rank);
+            }
+        }
+    }
+}
+
+impl Drop for MemTransport {
+    fn drop(&mut self) {
+        if self.departed {
+            return;
+        }
+        for (rank, b) in self.boxes.iter().enumerate() {
+            if rank != self.rank {
+                b.peer_lost(self.rank, LossCause::Closed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn messages_flow_between_ranks() {
+        let w = MemTransport::world(3, Generation(1), T);
+        let tag = Tag::new(Generation(1), 9, 0);
+        w[0].send(2, tag, b"hello").await.unwrap();
+        assert_eq!(w[2].recv(0, tag).await.unwrap(), "hello");
+    }
+
+    #[tokio::test]
+    async fn wrong_generation_and_rank_are_refused_locally() {
+        let w = MemTransport::world(2, Generation(4), T);
+        let old = Tag::new(Generation(3), 0, 0);
+        let e = w[0].send(1, old, b"x").await.unwrap_err();
+        assert!(
+            matches!(e, TransportError::GenerationMismatch { .. }),
+            "{e:?}"
+        );
+        let e = w[0]
+            .send(5, Tag::new(Generation(4), 0, 0), b"x")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, TransportError::InvalidRank { rank: 5, size: 2 }),
+            "{e:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn killed_rank_is_reported_lost_to_every_wait() {
+        let mut w = MemTransport::world(3, Generation(0), T);
+        let tag = Tag::new(Generation(0), 0, 0);
+        w.remove(1).kill();
+        let e = w[0].recv(2, tag).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TransportError::PeerLost {
+                    rank: 1,
+                    cause: LossCause::Closed,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(w[1].send(0, tag, b"").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn shut_down_rank_departs_cleanly() {
+        let mut w = MemTransport::world(3, Generation(0), T);
+        let tag = Tag::new(Generation(0), 0, 0);
+        w[1].send(0, tag, b"bye").await.unwrap();
+        w.remove(1).shutdown().await;
+        assert_eq!(w[0].recv(1, tag).await.unwrap(), "bye");
+        let e = w[0].recv(1, tag).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TransportError::PeerLost {
+                    cause: LossCause::Departed,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        w[1].send(0, tag, b"still here").await.unwrap();
+        assert_eq!(w[0].recv(2, tag).await.unwrap(), "still here");
+    }
+}

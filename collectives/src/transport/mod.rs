@@ -1,0 +1,82 @@
+//! Point-to-point byte messages between ranks.
+//!
+//! A [`Transport`] serves one generation of one world: `size` ranks, fully connected.
+//! Every message is tagged ([`Tag`]); `recv(from, tag)` returns the next message that
+//! `from` sent with that tag. Implementations: [`mem`] (in-process, for tests) and
+//! [`tcp`] (tokio sockets).
+//!
+//! Failure model: when any peer is lost (connection closed without a goodbye, i/o
+//! error, malformed frame, timeout), every pending and later `send`/`recv` fails
+//! with that error, except that messages which had already arrived are still
+//! handed out. A generation is all-or-nothing; the owner builds a new transport
+//! for the next one. A peer that leaves with [`Transport::shutdown`] only fails
+//! waits on itself.
+
+use std::future::Future;
+
+use bytes::Bytes;
+
+use crate::error::TransportError;
+use crate::tag::{Generation, Rank, Tag};
+
+mod mailbox;
+pub(crate) mod mem;
+pub(crate) mod tcp;
+
+/// Point-to-point, tagged, ordered byte messages among the ranks of one generation.
+pub trait Transport: Send + Sync {
+    /// This process's rank.
+    fn rank(&self) -> Rank;
+
+    /// Number of ranks.
+    fn size(&self) -> usize;
+
+    /// The generation this transport serves; messages of any other are refused.
+    fn generation(&self) -> Generation;
+
+    /// Sends `payload` to rank `to`. Completes when the bytes have been handed to the
+    /// transport (not when the peer has read them).
+    fn send(
+        &self,
+        to: Rank,
+        tag: Tag,
+        payload: &[u8],
+    ) -> impl Future<Output = Result<(), TransportError>> + Send;
+
+    /// Receives the next message from `from` with `tag`.
+    fn recv(
+        &self,
+        from: Rank,
+        tag: Tag,
+    ) -> impl Future<Output = Result<Bytes, TransportError>> + Send;
+
+    /// Number of incoming messages refused because they carried an older generation.
+    fn stale_refused(&self) -> u64;
+
+    /// Leaves the generation cleanly: what this rank sent stays receivable, and only
+    /// waits on this rank fail. Dropping a transport without it looks like a crash
+    /// to the peers (every wait of theirs fails), which is what an abandoned
+    /// collective should look like.
+    fn shutdown(self) -> impl Future<Output = ()> + Send
+    where
+        Self: Sized;
+}
+
+/// Checks the arguments every transport validates the same way.
+pub(crate) fn check_peer(
+    size: usize,
+    current: Generation,
+    peer: Rank,
+    tag: Tag,
+) -> Result<(), TransportError> {
+    if peer >= size {
+        return Err(TransportError::InvalidRank { rank: peer, size });
+    }
+    if tag.generation != current {
+        return Err(TransportError::GenerationMismatch {
+            got: tag.generation,
+            current,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,219 @@
+//! Building the full TCP mesh of one generation.
+//!
+//! ```text
+//!   rank 0 <──dial── rank 1 <──dial── rank 2
+//!     ^                                 │
+//!     └───────────────dial──────────────┘
+//! ```
+//! Every rank accepts from the ranks above it and dials the ranks below it, all at
+//! once, retrying refused dials (a peer may not listen yet) until the deadline.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, sleep, timeout_at};
+
+use super::handshake::{HELLO_LEN, Hello, Refusal};
+use super::{TcpConfig, TcpTransport};
+use crate::error::TransportError;
+use crate::tag::{Generation, Rank};
+
+/// A bound, listening data-plane socket whose address can be handed to peers
+/// before the mesh is built.
+#[derive(Debug)]
+pub struct TcpEndpoint {
+    listener: TcpListener,
+    config: TcpConfig,
+}
+
+/// Longest time an accepted connection may take to introduce itself, so that a
+/// silent stray connection cannot hold up set-up.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn new_socket(addr: SocketAddr, config: &TcpConfig) -> std::io::Result<TcpSocket> {
+    let s = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(b) = config.socket_buffer_bytes {
+        let b = u32::try_from(b).unwrap_or(u32::MAX);
+        s.set_send_buffer_size(b)?;
+        s.set_recv_buffer_size(b)?;
+    }
+    Ok(s)
+}
+
+impl TcpEndpoint {
+    /// Binds and listens on `addr` (port 0 picks a free port).
+    pub async fn bind(addr: SocketAddr, config: TcpConfig) -> Result<Self, TransportError> {
+        let s = new_socket(addr, &config).map_err(TransportError::socket)?;
+        s.set_reuseaddr(true).map_err(TransportError::socket)?;
+        s.bind(addr).map_err(TransportError::socket)?;
+        let listener = s.listen(1024).map_err(TransportError::socket)?;
+        Ok(Self { listener, config })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        self.listener.local_addr().map_err(TransportError::socket)
+    }
+
+    /// Connects to every peer (`peers[i]` is rank `i`'s endpoint address; this
+    /// rank's own entry is ignored) and starts the transport.
+    pub async fn connect(
+        self,
+        rank: Rank,
+        generation: Generation,
+        peers: &[SocketAddr],
+    ) -> Result<TcpTransport, TransportError> {
+        let size = peers.len();
+        if rank >= size {
+            return Err(TransportError::InvalidRank { rank, size });
+        }
+        let me = Hello {
+            job_token: self.config.job_token,
+            generation,
+            rank,
+            size,
+        };
+        let deadline = Instant::now() + self.config.connect_timeout;
+        let mut dials = JoinSet::new();
+        for (peer, &addr) in peers.iter().enumerate().take(rank) {
+            dials.spawn(dial(peer, addr, me, deadline, self.config.clone()));
+        }
+        let (dialed, accepted) = tokio::try_join!(
+            collect_dials(dials),
+            accept_all(&self.listener, me, deadline, self.config.connect_timeout)
+        )?;
+        let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+        for (peer, s) in dialed.into_iter().chain(accepted) {
+            s.set_nodelay(true).map_err(TransportError::socket)?;
+            streams[peer] = Some(s);
+        }
+        Ok(TcpTransport::start(rank, generation, streams, self.config))
+    }
+}
+
+async fn collect_dials(
+    mut dials: JoinSet<Result<(Rank, TcpStream), TransportError>>,
+) -> Result<Vec<(Rank, TcpStream)>, TransportError> {
+    let mut out = Vec::with_capacity(dials.len());
+    while let Some(joined) = dials.join_next().await {
+        match joined {
+            Ok(r) => out.push(r?),
+            Err(e) => return Err(TransportError::socket(std::io::Error::other(e))),
+        }
+    }
+    Ok(out)
+}
+
+async fn dial(
+    peer: Rank,
+    addr: SocketAddr,
+    me: Hello,
+    deadline: Instant,
+    config: TcpConfig,
+) -> Result<(Rank, TcpStream), TransportError> {
+    let connect_err = |e: std::io::Error| TransportError::Connect {
+        rank: peer,
+        addr,
+        after: config.connect_timeout,
+        source: Arc::new(e),
+    };
+    let mut backoff = Duration::from_millis(5);
+    let mut stream = loop {
+        let attempt = async { new_socket(addr, &config)?.connect(addr).await };
+        match timeout_at(deadline, attempt).await {
+            Ok(Ok(s)) => break s,
+            Ok(Err(e)) if Instant::now() + backoff < deadline => {
+                tracing::trace!(peer, %addr, %e, "dial failed, retrying");
+                sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(200));
+            }
+            Ok(Err(e)) => return Err(connect_err(e)),
+            Err(_) => return Err(connect_err(std::io::ErrorKind::TimedOut.into())),
+        }
+    };
+    let exchange = async {
+        stream.write_all(&me.encode()).await?;
+        stream.read_u8().await
+    };
+    match timeout_at(deadline, exchange).await {
+        Ok(Ok(0)) => Ok((peer, stream)),
+        Ok(Ok(code)) => Err(TransportError::Handshake {
+            rank: peer,
+            reason: Refusal::from_code(code).map_or("unknown refusal code", Refusal::reason),
+        }),
+        Ok(Err(e)) => Err(connect_err(e)),
+        Err(_) => Err(connect_err(std::io::ErrorKind::TimedOut.into())),
+    }
+}
+
+async fn accept_all(
+    listener: &TcpListener,
+    me: Hello,
+    deadline: Instant,
+    budget: Duration,
+) -> Result<Vec<(Rank, TcpStream)>, TransportError> {
+    let expected = me.size - me.rank - 1;
+    let mut got: Vec<(Rank, TcpStream)> = Vec::with_capacity(expected);
+    let mut hellos = JoinSet::new();
+    while got.len() < expected {
+        tokio::select! {
+            acc = listener.accept() => match acc {
+                Ok((s, from)) => {
+                    hellos.spawn(answer_hello(s, me));
+                    tracing::trace!(%from, "data-plane connection accepted");
+                }
+                Err(e) => tracing::debug!(%e, "accept failed"),
+            },
+            Some(joined) = hellos.join_next(), if !hellos.is_empty() => {
+                if let Ok(Some((peer, s))) = joined {
+                    if got.iter().all(|(p, _)| *p != peer) {
+                        got.push((peer, s));
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                let missing = ((me.rank + 1)..me.size)
+                    .filter(|r| got.iter().all(|(p, _)| p != r))
+                    .collect();
+                return Err(TransportError::SetupTimeout {
+                    generation: me.generation,
+                    after: budget,
+                    missing,
+                });
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// Reads a dialer's hello and answers it; `None` for anything that is not a valid
+/// peer of this generation (logged, connection closed).
+async fn answer_hello(mut s: TcpStream, me: Hello) -> Option<(Rank, TcpStream)> {
+    let mut buf = [0u8; HELLO_LEN];
+    let read = tokio::time::timeout(HELLO_TIMEOUT, s.read_exact(&mut buf)).await;
+    if !matches!(read, Ok(Ok(_))) {
+        tracing::warn!("data-plane connection closed: no hello within {HELLO_TIMEOUT:?}");
+        return None;
+    }
+    let verdict = Hello::decode(&buf).and_then(|h| h.check_against(&me).map(|()| h));
+    let code = match verdict {
+        Ok(_) => 0,
+        Err(r) => r as u8,
+    };
+    let answered = tokio::time::timeout(HELLO_TIMEOUT, s.write_u8(code)).await;
+    match (verdict, answered) {
+        (Ok(h), Ok(Ok(()))) => Some((h.rank, s)),
+        (Err(r), _) => {
+            tracing::warn!(reason = r.reason(), "data-plane connection refused");
+            None
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,267 @@
+//! TCP transport: one connection per pair of ranks, a reader task per connection
+//! that splits frames and fills the [`Mailbox`], and sends written straight from
+//! the caller's slice (header and payload in one vectored write, no copy).
+//!
+//! Set-up: every rank binds a [`TcpEndpoint`], the addresses are exchanged by
+//! whoever launches the ranks, then [`TcpEndpoint::connect`] builds the full mesh
+//! (higher ranks dial lower ones, retrying until `connect_timeout`).
+//!
+//! Loss: a connection that ends without a goodbye frame, an i/o error or a
+//! malformed frame breaks the generation at once; a peer that is silent for
+//! `io_timeout` gives [`TransportError::Timeout`]. A rank that finishes calls
+//! [`Transport::shutdown`], which sends a goodbye first, so peers still finishing
+//! are not disturbed; a transport dropped without it looks like a crash.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use futures::StreamExt;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio_util::codec::FramedRead;
+
+use super::mailbox::Mailbox;
+use super::{Transport, check_peer};
+use crate::error::{LossCause, TransportError};
+use crate::tag::{Generation, Rank, Tag};
+
+mod frame;
+mod handshake;
+mod mesh;
+
+pub use mesh::TcpEndpoint;
+
+/// Settings of the TCP data plane, with the defaults a training job wants.
+#[derive(Clone, Debug)]
+pub struct TcpConfig {
+    /// Longest time mesh set-up may take, peers starting late included. Default 30 s.
+    pub connect_timeout: Duration,
+    /// Longest wait for one message, or for the socket to take one send, before the
+    /// peer is declared unresponsive. Default 60 s: generous enough for a slow peer's
+    /// compute step between collectives, short enough that a hung job ends.
+    pub io_timeout: Duration,
+    /// `SO_SNDBUF`/`SO_RCVBUF` for every connection. Default `None` keeps Linux's
+    /// buffer autotuning, which on loopback measured faster than any fixed size.
+    pub socket_buffer_bytes: Option<usize>,
+    /// Largest payload accepted in one frame (a larger length prefix from a peer
+    /// breaks the connection before anything is allocated). Default 1 GiB.
+    pub max_frame_bytes: u32,
+    /// Identifies the job: a connection carrying another token is refused.
+    /// Default 0.
+    pub job_token: u64,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(30),
+            io_timeout: Duration::from_secs(60),
+            socket_buffer_bytes: None,
+            max_frame_bytes: 1 << 30,
+            job_token: 0,
+        }
+    }
+}
+
+/// Tag of the goodbye frame: op id `u64::MAX` is never used by a collective.
+fn goodbye(generation: Generation) -> Tag {
+    Tag::new(generation, u64::MAX, u32::MAX)
+}
+
+/// One rank's end of a TCP mesh. Built by [`TcpEndpoint::connect`].
+#[derive(Debug)]
+pub struct TcpTransport {
+    rank: Rank,
+    generation: Generation,
+    mailbox: Arc<Mailbox>,
+    /// `writers[peer]`; `None` at this rank's own index.
+    writers: Vec<Option<Mutex<OwnedWriteHalf>>>,
+    readers: Vec<JoinHandle<()>>,
+    config: TcpConfig,
+}
+
+impl TcpTransport {
+    pub(crate) fn start(
+        rank: Rank,
+        generation: Generation,
+        streams: Vec<Option<tokio::net::TcpStream>>,
+        config: TcpConfig,
+    ) -> Self {
+        let mailbox = Arc::new(Mailbox::new(generation));
+        let mut writers = Vec::with_capacity(streams.len());
+        let mut readers = Vec::with_capacity(streams.len());
+        for (peer, stream) in streams.into_iter().enumerate() {
+            let Some(stream) = stream else {
+                writers.push(None);
+                continue;
+            };
+            let (r, w) = stream.into_split();
+            writers.push(Some(Mutex::new(w)));
+            let decoder = frame::FrameDecoder {
+                max_payload: config.max_frame_bytes.into(),
+            };
+            readers.push(tokio::spawn(read_loop(peer, r, decoder, mailbox.clone())));
+        }
+        Self {
+            rank,
+            generation,
+            mailbox,
+            writers,
+            readers,
+            config,
+        }
+    }
+
+    async fn write_frame(&self, to: Rank, tag: Tag, payload: &[u8]) -> Result<(), TransportError> {
+        let Some(Some(writer)) = self.writers.get(to) else {
+            return Err(TransportError::InvalidRank {
+                rank: to,
+                size: self.size(),
+            });
+        };
+        let header = frame::encode_header(tag, payload.len() as u32);
+        let write = async {
+            let mut w = writer.lock().await;
+            let mut guard = AbandonGuard {
+                mailbox: &self.mailbox,
+                peer: to,
+                armed: true,
+            };
+            let mut buf = (&header[..]).chain(payload);
+            let res = w.write_all_buf(&mut buf).await;
+            guard.armed = false;
+            res
+        };
+        match tokio::time::timeout(self.config.io_timeout, write).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                self.mailbox.peer_lost(to, LossCause::Io(e.kind()));
+                Err(self.broken_or(to))
+            }
+            Err(_) => {
+                self.mailbox.fail(TransportError::Timeout {
+                    rank: to,
+                    tag,
+                    after: self.config.io_timeout,
+                });
+                Err(self.broken_or(to))
+            }
+        }
+    }
+
+    fn broken_or(&self, peer: Rank) -> TransportError {
+        self.mailbox.broken().unwrap_or(TransportError::PeerLost {
+            rank: peer,
+            generation: self.generation,
+            cause: LossCause::Shutdown,
+        })
+    }
+}
+
+/// Breaks the generation if a send is abandoned half-written: the peer would
+/// otherwise read the next frame's header from the middle of this payload.
+struct AbandonGuard<'a> {
+    mailbox: &'a Mailbox,
+    peer: Rank,
+    armed: bool,
+}
+
+impl Drop for AbandonGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.mailbox.peer_lost(self.peer, LossCause::AbandonedSend);
+        }
+    }
+}
+
+async fn read_loop(
+    peer: Rank,
+    read: OwnedReadHalf,
+    decoder: frame::FrameDecoder,
+    mailbox: Arc<Mailbox>,
+) {
+    let bye = goodbye(mailbox.generation());
+    let mut frames = FramedRead::with_capacity(read, decoder, 64 * 1024);
+    let mut said_goodbye = false;
+    loop {
+        match frames.next().await {
+            Some(Ok(f)) if f.tag == bye => said_goodbye = true,
+            Some(Ok(f)) => mailbox.deliver(peer, f.tag, f.payload),
+            Some(Err(e)) => {
+                tracing::debug!(peer, ?e, "data-plane connection failed");
+                mailbox.peer_lost(peer, e.into());
+                return;
+            }
+            None if said_goodbye => {
+                mailbox.depart(peer);
+                return;
+            }
+            None => {
+                mailbox.peer_lost(peer, LossCause::Closed);
+                return;
+            }
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.writers.len()
+    }
+
+    fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    async fn send(&self, to: Rank, tag: Tag, payload: &[u8]) -> Result<(), TransportError> {
+        check_peer(self.size(), self.generation, to, tag)?;
+        if let Some(e) = self.mailbox.broken() {
+            return Err(e);
+        }
+        if payload.len() as u64 > u64::from(self.config.max_frame_bytes) {
+            return Err(TransportError::PayloadTooLarge {
+                len: payload.len(),
+                limit: self.config.max_frame_bytes.into(),
+            });
+        }
+        if to == self.rank {
+            self.mailbox
+                .deliver(self.rank, tag, Bytes::copy_from_slice(payload));
+            return Ok(());
+        }
+        self.write_frame(to, tag, payload).await
+    }
+
+    async fn recv(&self, from: Rank, tag: Tag) -> Result<Bytes, TransportError> {
+        check_peer(self.size(), self.generation, from, tag)?;
+        self.mailbox.recv(from, tag, self.config.io_timeout).await
+    }
+
+    fn stale_refused(&self) -> u64 {
+        self.mailbox.stale_refused()
+    }
+
+    async fn shutdown(self) {
+        let header = frame::encode_header(goodbye(self.generation), 0);
+        for w in self.writers.iter().flatten() {
+            let mut w = w.lock().await;
+            let _ = tokio::time::timeout(self.config.io_timeout, w.write_all(&header)).await;
+        }
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        // Closing the sockets without a goodbye: peers treat this rank as crashed.
+        for r in &self.readers {
+            r.abort();
+        }
+    }
+}
