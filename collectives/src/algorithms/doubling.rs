@@ -16,7 +16,9 @@ pub(crate) async fn doubling_allreduce<T: Element, X: Transport>(
 ) -> Result<()> {
     let plan = recursive_doubling(op.tr.size(), op.tr.rank());
     let len = buf.len();
-    let last = plan.rounds.len() + 1;
+    // The unfold message's step must not depend on this rank's own round count
+    // (folded-out ranks have none): 1 + the most rounds any world can have.
+    let last = 1 + usize::BITS as usize;
     match plan.pre {
         Some(Fold::SendTo(p)) => op.send(p, 0, buf).await?,
         Some(Fold::RecvFrom(p)) => {

@@ -1,0 +1,416 @@
+//! The collectives over real sockets on 127.0.0.1, and the TCP transport's answers
+//! to bad input: foreign jobs, garbage, oversized and stale frames, dead and silent
+//! peers.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use collectives::{
+    AllreduceAlgorithm, BroadcastAlgorithm, CollectiveError, CollectiveOptions, Communicator,
+    Element, Generation, LossCause, ReduceOp, Tag, TcpConfig, TcpEndpoint, TcpTransport, Transport,
+    TransportError, bf16, schedule::even_counts,
+};
+use common::*;
+use futures::future::join_all;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const LOCAL: &str = "127.0.0.1:0";
+
+fn config() -> TcpConfig {
+    TcpConfig {
+        connect_timeout: Duration::from_secs(10),
+        io_timeout: Duration::from_secs(20),
+        job_token: 0xE1A5,
+        ..Default::default()
+    }
+}
+
+async fn endpoints(n: usize, cfg: &TcpConfig) -> (Vec<TcpEndpoint>, Vec<SocketAddr>) {
+    let mut eps = Vec::new();
+    for _ in 0..n {
+        eps.push(
+            TcpEndpoint::bind(LOCAL.parse().unwrap(), cfg.clone())
+                .await
+                .unwrap(),
+        );
+    }
+    let addrs = eps.iter().map(|e| e.local_addr().unwrap()).collect();
+    (eps, addrs)
+}
+
+async fn mesh(n: usize, g: Generation, cfg: &TcpConfig) -> Vec<TcpTransport> {
+    let (eps, addrs) = endpoints(n, cfg).await;
+    let addrs = &addrs;
+    let ts = join_all(
+        eps.into_iter()
+            .enumerate()
+            .map(|(r, e)| e.connect(r, g, addrs)),
+    )
+    .await;
+    ts.into_iter().map(|t| t.expect("mesh set-up")).collect()
+}
+
+async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<TcpTransport>> {
+    mesh(n, Generation(1), &config())
+        .await
+        .into_iter()
+        .map(|t| Communicator::new(t, opts.clone()))
+        .collect()
+}
+
+fn variants() -> [CollectiveOptions; 3] {
+    let d = CollectiveOptions::default();
+    [
+        CollectiveOptions {
+            segment_bytes: 64,
+            allreduce: AllreduceAlgorithm::Ring,
+            broadcast: BroadcastAlgorithm::Chain,
+            ..d.clone()
+        },
+        CollectiveOptions {
+            allreduce: AllreduceAlgorithm::RecursiveDoubling,
+            broadcast: BroadcastAlgorithm::Tree,
+            ..d.clone()
+        },
+        d,
+    ]
+}
+
+async fn allreduce_case<T: Element>(
+    comms: &[Communicator<TcpTransport>],
+    len: usize,
+    op: ReduceOp,
+) {
+    let n = comms.len();
+    let ctx = format!("tcp allreduce {} {op} n={n} len={len}", T::DTYPE);
+    let mut bufs = inputs::<T>(n, len, op);
+    for r in with_buffers(comms, &mut bufs, |c, b| c.allreduce(b, op)).await {
+        r.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    }
+    let want = reference(n, len, op, T::DTYPE.is_float());
+    for b in &bufs {
+        assert_matches(b, &want, op, &ctx);
+    }
+    assert_identical(&bufs, &ctx);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collectives_over_tcp_match_the_reference() {
+    for n in [2, 3, 4] {
+        for opts in variants() {
+            let comms = world(n, &opts).await;
+            for len in [0, 1, n - 1, 5 * n + 3, 70_000] {
+                for op in [ReduceOp::Sum, ReduceOp::Average, ReduceOp::Max] {
+                    allreduce_case::<f32>(&comms, len, op).await;
+                    allreduce_case::<i32>(&comms, len, op).await;
+                    allreduce_case::<bf16>(&comms, len, op).await;
+                }
+                // reduce-scatter
+                let counts = even_counts(len, n);
+                let mut bufs = inputs::<f64>(n, len, ReduceOp::Sum);
+                let ranges = with_buffers(&comms, &mut bufs, |c, b| {
+                    c.reducescatter(b, &counts, ReduceOp::Sum)
+                })
+                .await;
+                let want = reference(n, len, ReduceOp::Sum, true);
+                for (r, range) in ranges.into_iter().enumerate() {
+                    let range = range.unwrap();
+                    assert_matches(
+                        &bufs[r][range.clone()],
+                        &want[range],
+                        ReduceOp::Sum,
+                        "tcp reducescatter",
+                    );
+                }
+                // allgather with per-rank sizes, one rank contributing nothing
+                let ins: Vec<Vec<i64>> = (0..n)
+                    .map(|r| vec![r as i64; if r == 1 { 0 } else { len + r }])
+                    .collect();
+                let want: Vec<i64> = ins.concat();
+                for res in on_every_rank(&comms, |c| c.allgather(&ins[c.rank()])).await {
+                    assert_eq!(res.unwrap().0, want, "tcp allgather n={n} len={len}");
+                }
+                // broadcast from the last rank
+                let mut bufs: Vec<Vec<u8>> = (0..n).map(|r| vec![r as u8; len]).collect();
+                for r in with_buffers(&comms, &mut bufs, |c, b| c.broadcast(b, n - 1)).await {
+                    r.unwrap();
+                }
+                assert!(bufs.iter().all(|b| b.iter().all(|&v| v as usize == n - 1)));
+                // alltoall: rank r sends (r, j) to j, len / n + j elements
+                let sc = |j: usize| len / n + j;
+                let ins: Vec<Vec<f32>> = (0..n)
+                    .map(|r| {
+                        (0..n)
+                            .flat_map(|j| vec![(r * 10 + j) as f32; sc(j)])
+                            .collect()
+                    })
+                    .collect();
+                let counts: Vec<usize> = (0..n).map(sc).collect();
+                for (r, res) in on_every_rank(&comms, |c| c.alltoall(&ins[c.rank()], &counts))
+                    .await
+                    .into_iter()
+                    .enumerate()
+                {
+                    let (out, got) = res.unwrap();
+                    assert_eq!(got, vec![sc(r); n]);
+                    let want: Vec<f32> = (0..n)
+                        .flat_map(|j| vec![(j * 10 + r) as f32; sc(r)])
+                        .collect();
+                    assert_eq!(out, want, "tcp alltoall n={n} len={len}");
+                }
+                for r in on_every_rank(&comms, |c| c.barrier()).await {
+                    r.unwrap();
+                }
+            }
+            shutdown_all(comms).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_peer_fails_every_survivor_quickly() {
+    let opts = CollectiveOptions {
+        allreduce: AllreduceAlgorithm::Ring,
+        ..Default::default()
+    };
+    let mut comms = world(4, &opts).await;
+    let victim = comms.remove(1);
+    let started = Instant::now();
+    let mut bufs = vec![vec![1.0f32; 1 << 20]; 3];
+    let survivors = join_all(
+        comms
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(c, b)| c.allreduce(b, ReduceOp::Sum)),
+    );
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(victim);
+    };
+    let (res, ()) = tokio::time::timeout(DEADLINE, async { tokio::join!(survivors, kill) })
+        .await
+        .expect("survivors hung");
+    for r in res {
+        match r {
+            Err(CollectiveError::Transport(TransportError::PeerLost {
+                rank: 1,
+                generation: Generation(1),
+                ..
+            })) => {}
+            other => panic!("expected PeerLost {{ rank: 1 }}, got {other:?}"),
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peer_times_out() {
+    let cfg = TcpConfig {
+        io_timeout: Duration::from_millis(400),
+        ..config()
+    };
+    let ts = mesh(2, Generation(0), &cfg).await;
+    let started = Instant::now();
+    let e = ts[0]
+        .recv(1, Tag::new(Generation(0), 0, 0))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, TransportError::Timeout { rank: 1, .. }),
+        "{e:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_departed_peer_leaves_its_last_messages_behind() {
+    let mut ts = mesh(3, Generation(0), &config()).await;
+    let tag = Tag::new(Generation(0), 5, 0);
+    let two = ts.pop().unwrap();
+    let one = ts.pop().unwrap();
+    one.send(0, tag, b"last").await.unwrap();
+    one.shutdown().await;
+    let deadline = Instant::now() + DEADLINE;
+    assert_eq!(ts[0].recv(1, tag).await.unwrap(), "last");
+    let e = ts[0].recv(1, tag).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TransportError::PeerLost {
+                rank: 1,
+                cause: LossCause::Departed,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // Rank 2 is unaffected by rank 1's clean exit.
+    two.send(0, tag, b"alive").await.unwrap();
+    assert_eq!(ts[0].recv(2, tag).await.unwrap(), "alive");
+    assert!(Instant::now() < deadline);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_jobs_rank_is_refused() {
+    let cfg = TcpConfig {
+        connect_timeout: Duration::from_secs(2),
+        ..config()
+    };
+    let other = TcpConfig {
+        job_token: 7,
+        ..cfg.clone()
+    };
+    let a = TcpEndpoint::bind(LOCAL.parse().unwrap(), cfg)
+        .await
+        .unwrap();
+    let b = TcpEndpoint::bind(LOCAL.parse().unwrap(), other)
+        .await
+        .unwrap();
+    let addrs = [a.local_addr().unwrap(), b.local_addr().unwrap()];
+    let (ra, rb) = tokio::join!(
+        a.connect(0, Generation(0), &addrs),
+        b.connect(1, Generation(0), &addrs)
+    );
+    assert!(
+        matches!(ra, Err(TransportError::SetupTimeout { ref missing, .. }) if missing == &[1]),
+        "{ra:?}"
+    );
+    match rb {
+        Err(TransportError::Handshake { rank: 0, reason }) => {
+            assert!(reason.contains("job"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A hand-made peer: the documented 32-byte hello, then raw frames.
+async fn fake_peer(addr: SocketAddr, rank: u32, size: u32, generation: u64) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut hello = Vec::new();
+    hello.extend_from_slice(b"ERDP");
+    hello.extend_from_slice(&1u16.to_le_bytes());
+    hello.extend_from_slice(&[0, 0]);
+    hello.extend_from_slice(&config().job_token.to_le_bytes());
+    hello.extend_from_slice(&generation.to_le_bytes());
+    hello.extend_from_slice(&rank.to_le_bytes());
+    hello.extend_from_slice(&size.to_le_bytes());
+    s.write_all(&hello).await.unwrap();
+    assert_eq!(s.read_u8().await.unwrap(), 0, "fake peer's hello refused");
+    s
+}
+
+fn frame(generation: u64, op: u64, step: u32, len: u32) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(&generation.to_le_bytes());
+    h.extend_from_slice(&op.to_le_bytes());
+    h.extend_from_slice(&step.to_le_bytes());
+    h.extend_from_slice(&len.to_le_bytes());
+    h
+}
+
+async fn rank0_with_fake_rank1(generation: u64) -> (TcpTransport, TcpStream) {
+    let ep = TcpEndpoint::bind(LOCAL.parse().unwrap(), config())
+        .await
+        .unwrap();
+    let addr = ep.local_addr().unwrap();
+    let addrs = [addr, "127.0.0.1:9".parse().unwrap()];
+    let (t, s) = tokio::join!(
+        ep.connect(0, Generation(generation), &addrs),
+        fake_peer(addr, 1, 2, generation)
+    );
+    (t.unwrap(), s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_hellos_do_not_disturb_set_up() {
+    let ep = TcpEndpoint::bind(LOCAL.parse().unwrap(), config())
+        .await
+        .unwrap();
+    let addr = ep.local_addr().unwrap();
+    let addrs = [addr, "127.0.0.1:9".parse().unwrap()];
+    let stray = async {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&[0x47; 32]).await.unwrap();
+        // Refused with a non-zero code, then closed.
+        assert_ne!(s.read_u8().await.unwrap(), 0);
+        fake_peer(addr, 1, 2, 4).await
+    };
+    let (t, _peer) = tokio::join!(ep.connect(0, Generation(4), &addrs), stray);
+    assert_eq!(t.unwrap().size(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_frame_breaks_the_connection_with_a_typed_error() {
+    let (t, mut peer) = rank0_with_fake_rank1(2).await;
+    peer.write_all(&frame(2, 0, 0, u32::MAX)).await.unwrap();
+    let e = t.recv(1, Tag::new(Generation(2), 0, 0)).await.unwrap_err();
+    match e {
+        TransportError::PeerLost {
+            rank: 1,
+            cause: LossCause::FrameTooLarge { len, limit },
+            ..
+        } => {
+            assert_eq!((len, limit), (u32::MAX as u64, 1 << 30));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_frame_is_a_lost_peer_not_a_hang() {
+    let (t, mut peer) = rank0_with_fake_rank1(2).await;
+    peer.write_all(&frame(2, 0, 0, 100)).await.unwrap();
+    peer.write_all(&[1, 2, 3]).await.unwrap();
+    drop(peer);
+    let e = t.recv(1, Tag::new(Generation(2), 0, 0)).await.unwrap_err();
+    assert!(
+        matches!(e, TransportError::PeerLost { rank: 1, .. }),
+        "{e:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_from_an_older_generation_is_refused() {
+    let (t, mut peer) = rank0_with_fake_rank1(6).await;
+    let mut wire = frame(5, 0, 0, 3);
+    wire.extend_from_slice(b"old");
+    wire.extend_from_slice(&frame(6, 0, 0, 3));
+    wire.extend_from_slice(b"new");
+    peer.write_all(&wire).await.unwrap();
+    assert_eq!(
+        t.recv(1, Tag::new(Generation(6), 0, 0)).await.unwrap(),
+        "new"
+    );
+    assert_eq!(t.stale_refused(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_peer_is_a_connect_error_within_the_deadline() {
+    // Bind then drop to get a port that nobody listens on.
+    let closed = std::net::TcpListener::bind(LOCAL)
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let cfg = TcpConfig {
+        connect_timeout: Duration::from_millis(500),
+        ..config()
+    };
+    let ep = TcpEndpoint::bind(LOCAL.parse().unwrap(), cfg)
+        .await
+        .unwrap();
+    let addrs = [closed, ep.local_addr().unwrap()];
+    let started = Instant::now();
+    let e = ep.connect(1, Generation(0), &addrs).await.unwrap_err();
+    assert!(
+        matches!(e, TransportError::Connect { rank: 0, .. }),
+        "{e:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
