@@ -193,30 +193,40 @@ impl<X: Transport> Communicator<X> {
     /// Gathers every rank's `input` (`counts[r]` elements on rank `r`) into one
     /// buffer, in rank order, on every rank.
     pub async fn allgatherv<T: Element>(&self, input: &[T], counts: &[usize]) -> Result<Vec<T>> {
-        let total: usize = counts.iter().sum();
-        self.check_len("allgather counts", counts.len())?;
-        let mine = counts[self.rank()];
-        if mine != input.len() {
+        let mut out = vec![T::zeroed(); counts.iter().sum()];
+        self.allgatherv_into(input, counts, &mut out).await?;
+        Ok(out)
+    }
+
+    /// [`Communicator::allgatherv`] into a caller-provided buffer of
+    /// `counts.iter().sum()` elements.
+    pub async fn allgatherv_into<T: Element>(
+        &self,
+        input: &[T],
+        counts: &[usize],
+        out: &mut [T],
+    ) -> Result<()> {
+        self.check_counts("allgather counts", counts, out.len())?;
+        let mine = block_ranges(counts)[self.rank()].clone();
+        if mine.len() != input.len() {
             return Err(CollectiveError::CountsSum {
-                what: "allgather counts for this rank",
-                sum: mine,
+                what: "allgather count of this rank",
+                sum: mine.len(),
                 len: input.len(),
             });
         }
-        let mut out = vec![T::zeroed(); total];
-        out[block_ranges(counts)[self.rank()].clone()].copy_from_slice(input);
+        out[mine].copy_from_slice(input);
         let steps = allgather_ring(self.size(), self.rank());
         let o = self.op();
         algorithms::ring_pass(
             &o,
-            &mut out,
+            out,
             counts,
             &steps,
             self.seg::<T>(),
             crate::reduce::Combine::Sum,
         )
-        .await?;
-        Ok(out)
+        .await
     }
 
     /// Gathers every rank's `input`, whatever its length; returns the concatenation
@@ -253,7 +263,8 @@ impl<X: Transport> Communicator<X> {
     }
 
     /// Sends block `j` of `input` (`send_counts[j]` elements) to rank `j`; returns
-    /// what every rank sent this one, in rank order, and the per-rank counts.
+    /// what every rank sent this one, in rank order, and the per-rank counts (which
+    /// travel first, so receivers need not know them).
     pub async fn alltoall<T: Element>(
         &self,
         input: &[T],
@@ -262,17 +273,24 @@ impl<X: Transport> Communicator<X> {
         self.check_counts("alltoall send counts", send_counts, input.len())?;
         let recv_counts = algorithms::exchange_counts(&self.op(), send_counts).await?;
         let mut out = vec![T::zeroed(); recv_counts.iter().sum()];
-        let o = self.op();
-        algorithms::alltoall(
-            &o,
-            input,
-            send_counts,
-            &mut out,
-            &recv_counts,
-            self.seg::<T>(),
-        )
-        .await?;
+        self.alltoallv_into(input, send_counts, &mut out, &recv_counts)
+            .await?;
         Ok((out, recv_counts))
+    }
+
+    /// Alltoall with counts known on both sides: `recv_counts[j]` elements from
+    /// rank `j` land in block `j` of `out`.
+    pub async fn alltoallv_into<T: Element>(
+        &self,
+        input: &[T],
+        send_counts: &[usize],
+        out: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        self.check_counts("alltoall send counts", send_counts, input.len())?;
+        self.check_counts("alltoall receive counts", recv_counts, out.len())?;
+        let o = self.op();
+        algorithms::alltoall(&o, input, send_counts, out, recv_counts, self.seg::<T>()).await
     }
 
     /// Returns once every rank has entered the barrier.

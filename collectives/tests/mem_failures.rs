@@ -1,5 +1,6 @@
 //! What ranks see when a peer dies, goes silent, or disagrees, over the in-memory
 //! transport: typed errors within the configured time, never a hang.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

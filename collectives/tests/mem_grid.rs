@@ -1,6 +1,7 @@
 //! Every collective x dtype x op against a serial reference over the in-memory
 //! transport: worlds {1,2,3,4,7}, lengths {0, 1, < world, not divisible, large},
 //! and each algorithm, including tiny segments that force the multi-segment path.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

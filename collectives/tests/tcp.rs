@@ -1,6 +1,7 @@
 //! The collectives over real sockets on 127.0.0.1, and the TCP transport's answers
 //! to bad input: foreign jobs, garbage, oversized and stale frames, dead and silent
 //! peers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -82,6 +82,8 @@ pub fn pairwise_exchange(n: usize, rank: usize) -> Vec<(usize, usize)> {
 }
 
 #[cfg(test)]
+// Simulations index per-rank arrays by rank, as the schedules describe them.
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
     use crate::schedule::TEST_WORLDS;

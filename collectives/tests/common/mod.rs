@@ -24,7 +24,7 @@ pub fn lengths(n: usize) -> Vec<usize> {
 /// sums within 4 * 7.
 pub fn input_value(rank: usize, i: usize, op: ReduceOp) -> f64 {
     match op {
-        ReduceOp::Product => 1.0 + ((rank + i) % 3 == 0) as u8 as f64,
+        ReduceOp::Product => 1.0 + f64::from(u8::from((rank + i).is_multiple_of(3))),
         _ => ((rank * 7 + i * 3) % 5) as f64,
     }
 }

@@ -8,9 +8,6 @@
 //! +--------+--------+-----+-----+--------------
 //! ```
 
-use bytes::{Buf, Bytes, BytesMut};
-use tokio_util::codec::Decoder;
-
 use crate::error::LossCause;
 use crate::tag::{Generation, Tag};
 
@@ -25,136 +22,48 @@ pub(crate) fn encode_header(tag: Tag, len: u32) -> [u8; HEADER_LEN] {
     h
 }
 
-/// One decoded data frame.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Frame {
-    pub(crate) tag: Tag,
-    pub(crate) payload: Bytes,
-}
-
-/// Why a connection's byte stream could not be decoded.
-#[derive(Debug)]
-pub(crate) enum FrameError {
-    Io(std::io::ErrorKind),
-    TooLarge { len: u64, limit: u64 },
-}
-
-impl From<std::io::Error> for FrameError {
-    fn from(e: std::io::Error) -> Self {
-        FrameError::Io(e.kind())
+/// Parses a header; a length above `max_payload` is an error before anything is
+/// allocated for it.
+pub(crate) fn decode_header(
+    h: &[u8; HEADER_LEN],
+    max_payload: u32,
+) -> Result<(Tag, u32), LossCause> {
+    let u64_at = |i: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&h[i..i + 8]);
+        u64::from_le_bytes(a)
+    };
+    let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let len = u32_at(20);
+    if len > max_payload {
+        return Err(LossCause::FrameTooLarge {
+            len: len.into(),
+            limit: max_payload.into(),
+        });
     }
-}
-
-impl From<FrameError> for LossCause {
-    fn from(e: FrameError) -> Self {
-        match e {
-            FrameError::Io(std::io::ErrorKind::UnexpectedEof) => LossCause::Closed,
-            FrameError::Io(kind) => LossCause::Io(kind),
-            FrameError::TooLarge { len, limit } => LossCause::FrameTooLarge { len, limit },
-        }
-    }
-}
-
-/// Splits a connection's byte stream into frames without copying payloads: each
-/// payload is a view into the read buffer, which is reclaimed once the view is
-/// dropped.
-#[derive(Debug)]
-pub(crate) struct FrameDecoder {
-    pub(crate) max_payload: u64,
-}
-
-impl Decoder for FrameDecoder {
-    type Item = Frame;
-    type Error = FrameError;
-
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
-        if src.len() < HEADER_LEN {
-            return Ok(None);
-        }
-        let mut h = &src[..HEADER_LEN];
-        let generation = Generation(h.get_u64_le());
-        let op_id = h.get_u64_le();
-        let step = h.get_u32_le();
-        let len = h.get_u32_le();
-        if u64::from(len) > self.max_payload {
-            return Err(FrameError::TooLarge {
-                len: len.into(),
-                limit: self.max_payload,
-            });
-        }
-        let total = HEADER_LEN + len as usize;
-        if src.len() < total {
-            src.reserve(total - src.len());
-            return Ok(None);
-        }
-        src.advance(HEADER_LEN);
-        let payload = src.split_to(len as usize).freeze();
-        Ok(Some(Frame {
-            tag: Tag::new(generation, op_id, step),
-            payload,
-        }))
-    }
+    Ok((Tag::new(Generation(u64_at(0)), u64_at(8), u32_at(16)), len))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn dec() -> FrameDecoder {
-        FrameDecoder { max_payload: 1024 }
-    }
-
     #[test]
-    fn round_trip_across_partial_input() {
+    fn round_trip() {
         let tag = Tag::new(Generation(5), 77, 3);
-        let mut wire = encode_header(tag, 4).to_vec();
-        wire.extend_from_slice(b"abcd");
-        let mut d = dec();
-        let mut buf = BytesMut::new();
-        for (i, b) in wire.iter().enumerate() {
-            buf.extend_from_slice(&[*b]);
-            let out = d.decode(&mut buf).unwrap();
-            if i + 1 < wire.len() {
-                assert!(out.is_none(), "frame completed early at byte {i}");
-            } else {
-                let f = out.unwrap();
-                assert_eq!(f.tag, tag);
-                assert_eq!(f.payload, "abcd");
-            }
-        }
-        assert!(buf.is_empty());
+        assert_eq!(decode_header(&encode_header(tag, 4), 1024), Ok((tag, 4)));
+        assert_eq!(decode_header(&encode_header(tag, 0), 0), Ok((tag, 0)));
     }
 
     #[test]
-    fn several_frames_in_one_read() {
-        let mut buf = BytesMut::new();
-        for step in 0..3u32 {
-            buf.extend_from_slice(&encode_header(Tag::new(Generation(1), 2, step), 1));
-            buf.extend_from_slice(&[step as u8]);
-        }
-        let mut d = dec();
-        for step in 0..3u32 {
-            let f = d.decode(&mut buf).unwrap().unwrap();
-            assert_eq!((f.tag.step, f.payload[0]), (step, step as u8));
-        }
-        assert!(d.decode(&mut buf).unwrap().is_none());
-    }
-
-    #[test]
-    fn oversized_length_is_an_error_before_any_allocation() {
-        let mut buf = BytesMut::from(&encode_header(Tag::new(Generation(0), 0, 0), u32::MAX)[..]);
-        let cap = buf.capacity();
-        match dec().decode(&mut buf) {
-            Err(FrameError::TooLarge { len, limit: 1024 }) => assert_eq!(len, u64::from(u32::MAX)),
-            other => panic!("expected TooLarge, got {other:?}"),
-        }
-        assert_eq!(buf.capacity(), cap);
-    }
-
-    #[test]
-    fn empty_payload_is_a_frame() {
-        let mut buf = BytesMut::from(&encode_header(Tag::new(Generation(0), 1, 1), 0)[..]);
-        let f = dec().decode(&mut buf).unwrap().unwrap();
-        assert!(f.payload.is_empty());
+    fn oversized_length_is_refused() {
+        let h = encode_header(Tag::new(Generation(0), 0, 0), u32::MAX);
+        assert_eq!(
+            decode_header(&h, 1024),
+            Err(LossCause::FrameTooLarge {
+                len: u32::MAX.into(),
+                limit: 1024
+            })
+        );
     }
 }

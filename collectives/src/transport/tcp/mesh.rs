@@ -172,10 +172,10 @@ async fn accept_all(
                 Err(e) => tracing::debug!(%e, "accept failed"),
             },
             Some(joined) = hellos.join_next(), if !hellos.is_empty() => {
-                if let Ok(Some((peer, s))) = joined {
-                    if got.iter().all(|(p, _)| *p != peer) {
-                        got.push((peer, s));
-                    }
+                if let Ok(Some((peer, s))) = joined
+                    && got.iter().all(|(p, _)| *p != peer)
+                {
+                    got.push((peer, s));
                 }
             }
             _ = tokio::time::sleep_until(deadline) => {

@@ -16,12 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
-use futures::StreamExt;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
-use tokio_util::codec::FramedRead;
 
 use super::mailbox::Mailbox;
 use super::{Transport, check_peer};
@@ -31,6 +29,7 @@ use crate::tag::{Generation, Rank, Tag};
 mod frame;
 mod handshake;
 mod mesh;
+mod pool;
 
 pub use mesh::TcpEndpoint;
 
@@ -100,10 +99,8 @@ impl TcpTransport {
             };
             let (r, w) = stream.into_split();
             writers.push(Some(Mutex::new(w)));
-            let decoder = frame::FrameDecoder {
-                max_payload: config.max_frame_bytes.into(),
-            };
-            readers.push(tokio::spawn(read_loop(peer, r, decoder, mailbox.clone())));
+            let max = config.max_frame_bytes;
+            readers.push(tokio::spawn(read_loop(peer, r, max, mailbox.clone())));
         }
         Self {
             rank,
@@ -130,7 +127,7 @@ impl TcpTransport {
                 peer: to,
                 armed: true,
             };
-            let mut buf = (&header[..]).chain(payload);
+            let mut buf = Buf::chain(&header[..], payload);
             let res = w.write_all_buf(&mut buf).await;
             guard.armed = false;
             res
@@ -177,34 +174,60 @@ impl Drop for AbandonGuard<'_> {
     }
 }
 
-async fn read_loop(
-    peer: Rank,
-    read: OwnedReadHalf,
-    decoder: frame::FrameDecoder,
-    mailbox: Arc<Mailbox>,
-) {
+/// Buffered reads for headers and small payloads; large payloads bypass it. Kept
+/// small because whatever of a large payload it reads ahead is copied once more.
+const READ_BUFFER: usize = 8 * 1024;
+
+async fn read_loop(peer: Rank, read: OwnedReadHalf, max_payload: u32, mailbox: Arc<Mailbox>) {
     let bye = goodbye(mailbox.generation());
-    let mut frames = FramedRead::with_capacity(read, decoder, 64 * 1024);
+    let pool = pool::RecvPool::default();
+    let mut r = BufReader::with_capacity(READ_BUFFER, read);
     let mut said_goodbye = false;
-    loop {
-        match frames.next().await {
-            Some(Ok(f)) if f.tag == bye => said_goodbye = true,
-            Some(Ok(f)) => mailbox.deliver(peer, f.tag, f.payload),
-            Some(Err(e)) => {
-                tracing::debug!(peer, ?e, "data-plane connection failed");
-                mailbox.peer_lost(peer, e.into());
-                return;
-            }
-            None if said_goodbye => {
+    let cause = loop {
+        match next_frame(&mut r, max_payload, &pool).await {
+            Ok(Some((tag, _))) if tag == bye => said_goodbye = true,
+            Ok(Some((tag, payload))) => mailbox.deliver(peer, tag, payload),
+            Ok(None) if said_goodbye => {
                 mailbox.depart(peer);
                 return;
             }
-            None => {
-                mailbox.peer_lost(peer, LossCause::Closed);
-                return;
-            }
+            Ok(None) => break LossCause::Closed,
+            Err(cause) => break cause,
         }
+    };
+    tracing::debug!(peer, %cause, "data-plane connection lost");
+    mailbox.peer_lost(peer, cause);
+}
+
+/// The next frame, or `None` at a clean end of stream (between frames).
+async fn next_frame(
+    r: &mut BufReader<OwnedReadHalf>,
+    max_payload: u32,
+    pool: &pool::RecvPool,
+) -> Result<Option<(Tag, Bytes)>, LossCause> {
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => {
+            LossCause::Malformed("connection closed inside a frame")
+        }
+        kind => LossCause::Io(kind),
+    };
+    if r.fill_buf().await.map_err(io)?.is_empty() {
+        return Ok(None);
     }
+    let mut header = [0u8; frame::HEADER_LEN];
+    r.read_exact(&mut header).await.map_err(io)?;
+    let (tag, len) = frame::decode_header(&header, max_payload)?;
+    let len = len as usize;
+    let payload = if len < pool::POOLED_MIN {
+        let mut v = vec![0u8; len];
+        r.read_exact(&mut v).await.map_err(io)?;
+        Bytes::from(v)
+    } else {
+        let mut loan = pool.take(len);
+        r.read_exact(loan.as_mut_slice()).await.map_err(io)?;
+        loan.into_bytes()
+    };
+    Ok(Some((tag, payload)))
 }
 
 impl Transport for TcpTransport {

@@ -1,1 +1,158 @@
-fn main() {}
+//! collbench: the nccl-tests of elasticrun. Starts `--np` local processes connected
+//! over TCP loopback, runs one collective over a sweep of sizes and prints, per
+//! size, the median time, algorithm and bus bandwidth, and whether the result was
+//! checked correct.
+//!
+//! ```text
+//! collbench --np 2 --op allreduce --dtype f32 --min-bytes 4K --max-bytes 256M
+//! ```
+
+mod bench;
+mod check;
+mod launch;
+mod report;
+mod size;
+mod worker;
+
+use std::net::IpAddr;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use collectives::{AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, DType, ReduceOp};
+
+/// The collective to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Collective {
+    Allreduce,
+    Allgather,
+    Broadcast,
+    Alltoall,
+    Reducescatter,
+}
+
+impl Collective {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Collective::Allreduce => "allreduce",
+            Collective::Allgather => "allgather",
+            Collective::Broadcast => "broadcast",
+            Collective::Alltoall => "alltoall",
+            Collective::Reducescatter => "reducescatter",
+        }
+    }
+}
+
+/// Algorithm choice for allreduce (and broadcast).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Algorithm {
+    /// Latency-optimal below --small-bytes, bandwidth-optimal above.
+    Auto,
+    /// Ring allreduce, chain broadcast.
+    Ring,
+    /// Recursive-doubling allreduce, binomial-tree broadcast.
+    Doubling,
+}
+
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "collbench",
+    version,
+    about = "Measure elasticrun's collectives across local processes over TCP loopback",
+    after_help = "Sizes accept K, M and G suffixes (powers of 1024). Columns follow nccl-tests: \
+algbw = bytes / time, busbw = algbw x bus factor (allreduce 2(n-1)/n; allgather, alltoall and \
+reducescatter (n-1)/n; broadcast 1). For allgather, bytes is the gathered output; for alltoall, \
+what each rank sends. Time is the median over iterations of the slowest rank's time."
+)]
+pub(crate) struct Args {
+    /// Number of processes (ranks) to start.
+    #[arg(long = "np", short = 'n', default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) np: u16,
+    /// Collective to measure.
+    #[arg(long, value_enum, default_value_t = Collective::Allreduce)]
+    pub(crate) op: Collective,
+    /// Element type: f32, f64, f16, bf16, i32, i64, u8.
+    #[arg(long, default_value = "f32")]
+    pub(crate) dtype: DType,
+    /// Reduction for allreduce and reducescatter: sum, average, min, max, product.
+    #[arg(long, default_value = "sum")]
+    pub(crate) reduce_op: ReduceOp,
+    /// Smallest size in the sweep.
+    #[arg(long, default_value = "4K", value_parser = size::parse_bytes)]
+    pub(crate) min_bytes: usize,
+    /// Largest size in the sweep.
+    #[arg(long, default_value = "256M", value_parser = size::parse_bytes)]
+    pub(crate) max_bytes: usize,
+    /// Multiply the size by this factor between rows.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) step_factor: usize,
+    /// Timed iterations per size (warm-up is a tenth of it). Default: 200 up to
+    /// 64 KiB, 50 up to 1 MiB, 15 up to 16 MiB, 7 up to 64 MiB, then 5.
+    #[arg(long)]
+    pub(crate) iters: Option<usize>,
+    /// Print one JSON object per row instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Skip the correctness check (run once per size before timing).
+    #[arg(long)]
+    pub(crate) no_check: bool,
+    /// Allreduce/broadcast algorithm.
+    #[arg(long, value_enum, default_value_t = Algorithm::Auto)]
+    pub(crate) algorithm: Algorithm,
+    /// Bytes per message of the segmented algorithms (default: the library's).
+    #[arg(long, value_parser = size::parse_bytes)]
+    pub(crate) segment_bytes: Option<usize>,
+    /// Largest message that takes the latency-optimal algorithms (default: the
+    /// library's).
+    #[arg(long, value_parser = size::parse_bytes)]
+    pub(crate) small_bytes: Option<usize>,
+    /// Fixed SO_SNDBUF/SO_RCVBUF (default: kernel autotuning).
+    #[arg(long, value_parser = size::parse_bytes)]
+    pub(crate) socket_buffer_bytes: Option<usize>,
+    /// Seconds a rank waits on a silent peer before failing.
+    #[arg(long, default_value_t = 60)]
+    pub(crate) timeout_secs: u64,
+    /// Tokio worker threads per rank (1 = current-thread runtime).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) threads: usize,
+    /// Address the ranks listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) bind: IpAddr,
+    /// Internal: run as this rank (set by the launching collbench).
+    #[arg(long, hide = true)]
+    pub(crate) worker_rank: Option<usize>,
+}
+
+impl Args {
+    pub(crate) fn collective_options(&self) -> CollectiveOptions {
+        let d = CollectiveOptions::default();
+        let (allreduce, broadcast) = match self.algorithm {
+            Algorithm::Auto => (AllreduceAlgorithm::Auto, BroadcastAlgorithm::Auto),
+            Algorithm::Ring => (AllreduceAlgorithm::Ring, BroadcastAlgorithm::Chain),
+            Algorithm::Doubling => (
+                AllreduceAlgorithm::RecursiveDoubling,
+                BroadcastAlgorithm::Tree,
+            ),
+        };
+        CollectiveOptions {
+            segment_bytes: self.segment_bytes.unwrap_or(d.segment_bytes),
+            small_message_bytes: self.small_bytes.unwrap_or(d.small_message_bytes),
+            allreduce,
+            broadcast,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.min_bytes > args.max_bytes {
+        eprintln!(
+            "collbench: --min-bytes ({}) is above --max-bytes ({})",
+            args.min_bytes, args.max_bytes
+        );
+        return ExitCode::from(2);
+    }
+    match args.worker_rank {
+        Some(rank) => worker::main(&args, rank),
+        None => launch::main(&args),
+    }
+}

@@ -1,0 +1,197 @@
+//! The launching collbench: starts `--np` copies of itself as ranks, brokers the
+//! exchange of data-plane addresses over their stdin/stdout, forwards rank 0's
+//! report, and makes sure no rank outlives it.
+//!
+//! ```text
+//!  launcher ──spawn──> rank r: binds, prints "ADDR ip:port"
+//!  launcher <──────── "ADDR ..." from every rank
+//!  launcher ──stdin──> "PEERS a0,a1,..." to every rank; stdin stays open, and a
+//!                      rank exits when it closes (the launcher died)
+//! ```
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitCode, ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::Args;
+
+pub(crate) const TOKEN_ENV: &str = "COLLBENCH_JOB_TOKEN";
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+pub(crate) fn main(args: &Args) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("collbench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(launch(args)) {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("collbench: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct Rank {
+    child: Child,
+    /// Dropped to ask the rank to exit.
+    stdin: Option<ChildStdin>,
+}
+
+fn spawn(rank: usize, token: u64) -> Result<(Rank, ChildStdout), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
+    let mut child = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .arg("--worker-rank")
+        .arg(rank.to_string())
+        .env(TOKEN_ENV, token.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start rank {rank}: {e}"))?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(format!("rank {rank} has no stdin/stdout pipe"));
+    };
+    Ok((
+        Rank {
+            child,
+            stdin: Some(stdin),
+        },
+        stdout,
+    ))
+}
+
+async fn launch(args: &Args) -> Result<ExitCode, String> {
+    let token = RandomState::new().build_hasher().finish();
+    let mut ranks = Vec::new();
+    let mut outputs = Vec::new();
+    for r in 0..usize::from(args.np) {
+        let (rank, stdout) = spawn(r, token)?;
+        ranks.push(rank);
+        outputs.push(BufReader::new(stdout).lines());
+    }
+    let mut addrs = Vec::new();
+    for (r, lines) in outputs.iter_mut().enumerate() {
+        let line = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await;
+        match line {
+            Ok(Ok(Some(l))) if l.starts_with("ADDR ") => addrs.push(l[5..].trim().to_owned()),
+            Ok(Ok(other)) => {
+                return Err(format!(
+                    "rank {r} did not report its address (got {other:?})"
+                ));
+            }
+            Ok(Err(e)) => return Err(format!("reading rank {r}'s address: {e}")),
+            Err(_) => return Err(format!("rank {r} did not start within {START_TIMEOUT:?}")),
+        }
+    }
+    let peers = format!("PEERS {}\n", addrs.join(","));
+    for (r, rank) in ranks.iter_mut().enumerate() {
+        if let Some(stdin) = rank.stdin.as_mut() {
+            stdin
+                .write_all(peers.as_bytes())
+                .await
+                .map_err(|e| format!("rank {r} went away during start-up: {e}"))?;
+        }
+    }
+    let forwarders: Vec<_> = outputs
+        .into_iter()
+        .map(|mut lines| {
+            tokio::spawn(async move {
+                while let Ok(Some(l)) = lines.next_line().await {
+                    println!("{l}");
+                }
+            })
+        })
+        .collect();
+    let code = supervise(&mut ranks).await?;
+    for f in forwarders {
+        let _ = f.await;
+    }
+    Ok(code)
+}
+
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        _ => "an unknown status".to_owned(),
+    }
+}
+
+/// Waits for every rank; on the first failure or on SIGINT/SIGTERM, stops the rest.
+async fn supervise(ranks: &mut [Rank]) -> Result<ExitCode, String> {
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut done = vec![false; ranks.len()];
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = sigint.recv() => return stop_all(ranks, "interrupted").await.map(|()| ExitCode::from(130)),
+            _ = sigterm.recv() => return stop_all(ranks, "terminated").await.map(|()| ExitCode::from(143)),
+        }
+        for (r, rank) in ranks.iter_mut().enumerate() {
+            if done[r] {
+                continue;
+            }
+            match rank.child.try_wait() {
+                Ok(Some(st)) if st.success() => done[r] = true,
+                Ok(Some(st)) => {
+                    eprintln!(
+                        "collbench: rank {r} failed with {}; stopping the other ranks",
+                        describe(st)
+                    );
+                    stop_all(ranks, "a rank failed").await?;
+                    return Ok(ExitCode::FAILURE);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(format!("waiting for rank {r}: {e}")),
+            }
+        }
+        if done.iter().all(|&d| d) {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
+
+/// Closes every rank's stdin (a rank exits when it sees that), then SIGKILLs any
+/// rank still alive after the grace period (a stopped or hung one).
+async fn stop_all(ranks: &mut [Rank], why: &str) -> Result<(), String> {
+    eprintln!("collbench: stopping all ranks: {why}");
+    for rank in ranks.iter_mut() {
+        rank.stdin = None;
+    }
+    let deadline = tokio::time::Instant::now() + STOP_GRACE;
+    for rank in ranks.iter_mut() {
+        if tokio::time::timeout_at(deadline, rank.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = rank.child.start_kill();
+        }
+    }
+    for (r, rank) in ranks.iter_mut().enumerate() {
+        if tokio::time::timeout(STOP_GRACE, rank.child.wait())
+            .await
+            .is_err()
+        {
+            return Err(format!("rank {r} survived SIGKILL for {STOP_GRACE:?}"));
+        }
+    }
+    Ok(())
+}

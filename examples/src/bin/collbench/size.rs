@@ -1,0 +1,85 @@
+//! Byte sizes on the command line ("4K", "256M", "1GiB", "4096") and the sweep.
+
+/// Parses a byte size with an optional binary suffix: K/KB/KiB, M, G (powers of 1024).
+pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size such as 4096, 4K or 256M"))?;
+    let mult: usize = match suffix.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown size suffix {other:?} in {s:?} (use K, M or G)"
+            ));
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// `min, min*factor, ...` up to and including `max`.
+pub(crate) fn sweep(min: usize, max: usize, factor: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut s = min.max(1);
+    while s <= max {
+        out.push(s);
+        match s.checked_mul(factor.max(2)) {
+            Some(next) => s = next,
+            None => break,
+        }
+    }
+    out
+}
+
+/// (warm-up, timed) iterations for a size: enough samples for a stable median
+/// while a full 4 KiB..256 MiB sweep stays within a few minutes on 2 cores.
+pub(crate) fn iterations(bytes: usize, timed: Option<usize>) -> (usize, usize) {
+    let (w, k) = match bytes {
+        b if b <= 64 << 10 => (20, 200),
+        b if b <= 1 << 20 => (10, 50),
+        b if b <= 16 << 20 => (3, 15),
+        b if b <= 64 << 20 => (2, 7),
+        _ => (1, 5),
+    };
+    match timed {
+        Some(k) => ((k / 10).max(1), k.max(1)),
+        None => (w, k),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("4K"), Ok(4096));
+        assert_eq!(parse_bytes("256M"), Ok(256 << 20));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("8kb"), Ok(8192));
+        assert!(parse_bytes("12Q").is_err());
+        assert!(parse_bytes("M").is_err());
+        assert!(parse_bytes("").is_err());
+    }
+
+    #[test]
+    fn sweep_doubles_to_max() {
+        assert_eq!(sweep(4096, 32768, 2), vec![4096, 8192, 16384, 32768]);
+        assert_eq!(sweep(5, 4, 2), Vec::<usize>::new());
+        assert_eq!(sweep(1, 100, 10), vec![1, 10, 100]);
+    }
+
+    #[test]
+    fn explicit_iterations_win() {
+        assert_eq!(iterations(4096, None), (20, 200));
+        assert_eq!(iterations(4096, Some(30)), (3, 30));
+        assert_eq!(iterations(1 << 30, Some(1)), (1, 1));
+    }
+}
