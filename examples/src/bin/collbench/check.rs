@@ -58,7 +58,9 @@ mod tests {
                 assert!(reduce_expected(n, i, ReduceOp::Product, DType::U8) <= 2.0);
             }
         }
-        assert_eq!(reduce_expected(2, 0, ReduceOp::Average, DType::I32), 3.0);
+        // i = 1: ranks contribute 3 and 0; integers truncate the average.
+        assert_eq!(reduce_expected(2, 1, ReduceOp::Average, DType::I32), 1.0);
+        assert_eq!(reduce_expected(2, 1, ReduceOp::Average, DType::F32), 1.5);
         assert!(close(2.333, 7.0 / 3.0, ReduceOp::Average, DType::F16));
         assert!(!close(2.4, 7.0 / 3.0, ReduceOp::Average, DType::F16));
     }
