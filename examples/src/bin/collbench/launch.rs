@@ -24,6 +24,9 @@ use crate::Args;
 pub(crate) const TOKEN_ENV: &str = "COLLBENCH_JOB_TOKEN";
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// After one rank fails, how long the others get to notice and report it
+/// themselves before they are stopped.
+const REPORT_GRACE: Duration = Duration::from_secs(2);
 
 pub(crate) fn main(args: &Args) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -133,37 +136,50 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
+/// Records the exit status of every rank that has finished; errors name the rank.
+fn poll_exits(ranks: &mut [Rank], exits: &mut [Option<ExitStatus>]) -> Result<(), String> {
+    for (r, rank) in ranks.iter_mut().enumerate() {
+        if exits[r].is_none() {
+            exits[r] = rank
+                .child
+                .try_wait()
+                .map_err(|e| format!("waiting for rank {r}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+const POLL: Duration = Duration::from_millis(20);
+
 /// Waits for every rank; on the first failure or on SIGINT/SIGTERM, stops the rest.
 async fn supervise(ranks: &mut [Rank]) -> Result<ExitCode, String> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut done = vec![false; ranks.len()];
-    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    let mut exits: Vec<Option<ExitStatus>> = vec![None; ranks.len()];
+    let mut tick = tokio::time::interval(POLL);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = sigint.recv() => return stop_all(ranks, "interrupted").await.map(|()| ExitCode::from(130)),
             _ = sigterm.recv() => return stop_all(ranks, "terminated").await.map(|()| ExitCode::from(143)),
         }
-        for (r, rank) in ranks.iter_mut().enumerate() {
-            if done[r] {
-                continue;
+        poll_exits(ranks, &mut exits)?;
+        if exits.iter().flatten().any(|st| !st.success()) {
+            // Give the others a moment to notice the failure and say so themselves.
+            let deadline = tokio::time::Instant::now() + REPORT_GRACE;
+            while exits.iter().any(Option::is_none) && tokio::time::Instant::now() < deadline {
+                tick.tick().await;
+                poll_exits(ranks, &mut exits)?;
             }
-            match rank.child.try_wait() {
-                Ok(Some(st)) if st.success() => done[r] = true,
-                Ok(Some(st)) => {
-                    eprintln!(
-                        "collbench: rank {r} failed with {}; stopping the other ranks",
-                        describe(st)
-                    );
-                    stop_all(ranks, "a rank failed").await?;
-                    return Ok(ExitCode::FAILURE);
+            for (r, st) in exits.iter().enumerate() {
+                if let Some(st) = st.filter(|st| !st.success()) {
+                    eprintln!("collbench: rank {r} failed with {}", describe(st));
                 }
-                Ok(None) => {}
-                Err(e) => return Err(format!("waiting for rank {r}: {e}")),
             }
+            stop_all(ranks, "a rank failed").await?;
+            return Ok(ExitCode::FAILURE);
         }
-        if done.iter().all(|&d| d) {
+        if exits.iter().all(Option::is_some) {
             return Ok(ExitCode::SUCCESS);
         }
     }
@@ -172,7 +188,7 @@ async fn supervise(ranks: &mut [Rank]) -> Result<ExitCode, String> {
 /// Closes every rank's stdin (a rank exits when it sees that), then SIGKILLs any
 /// rank still alive after the grace period (a stopped or hung one).
 async fn stop_all(ranks: &mut [Rank], why: &str) -> Result<(), String> {
-    eprintln!("collbench: stopping all ranks: {why}");
+    eprintln!("collbench: stopping every rank still running ({why})");
     for rank in ranks.iter_mut() {
         rank.stdin = None;
     }
