@@ -107,10 +107,13 @@ fn ranks_of(parent: u32) -> Vec<(usize, u32)> {
             .split(|&b| b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if let Some(i) = args.iter().position(|a| a == "--worker-rank") {
-            if let Some(r) = args.get(i + 1).and_then(|r| r.parse().ok()) {
-                out.push((r, pid));
-            }
+        let rank = args
+            .iter()
+            .position(|a| a == "--worker-rank")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|r| r.parse().ok());
+        if let Some(r) = rank {
+            out.push((r, pid));
         }
     }
     out.sort_unstable();
