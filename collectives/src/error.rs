@@ -22,6 +22,8 @@ pub enum LossCause {
     FrameTooLarge { len: u64, limit: u64 },
     #[error("a send to it was abandoned half-way")]
     AbandonedSend,
+    #[error("a receive from it was abandoned half-way")]
+    AbandonedRecv,
     #[error("the transport was shut down")]
     Shutdown,
     #[error("it left the generation (finished its work and closed cleanly)")]
@@ -71,6 +73,13 @@ pub enum TransportError {
     },
     #[error("handshake with rank {rank} failed: {reason}")]
     Handshake { rank: Rank, reason: &'static str },
+    #[error("rank {rank} sent {got} bytes where {expected} were expected ({tag})")]
+    WrongLength {
+        rank: Rank,
+        tag: Tag,
+        expected: usize,
+        got: usize,
+    },
     #[error("payload of {len} bytes exceeds the {limit}-byte frame limit")]
     PayloadTooLarge { len: usize, limit: u64 },
     #[error("socket set-up failed: {0}")]

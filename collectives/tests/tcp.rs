@@ -415,3 +415,80 @@ async fn an_unreachable_peer_is_a_connect_error_within_the_deadline() {
     );
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_payloads_are_received_in_place_and_the_stream_stays_in_step() {
+    let (t, mut peer) = rank0_with_fake_rank1(3).await;
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    let mut wire = frame(3, 1, 0, big.len() as u32);
+    wire.extend_from_slice(&big);
+    wire.extend_from_slice(&frame(3, 1, 1, 200_000));
+    wire.extend_from_slice(&vec![9u8; 200_000]);
+    wire.extend_from_slice(&frame(3, 1, 2, 2));
+    wire.extend_from_slice(b"ok");
+    let writer = tokio::spawn(async move {
+        peer.write_all(&wire).await.unwrap();
+        peer
+    });
+    let mut dst = vec![0u8; big.len()];
+    t.recv_into(1, Tag::new(Generation(3), 1, 0), &mut dst)
+        .await
+        .unwrap();
+    assert!(dst == big, "payload differs");
+    // A disagreeing length is reported, and the payload is skipped, not misread.
+    let mut small = vec![0u8; 100_000];
+    let e = t
+        .recv_into(1, Tag::new(Generation(3), 1, 1), &mut small)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TransportError::WrongLength {
+                rank: 1,
+                expected: 100_000,
+                got: 200_000,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        t.recv(1, Tag::new(Generation(3), 1, 2)).await.unwrap(),
+        "ok"
+    );
+    drop(writer.await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_abandoned_mid_payload_loses_the_peer() {
+    let (t, mut peer) = rank0_with_fake_rank1(3).await;
+    let mut wire = frame(3, 0, 0, 1 << 20);
+    wire.extend_from_slice(&vec![1u8; 1 << 19]);
+    let mut dst = vec![0u8; 1 << 20];
+    {
+        let mut recv = std::pin::pin!(t.recv_into(1, Tag::new(Generation(3), 0, 0), &mut dst));
+        // The first poll posts the direct receive; only then does the frame arrive,
+        // so the reader task lends the connection to this future.
+        assert!(futures::poll!(recv.as_mut()).is_pending());
+        peer.write_all(&wire).await.unwrap();
+        let gave_up = tokio::time::timeout(Duration::from_millis(300), recv.as_mut()).await;
+        assert!(
+            gave_up.is_err(),
+            "the payload is incomplete, the receive must still be waiting"
+        );
+        // Dropped here, half-way through the payload, holding the connection.
+    }
+    let e = t.recv(1, Tag::new(Generation(3), 0, 1)).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TransportError::PeerLost {
+                rank: 1,
+                cause: LossCause::AbandonedRecv,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}

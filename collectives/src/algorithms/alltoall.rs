@@ -68,8 +68,7 @@ pub(crate) async fn alltoall<T: Element, X: Transport>(
             let whole = 0..dst.len();
             for k in 0..segment_count(dst.len(), seg) {
                 let r = segment(&whole, seg, k);
-                let payload = op.recv::<T>(from, step_id(s, k), r.len()).await?;
-                apply(&mut dst[r], &payload, None);
+                op.recv_into(from, step_id(s, k), &mut dst[r]).await?;
             }
             Ok::<(), CollectiveError>(())
         };

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::schedule::{Links, segment, segment_count};
 use crate::transport::Transport;
 
-use super::{Op, apply};
+use super::Op;
 
 pub(crate) async fn pipeline_broadcast<T: Element, X: Transport>(
     op: &Op<'_, X>,
@@ -21,8 +21,7 @@ pub(crate) async fn pipeline_broadcast<T: Element, X: Transport>(
     for k in 0..segment_count(buf.len(), seg) {
         let r = segment(&whole, seg, k);
         if let Some(p) = links.parent {
-            let payload = op.recv::<T>(p, k, r.len()).await?;
-            apply(&mut buf[r.clone()], &payload, None);
+            op.recv_into(p, k, &mut buf[r.clone()]).await?;
         }
         let data = &buf[r];
         try_join_all(links.children.iter().map(|&c| op.send(c, k, data))).await?;

@@ -16,7 +16,16 @@ pub(crate) struct Cells<'a, T> {
     /// `first[b]`: index of block `b`'s first cell.
     first: Vec<usize>,
     received: AtomicUsize,
+    sent: AtomicUsize,
     changed: Notify,
+}
+
+/// When a cell may be taken: once at least this many cells have been received and
+/// sent (each counted in schedule order).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Ready {
+    pub(crate) received: usize,
+    pub(crate) sent: usize,
 }
 
 impl<'a, T> Cells<'a, T> {
@@ -39,6 +48,7 @@ impl<'a, T> Cells<'a, T> {
             slots: Mutex::new(slots),
             first,
             received: AtomicUsize::new(0),
+            sent: AtomicUsize::new(0),
             changed: Notify::new(),
         }
     }
@@ -47,22 +57,23 @@ impl<'a, T> Cells<'a, T> {
         self.first[block] + seg
     }
 
-    fn try_take(&self, idx: usize, received_at_least: usize) -> Option<&'a mut [T]> {
-        if self.received.load(Ordering::Acquire) < received_at_least {
+    fn try_take(&self, idx: usize, ready: Ready) -> Option<&'a mut [T]> {
+        if self.received.load(Ordering::Acquire) < ready.received
+            || self.sent.load(Ordering::Acquire) < ready.sent
+        {
             return None;
         }
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots.get_mut(idx).and_then(Option::take)
     }
 
-    /// Takes cell `idx` once it is back in the table and at least
-    /// `received_at_least` cells have been marked received.
-    pub(crate) async fn take(&self, idx: usize, received_at_least: usize) -> &'a mut [T] {
+    /// Takes cell `idx` once it is back in the table and `ready` holds.
+    pub(crate) async fn take(&self, idx: usize, ready: Ready) -> &'a mut [T] {
         loop {
             let notified = self.changed.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            if let Some(c) = self.try_take(idx, received_at_least) {
+            if let Some(c) = self.try_take(idx, ready) {
                 return c;
             }
             notified.await;
@@ -79,6 +90,12 @@ impl<'a, T> Cells<'a, T> {
     /// Records that one more cell (in schedule order) has been received.
     pub(crate) fn mark_received(&self) {
         self.received.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+
+    /// Records that one more cell (in schedule order) has been sent.
+    pub(crate) fn mark_sent(&self) {
+        self.sent.fetch_add(1, Ordering::AcqRel);
         self.changed.notify_waiters();
     }
 }

@@ -36,10 +36,7 @@ pub(crate) async fn doubling_allreduce<T: Element, X: Transport>(
     }
     match plan.post {
         Some(Fold::SendTo(p)) => op.send(p, last, buf).await?,
-        Some(Fold::RecvFrom(p)) => {
-            let payload = op.recv::<T>(p, last, len).await?;
-            apply(buf, &payload, None);
-        }
+        Some(Fold::RecvFrom(p)) => op.recv_into(p, last, buf).await?,
         None => {}
     }
     Ok(())

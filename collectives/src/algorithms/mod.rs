@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::dtype::Element;
-use crate::error::{CollectiveError, Result};
+use crate::error::{CollectiveError, Result, TransportError};
 use crate::reduce::Combine;
 use crate::tag::{Rank, Tag};
 use crate::transport::Transport;
@@ -56,6 +56,37 @@ impl<X: Transport> Op<'_, X> {
             });
         }
         Ok(payload)
+    }
+}
+
+impl<X: Transport> Op<'_, X> {
+    /// Receives a message of exactly `dst.len()` elements straight into `dst`.
+    pub(crate) async fn recv_into<T: Element>(
+        &self,
+        from: Rank,
+        step: usize,
+        dst: &mut [T],
+    ) -> Result<()> {
+        let tag = self.tag(step)?;
+        match self
+            .tr
+            .recv_into(from, tag, bytemuck::cast_slice_mut(dst))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(TransportError::WrongLength {
+                rank,
+                tag,
+                expected,
+                got,
+            }) => Err(CollectiveError::LengthMismatch {
+                from: rank,
+                tag,
+                expected,
+                got,
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

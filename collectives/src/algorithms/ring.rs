@@ -8,7 +8,8 @@
 //!           received that cell
 //! ```
 //! Both halves run concurrently in one task, so while segment k is combined,
-//! segment k+1 is already on the wire in both directions.
+//! segment k+1 is already on the wire in both directions. Copy steps receive
+//! straight into the buffer ([`Transport::recv_into`](crate::Transport::recv_into)).
 
 use crate::dtype::Element;
 use crate::error::Result;
@@ -16,8 +17,17 @@ use crate::reduce::Combine;
 use crate::schedule::{RingStep, block_ranges, segment, segment_count};
 use crate::transport::Transport;
 
-use super::cells::Cells;
+use super::cells::{Cells, Ready};
 use super::{Op, apply};
+
+/// `out[s]` = sum of the first `s` counts.
+fn prefix_counts(counts: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut out = vec![0];
+    for c in counts {
+        out.push(out[out.len() - 1] + c);
+    }
+    out
+}
 
 /// Runs `steps` over `buf`, cut into blocks of `counts` elements and segments of
 /// `seg` elements.
@@ -37,14 +47,11 @@ pub(crate) async fn ring_pass<T: Element, X: Transport>(
     let (right, left) = ((rank + 1) % n, (rank + n - 1) % n);
     let blocks = block_ranges(counts);
     let nseg: Vec<usize> = counts.iter().map(|&c| segment_count(c, seg)).collect();
-    // Cells received before step s, so that the sender knows when a cell is final.
-    let mut received_before = Vec::with_capacity(steps.len() + 1);
-    let mut acc = 0;
-    for st in steps {
-        received_before.push(acc);
-        acc += nseg[st.recv];
-    }
-    received_before.push(acc);
+    // Cells received / sent before step s: the sender forwards a cell only once it
+    // has arrived, and a copy step takes its cell (to receive into it) only once
+    // the sender is done with that cell's previous use, at step s + 1 - n.
+    let received_before = prefix_counts(steps.iter().map(|st| nseg[st.recv]));
+    let sent_before = prefix_counts(steps.iter().map(|st| nseg[st.send]));
     let step_id = |s: usize, k: usize| k * steps.len() + s;
     let cells = Cells::new(buf, &blocks, seg);
 
@@ -53,15 +60,19 @@ pub(crate) async fn ring_pass<T: Element, X: Transport>(
             for k in 0..nseg[st.send] {
                 let idx = cells.index(st.send, k);
                 // At step s > 0 we forward what arrived at step s-1.
-                let ready = if s == 0 {
-                    0
-                } else {
-                    received_before[s - 1] + k + 1
+                let ready = Ready {
+                    received: if s == 0 {
+                        0
+                    } else {
+                        received_before[s - 1] + k + 1
+                    },
+                    sent: 0,
                 };
                 let data = cells.take(idx, ready).await;
                 let res = op.send(right, step_id(s, k), data).await;
                 cells.put(idx, data);
                 res?;
+                cells.mark_sent();
             }
         }
         Ok(())
@@ -70,12 +81,24 @@ pub(crate) async fn ring_pass<T: Element, X: Transport>(
         for (s, st) in steps.iter().enumerate() {
             let block = &blocks[st.recv];
             for k in 0..nseg[st.recv] {
-                let len = segment(block, seg, k).len();
-                let payload = op.recv::<T>(left, step_id(s, k), len).await?;
                 let idx = cells.index(st.recv, k);
-                let dst = cells.take(idx, 0).await;
-                apply(dst, &payload, st.reduce.then_some(combine));
-                cells.put(idx, dst);
+                if st.reduce {
+                    let len = segment(block, seg, k).len();
+                    let payload = op.recv::<T>(left, step_id(s, k), len).await?;
+                    let dst = cells.take(idx, Ready::default()).await;
+                    apply(dst, &payload, Some(combine));
+                    cells.put(idx, dst);
+                } else {
+                    // Copy steps land straight in the buffer.
+                    let ready = Ready {
+                        received: 0,
+                        sent: (s + 1).checked_sub(n).map_or(0, |t| sent_before[t] + k + 1),
+                    };
+                    let dst = cells.take(idx, ready).await;
+                    let res = op.recv_into(left, step_id(s, k), dst).await;
+                    cells.put(idx, dst);
+                    res?;
+                }
                 cells.mark_received();
             }
         }

@@ -3,6 +3,10 @@
 //! Drivers call [`Mailbox::deliver`] for each message that arrives,
 //! [`Mailbox::depart`] when a peer leaves cleanly and [`Mailbox::fail`] when one is
 //! lost; [`Mailbox::recv`] hands messages to callers in order per (source, tag).
+//! A caller may instead wait with [`Mailbox::recv_direct`]: a driver that sees that
+//! message arrive can then [`Mailbox::claim_direct`] the waiter and hand it a `D`
+//! (for TCP: the connection itself, so the payload is read straight into the
+//! caller's buffer).
 //!
 //! A message that arrived before a failure or departure is still handed out: only
 //! waits for messages that can no longer come fail. A failure fails every wait (the
@@ -10,6 +14,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::convert::Infallible;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -20,27 +25,58 @@ use tokio::sync::oneshot;
 use crate::error::{LossCause, TransportError};
 use crate::tag::{Generation, Rank, Tag};
 
-type Waiter = oneshot::Sender<Result<Bytes, TransportError>>;
-
-enum Slot {
-    Queued(VecDeque<Bytes>),
-    Waiting(VecDeque<Waiter>),
+/// What a direct waiter gets: the whole message, or the driver's handle to it.
+#[derive(Debug)]
+pub(crate) enum Delivery<D> {
+    Whole(Bytes),
+    Direct(D),
 }
 
-#[derive(Default)]
-struct State {
-    slots: HashMap<(Rank, Tag), Slot>,
+pub(crate) type DirectSender<D> = oneshot::Sender<Result<Delivery<D>, TransportError>>;
+
+enum Waiter<D> {
+    Whole(oneshot::Sender<Result<Bytes, TransportError>>),
+    Direct(DirectSender<D>),
+}
+
+impl<D> Waiter<D> {
+    fn fail(self, err: TransportError) {
+        match self {
+            Waiter::Whole(tx) => drop(tx.send(Err(err))),
+            Waiter::Direct(tx) => drop(tx.send(Err(err))),
+        }
+    }
+
+    /// Hands over `payload`; gives it back if this waiter has gone away.
+    fn offer(self, payload: Bytes) -> Option<Bytes> {
+        match self {
+            Waiter::Whole(tx) => tx.send(Ok(payload)).err().and_then(Result::ok),
+            Waiter::Direct(tx) => match tx.send(Ok(Delivery::Whole(payload))) {
+                Err(Ok(Delivery::Whole(p))) => Some(p),
+                _ => None,
+            },
+        }
+    }
+}
+
+enum Slot<D> {
+    Queued(VecDeque<Bytes>),
+    Waiting(VecDeque<Waiter<D>>),
+}
+
+struct State<D> {
+    slots: HashMap<(Rank, Tag), Slot<D>>,
     broken: Option<TransportError>,
     departed: HashSet<Rank>,
 }
 
-pub(crate) struct Mailbox {
+pub(crate) struct Mailbox<D = Infallible> {
     generation: Generation,
-    state: Mutex<State>,
+    state: Mutex<State<D>>,
     stale: AtomicU64,
 }
 
-impl std::fmt::Debug for Mailbox {
+impl<D> std::fmt::Debug for Mailbox<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mailbox")
             .field("generation", &self.generation)
@@ -49,16 +85,20 @@ impl std::fmt::Debug for Mailbox {
     }
 }
 
-impl Mailbox {
+impl<D> Mailbox<D> {
     pub(crate) fn new(generation: Generation) -> Self {
         Self {
             generation,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                slots: HashMap::new(),
+                broken: None,
+                departed: HashSet::new(),
+            }),
             stale: AtomicU64::new(0),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<D>> {
         // A poisoned lock only means another thread panicked while holding it; the
         // map itself is always left consistent, so keep going.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -95,16 +135,15 @@ impl Mailbox {
         let mut payload = payload;
         if let Some(Slot::Waiting(ws)) = st.slots.get_mut(&key) {
             while let Some(w) = ws.pop_front() {
-                match w.send(Ok(payload)) {
-                    Ok(()) => {
+                match w.offer(payload) {
+                    None => {
                         if ws.is_empty() {
                             st.slots.remove(&key);
                         }
                         return;
                     }
                     // That receiver gave up (its future was dropped): try the next.
-                    Err(Ok(back)) => payload = back,
-                    Err(Err(_)) => return,
+                    Some(back) => payload = back,
                 }
             }
             st.slots.remove(&key);
@@ -121,6 +160,33 @@ impl Mailbox {
         }
     }
 
+    /// Takes the first waiter for (`from`, `tag`) if it asked for direct delivery.
+    pub(crate) fn claim_direct(&self, from: Rank, tag: Tag) -> Option<DirectSender<D>> {
+        let mut st = self.lock();
+        let key = (from, tag);
+        let Some(Slot::Waiting(ws)) = st.slots.get_mut(&key) else {
+            return None;
+        };
+        // Drop waiters that gave up; stop at the first live one.
+        while let Some(Waiter::Direct(tx)) = ws.front() {
+            if !tx.is_closed() {
+                break;
+            }
+            ws.pop_front();
+        }
+        let claimed = match ws.front() {
+            Some(Waiter::Direct(_)) => match ws.pop_front() {
+                Some(Waiter::Direct(tx)) => Some(tx),
+                _ => None,
+            },
+            _ => None,
+        };
+        if ws.is_empty() {
+            st.slots.remove(&key);
+        }
+        claimed
+    }
+
     /// Breaks the generation: every waiter and every later call gets `err`.
     pub(crate) fn fail(&self, err: TransportError) {
         let mut st = self.lock();
@@ -131,9 +197,7 @@ impl Mailbox {
         st.slots.retain(|_, slot| match slot {
             Slot::Queued(_) => true,
             Slot::Waiting(ws) => {
-                for w in ws.drain(..) {
-                    let _ = w.send(Err(err.clone()));
-                }
+                ws.drain(..).for_each(|w| w.fail(err.clone()));
                 false
             }
         });
@@ -151,9 +215,7 @@ impl Mailbox {
         st.departed.insert(rank);
         st.slots.retain(|(from, _), slot| match slot {
             Slot::Waiting(ws) if *from == rank => {
-                for w in ws.drain(..) {
-                    let _ = w.send(Err(err.clone()));
-                }
+                ws.drain(..).for_each(|w| w.fail(err.clone()));
                 false
             }
             _ => true,
@@ -176,10 +238,32 @@ impl Mailbox {
         tag: Tag,
         timeout: Duration,
     ) -> Result<Bytes, TransportError> {
+        self.wait(from, tag, timeout, Waiter::Whole, |b| b).await
+    }
+
+    /// Like [`Mailbox::recv`], but a driver may hand over the message in place.
+    pub(crate) async fn recv_direct(
+        &self,
+        from: Rank,
+        tag: Tag,
+        timeout: Duration,
+    ) -> Result<Delivery<D>, TransportError> {
+        self.wait(from, tag, timeout, Waiter::Direct, Delivery::Whole)
+            .await
+    }
+
+    async fn wait<T>(
+        &self,
+        from: Rank,
+        tag: Tag,
+        timeout: Duration,
+        waiter: fn(oneshot::Sender<Result<T, TransportError>>) -> Waiter<D>,
+        queued: fn(Bytes) -> T,
+    ) -> Result<T, TransportError> {
         let rx = {
             let mut st = self.lock();
-            let queued = matches!(st.slots.get(&(from, tag)), Some(Slot::Queued(_)));
-            if !queued {
+            let has_queued = matches!(st.slots.get(&(from, tag)), Some(Slot::Queued(_)));
+            if !has_queued {
                 if let Some(e) = &st.broken {
                     return Err(e.clone());
                 }
@@ -201,21 +285,20 @@ impl Mailbox {
                             o.remove();
                         }
                         if let Some(p) = p {
-                            return Ok(p);
+                            return Ok(queued(p));
                         }
                     }
-                    Slot::Waiting(ws) => ws.push_back(tx),
+                    Slot::Waiting(ws) => ws.push_back(waiter(tx)),
                 },
                 Entry::Vacant(v) => {
-                    v.insert(Slot::Waiting(VecDeque::from([tx])));
+                    v.insert(Slot::Waiting(VecDeque::from([waiter(tx)])));
                 }
             }
             rx
         };
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => result,
-            // The sender side is only dropped by `fail`, which sends first; a drop
-            // without a value means the mailbox is going away.
+            // Senders are only dropped after sending, except when the mailbox goes.
             Ok(Err(_)) => Err(self.broken().unwrap_or(TransportError::PeerLost {
                 rank: from,
                 generation: self.generation,
@@ -246,7 +329,7 @@ mod tests {
 
     #[tokio::test]
     async fn queued_messages_keep_order_per_tag() {
-        let m = Mailbox::new(Generation(3));
+        let m = Mailbox::<Infallible>::new(Generation(3));
         m.deliver(1, tag(3, 0), Bytes::from_static(b"a"));
         m.deliver(1, tag(3, 0), Bytes::from_static(b"b"));
         m.deliver(1, tag(3, 1), Bytes::from_static(b"c"));
@@ -257,7 +340,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiter_gets_a_later_delivery() {
-        let m = std::sync::Arc::new(Mailbox::new(Generation(0)));
+        let m = std::sync::Arc::new(Mailbox::<Infallible>::new(Generation(0)));
         let m2 = m.clone();
         let h = tokio::spawn(async move { m2.recv(2, tag(0, 5), T).await });
         tokio::task::yield_now().await;
@@ -267,7 +350,7 @@ mod tests {
 
     #[tokio::test]
     async fn older_generation_is_refused_and_counted() {
-        let m = Mailbox::new(Generation(2));
+        let m = Mailbox::<Infallible>::new(Generation(2));
         m.deliver(0, tag(1, 0), Bytes::from_static(b"old"));
         m.deliver(0, tag(2, 0), Bytes::from_static(b"new"));
         assert_eq!(m.stale_refused(), 1);
@@ -276,7 +359,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn timeout_breaks_the_generation() {
-        let m = Mailbox::new(Generation(0));
+        let m = Mailbox::<Infallible>::new(Generation(0));
         let err = m.recv(1, tag(0, 0), Duration::from_millis(50)).await;
         assert!(
             matches!(err, Err(TransportError::Timeout { rank: 1, .. })),
@@ -291,7 +374,7 @@ mod tests {
 
     #[tokio::test]
     async fn peer_loss_wakes_every_waiter() {
-        let m = std::sync::Arc::new(Mailbox::new(Generation(7)));
+        let m = std::sync::Arc::new(Mailbox::<Infallible>::new(Generation(7)));
         let hs: Vec<_> = (0..3)
             .map(|i| {
                 let m = m.clone();
@@ -318,7 +401,7 @@ mod tests {
 
     #[tokio::test]
     async fn messages_that_arrived_before_a_failure_are_still_received() {
-        let m = Mailbox::new(Generation(0));
+        let m = Mailbox::<Infallible>::new(Generation(0));
         m.deliver(1, tag(0, 0), Bytes::from_static(b"early"));
         m.peer_lost(1, LossCause::Closed);
         assert_eq!(m.recv(1, tag(0, 0), T).await.unwrap(), "early");
@@ -328,7 +411,7 @@ mod tests {
 
     #[tokio::test]
     async fn departure_fails_only_waits_on_the_departed_rank() {
-        let m = std::sync::Arc::new(Mailbox::new(Generation(0)));
+        let m = std::sync::Arc::new(Mailbox::<Infallible>::new(Generation(0)));
         m.deliver(1, tag(0, 0), Bytes::from_static(b"last words"));
         let m2 = m.clone();
         let on_one = tokio::spawn(async move { m2.recv(1, tag(0, 1), T).await });
@@ -352,8 +435,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_direct_waiter_can_be_claimed_or_served_whole() {
+        let m = std::sync::Arc::new(Mailbox::<&'static str>::new(Generation(0)));
+        let m2 = m.clone();
+        let h = tokio::spawn(async move { m2.recv_direct(1, tag(0, 0), T).await });
+        tokio::task::yield_now().await;
+        let tx = m.claim_direct(1, tag(0, 0)).expect("a direct waiter");
+        assert!(m.claim_direct(1, tag(0, 0)).is_none(), "claimed once");
+        tx.send(Ok(Delivery::Direct("handle"))).unwrap();
+        assert!(matches!(h.await.unwrap(), Ok(Delivery::Direct("handle"))));
+        // A plain delivery reaches a direct waiter whole.
+        let m2 = m.clone();
+        let h = tokio::spawn(async move { m2.recv_direct(1, tag(0, 1), T).await });
+        tokio::task::yield_now().await;
+        m.deliver(1, tag(0, 1), Bytes::from_static(b"whole"));
+        match h.await.unwrap() {
+            Ok(Delivery::Whole(b)) => assert_eq!(b, "whole"),
+            other => panic!("{other:?}"),
+        }
+        // Plain waiters are never claimed.
+        let m2 = m.clone();
+        let h = tokio::spawn(async move { m2.recv(1, tag(0, 2), T).await });
+        tokio::task::yield_now().await;
+        assert!(m.claim_direct(1, tag(0, 2)).is_none());
+        m.deliver(1, tag(0, 2), Bytes::from_static(b"x"));
+        assert_eq!(h.await.unwrap().unwrap(), "x");
+    }
+
+    #[tokio::test]
     async fn abandoned_receiver_does_not_swallow_the_message() {
-        let m = Mailbox::new(Generation(0));
+        let m = Mailbox::<Infallible>::new(Generation(0));
         let fut = m.recv(1, tag(0, 0), T);
         // Poll once so the waiter registers, then drop it.
         let _ = futures_poll_once(fut).await;

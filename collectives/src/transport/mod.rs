@@ -50,6 +50,21 @@ pub trait Transport: Send + Sync {
         tag: Tag,
     ) -> impl Future<Output = Result<Bytes, TransportError>> + Send;
 
+    /// Receives the next message from `from` with `tag` into `dst`, which must be
+    /// exactly its length ([`TransportError::WrongLength`] otherwise). Transports
+    /// that can read a payload straight into `dst` override this copy.
+    fn recv_into(
+        &self,
+        from: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        async move {
+            let payload = self.recv(from, tag).await?;
+            copy_exact(from, tag, &payload, dst)
+        }
+    }
+
     /// Number of incoming messages refused because they carried an older generation.
     fn stale_refused(&self) -> u64;
 
@@ -60,6 +75,25 @@ pub trait Transport: Send + Sync {
     fn shutdown(self) -> impl Future<Output = ()> + Send
     where
         Self: Sized;
+}
+
+/// Copies a whole received message into `dst` if the lengths agree.
+pub(crate) fn copy_exact(
+    from: Rank,
+    tag: Tag,
+    payload: &[u8],
+    dst: &mut [u8],
+) -> Result<(), TransportError> {
+    if payload.len() != dst.len() {
+        return Err(TransportError::WrongLength {
+            rank: from,
+            tag,
+            expected: dst.len(),
+            got: payload.len(),
+        });
+    }
+    dst.copy_from_slice(payload);
+    Ok(())
 }
 
 /// Checks the arguments every transport validates the same way.

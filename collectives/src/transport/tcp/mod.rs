@@ -6,6 +6,13 @@
 //! whoever launches the ranks, then [`TcpEndpoint::connect`] builds the full mesh
 //! (higher ranks dial lower ones, retrying until `connect_timeout`).
 //!
+//! Zero-copy receive: [`Transport::recv_into`] posts a direct receive; when the
+//! reader task sees that (large) frame arrive, it lends the connection's reader to
+//! the receiving future, which reads the payload straight into its own buffer and
+//! hands the reader back. If that future is dropped half-way, the reader goes with
+//! it and the peer is lost ([`LossCause::AbandonedRecv`]); no buffer is ever
+//! borrowed across tasks.
+//!
 //! Loss: a connection that ends without a goodbye frame, an i/o error or a
 //! malformed frame breaks the generation at once; a peer that is silent for
 //! `io_timeout` gives [`TransportError::Timeout`]. A rank that finishes calls
@@ -21,8 +28,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
-use super::mailbox::Mailbox;
-use super::{Transport, check_peer};
+use super::mailbox::{Delivery, Mailbox};
+use super::{Transport, check_peer, copy_exact};
 use crate::error::{LossCause, TransportError};
 use crate::tag::{Generation, Rank, Tag};
 
@@ -70,12 +77,25 @@ fn goodbye(generation: Generation) -> Tag {
     Tag::new(generation, u64::MAX, u32::MAX)
 }
 
+type Reader = BufReader<OwnedReadHalf>;
+
+/// A connection's reader on loan to a direct receive, with the payload's length
+/// and the way home.
+#[derive(Debug)]
+pub(crate) struct Handoff {
+    reader: Reader,
+    len: usize,
+    home: tokio::sync::oneshot::Sender<Reader>,
+}
+
+type TcpMailbox = Mailbox<Handoff>;
+
 /// One rank's end of a TCP mesh. Built by [`TcpEndpoint::connect`].
 #[derive(Debug)]
 pub struct TcpTransport {
     rank: Rank,
     generation: Generation,
-    mailbox: Arc<Mailbox>,
+    mailbox: Arc<TcpMailbox>,
     /// `writers[peer]`; `None` at this rank's own index.
     writers: Vec<Option<Mutex<OwnedWriteHalf>>>,
     readers: Vec<JoinHandle<()>>,
@@ -161,7 +181,7 @@ impl TcpTransport {
 /// Breaks the generation if a send is abandoned half-written: the peer would
 /// otherwise read the next frame's header from the middle of this payload.
 struct AbandonGuard<'a> {
-    mailbox: &'a Mailbox,
+    mailbox: &'a TcpMailbox,
     peer: Rank,
     armed: bool,
 }
@@ -178,20 +198,37 @@ impl Drop for AbandonGuard<'_> {
 /// small because whatever of a large payload it reads ahead is copied once more.
 const READ_BUFFER: usize = 8 * 1024;
 
-async fn read_loop(peer: Rank, read: OwnedReadHalf, max_payload: u32, mailbox: Arc<Mailbox>) {
+async fn read_loop(peer: Rank, read: OwnedReadHalf, max_payload: u32, mailbox: Arc<TcpMailbox>) {
     let bye = goodbye(mailbox.generation());
     let pool = pool::RecvPool::default();
     let mut r = BufReader::with_capacity(READ_BUFFER, read);
     let mut said_goodbye = false;
     let cause = loop {
-        match next_frame(&mut r, max_payload, &pool).await {
-            Ok(Some((tag, _))) if tag == bye => said_goodbye = true,
-            Ok(Some((tag, payload))) => mailbox.deliver(peer, tag, payload),
+        let (tag, len) = match read_header(&mut r, max_payload).await {
+            Ok(Some(h)) => h,
             Ok(None) if said_goodbye => {
                 mailbox.depart(peer);
                 return;
             }
             Ok(None) => break LossCause::Closed,
+            Err(cause) => break cause,
+        };
+        if tag == bye {
+            said_goodbye = true;
+            continue;
+        }
+        if len >= pool::POOLED_MIN {
+            match lend(r, len, mailbox.claim_direct(peer, tag)).await {
+                Lent::Returned(back) => {
+                    r = back;
+                    continue;
+                }
+                Lent::NotLent(back) => r = back,
+                Lent::Lost => break LossCause::AbandonedRecv,
+            }
+        }
+        match read_payload(&mut r, len, &pool).await {
+            Ok(payload) => mailbox.deliver(peer, tag, payload),
             Err(cause) => break cause,
         }
     };
@@ -199,35 +236,115 @@ async fn read_loop(peer: Rank, read: OwnedReadHalf, max_payload: u32, mailbox: A
     mailbox.peer_lost(peer, cause);
 }
 
-/// The next frame, or `None` at a clean end of stream (between frames).
-async fn next_frame(
-    r: &mut BufReader<OwnedReadHalf>,
-    max_payload: u32,
-    pool: &pool::RecvPool,
-) -> Result<Option<(Tag, Bytes)>, LossCause> {
-    let io = |e: std::io::Error| match e.kind() {
+enum Lent {
+    /// The direct receive read the payload and gave the reader back.
+    Returned(Reader),
+    /// Nobody took it; the payload is still to be read.
+    NotLent(Reader),
+    /// The receiving future was dropped while it held the reader.
+    Lost,
+}
+
+async fn lend(r: Reader, len: usize, to: Option<super::mailbox::DirectSender<Handoff>>) -> Lent {
+    let Some(tx) = to else {
+        return Lent::NotLent(r);
+    };
+    let (home, back) = tokio::sync::oneshot::channel();
+    match tx.send(Ok(Delivery::Direct(Handoff {
+        reader: r,
+        len,
+        home,
+    }))) {
+        Ok(()) => back.await.map_or(Lent::Lost, Lent::Returned),
+        Err(Ok(Delivery::Direct(h))) => Lent::NotLent(h.reader),
+        Err(_) => Lent::Lost,
+    }
+}
+
+fn io_cause(e: std::io::Error) -> LossCause {
+    match e.kind() {
         std::io::ErrorKind::UnexpectedEof => {
             LossCause::Malformed("connection closed inside a frame")
         }
         kind => LossCause::Io(kind),
-    };
-    if r.fill_buf().await.map_err(io)?.is_empty() {
+    }
+}
+
+/// The next frame's tag and length, or `None` at a clean end of stream.
+async fn read_header(r: &mut Reader, max_payload: u32) -> Result<Option<(Tag, usize)>, LossCause> {
+    if r.fill_buf().await.map_err(io_cause)?.is_empty() {
         return Ok(None);
     }
     let mut header = [0u8; frame::HEADER_LEN];
-    r.read_exact(&mut header).await.map_err(io)?;
+    r.read_exact(&mut header).await.map_err(io_cause)?;
     let (tag, len) = frame::decode_header(&header, max_payload)?;
-    let len = len as usize;
-    let payload = if len < pool::POOLED_MIN {
+    Ok(Some((tag, len as usize)))
+}
+
+async fn read_payload(
+    r: &mut Reader,
+    len: usize,
+    pool: &pool::RecvPool,
+) -> Result<Bytes, LossCause> {
+    if len < pool::POOLED_MIN {
         let mut v = vec![0u8; len];
-        r.read_exact(&mut v).await.map_err(io)?;
-        Bytes::from(v)
+        r.read_exact(&mut v).await.map_err(io_cause)?;
+        Ok(Bytes::from(v))
     } else {
         let mut loan = pool.take(len);
-        r.read_exact(loan.as_mut_slice()).await.map_err(io)?;
-        loan.into_bytes()
-    };
-    Ok(Some((tag, payload)))
+        r.read_exact(loan.as_mut_slice()).await.map_err(io_cause)?;
+        Ok(loan.into_bytes())
+    }
+}
+
+impl TcpTransport {
+    /// Reads a lent payload into `dst` and sends the reader home.
+    async fn read_lent(
+        &self,
+        from: Rank,
+        tag: Tag,
+        h: Handoff,
+        dst: &mut [u8],
+    ) -> Result<(), TransportError> {
+        let Handoff {
+            mut reader,
+            len,
+            home,
+        } = h;
+        if len != dst.len() {
+            // Keep the stream in step, then report the disagreement.
+            let mut skip = vec![0u8; len];
+            let read =
+                tokio::time::timeout(self.config.io_timeout, reader.read_exact(&mut skip)).await;
+            if matches!(read, Ok(Ok(_))) {
+                let _ = home.send(reader);
+            }
+            return Err(TransportError::WrongLength {
+                rank: from,
+                tag,
+                expected: dst.len(),
+                got: len,
+            });
+        }
+        match tokio::time::timeout(self.config.io_timeout, reader.read_exact(dst)).await {
+            Ok(Ok(_)) => {
+                let _ = home.send(reader);
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                self.mailbox.peer_lost(from, io_cause(e));
+                Err(self.broken_or(from))
+            }
+            Err(_) => {
+                self.mailbox.fail(TransportError::Timeout {
+                    rank: from,
+                    tag,
+                    after: self.config.io_timeout,
+                });
+                Err(self.broken_or(from))
+            }
+        }
+    }
 }
 
 impl Transport for TcpTransport {
@@ -265,6 +382,18 @@ impl Transport for TcpTransport {
     async fn recv(&self, from: Rank, tag: Tag) -> Result<Bytes, TransportError> {
         check_peer(self.size(), self.generation, from, tag)?;
         self.mailbox.recv(from, tag, self.config.io_timeout).await
+    }
+
+    async fn recv_into(&self, from: Rank, tag: Tag, dst: &mut [u8]) -> Result<(), TransportError> {
+        check_peer(self.size(), self.generation, from, tag)?;
+        match self
+            .mailbox
+            .recv_direct(from, tag, self.config.io_timeout)
+            .await?
+        {
+            Delivery::Whole(payload) => copy_exact(from, tag, &payload, dst),
+            Delivery::Direct(h) => self.read_lent(from, tag, h, dst).await,
+        }
     }
 
     fn stale_refused(&self) -> u64 {
