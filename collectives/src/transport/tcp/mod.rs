@@ -219,12 +219,12 @@ async fn read_loop(peer: Rank, read: OwnedReadHalf, max_payload: u32, mailbox: A
         }
         if len >= pool::POOLED_MIN {
             match lend(r, len, mailbox.claim_direct(peer, tag)).await {
-                Lent::Returned(back) => {
+                Loan::Returned(back) => {
                     r = back;
                     continue;
                 }
-                Lent::NotLent(back) => r = back,
-                Lent::Lost => break LossCause::AbandonedRecv,
+                Loan::Declined(back) => r = back,
+                Loan::Lost => break LossCause::AbandonedRecv,
             }
         }
         match read_payload(&mut r, len, &pool).await {
@@ -236,18 +236,18 @@ async fn read_loop(peer: Rank, read: OwnedReadHalf, max_payload: u32, mailbox: A
     mailbox.peer_lost(peer, cause);
 }
 
-enum Lent {
+enum Loan {
     /// The direct receive read the payload and gave the reader back.
     Returned(Reader),
     /// Nobody took it; the payload is still to be read.
-    NotLent(Reader),
+    Declined(Reader),
     /// The receiving future was dropped while it held the reader.
     Lost,
 }
 
-async fn lend(r: Reader, len: usize, to: Option<super::mailbox::DirectSender<Handoff>>) -> Lent {
+async fn lend(r: Reader, len: usize, to: Option<super::mailbox::DirectSender<Handoff>>) -> Loan {
     let Some(tx) = to else {
-        return Lent::NotLent(r);
+        return Loan::Declined(r);
     };
     let (home, back) = tokio::sync::oneshot::channel();
     match tx.send(Ok(Delivery::Direct(Handoff {
@@ -255,9 +255,9 @@ async fn lend(r: Reader, len: usize, to: Option<super::mailbox::DirectSender<Han
         len,
         home,
     }))) {
-        Ok(()) => back.await.map_or(Lent::Lost, Lent::Returned),
-        Err(Ok(Delivery::Direct(h))) => Lent::NotLent(h.reader),
-        Err(_) => Lent::Lost,
+        Ok(()) => back.await.map_or(Loan::Lost, Loan::Returned),
+        Err(Ok(Delivery::Direct(h))) => Loan::Declined(h.reader),
+        Err(_) => Loan::Lost,
     }
 }
 
