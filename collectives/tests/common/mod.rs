@@ -116,6 +116,34 @@ where
         .expect("collective did not finish within the deadline")
 }
 
+/// Starts an allreduce of `len` elements on every rank but `victim`, then drops
+/// the victim's communicator (as if its process died) while the others wait.
+/// Returns the survivors' results and how long they took to finish.
+pub async fn allreduce_while_one_dies<X: Transport>(
+    mut comms: Vec<Communicator<X>>,
+    victim: usize,
+    len: usize,
+) -> (Vec<collectives::Result<()>>, Duration) {
+    let dead = comms.remove(victim);
+    let started = std::time::Instant::now();
+    let mut bufs = vec![vec![1.0f32; len]; comms.len()];
+    let survivors = join_all(
+        comms
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(c, b)| c.allreduce(b, ReduceOp::Sum)),
+    );
+    // The survivors are already waiting on each other when the victim goes.
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(dead);
+    };
+    let (results, ()) = tokio::time::timeout(DEADLINE, async { tokio::join!(survivors, kill) })
+        .await
+        .expect("survivors hung after a peer died");
+    (results, started.elapsed())
+}
+
 pub async fn shutdown_all<X: Transport>(comms: Vec<Communicator<X>>) {
     join_all(comms.into_iter().map(|c| c.into_transport().shutdown())).await;
 }

@@ -19,6 +19,7 @@
 //! [`Transport::shutdown`], which sends a goodbye first, so peers still finishing
 //! are not disturbed; a transport dropped without it looks like a crash.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -152,19 +153,30 @@ impl TcpTransport {
             guard.armed = false;
             res
         };
-        match tokio::time::timeout(self.config.io_timeout, write).await {
-            Ok(Ok(())) => Ok(()),
+        self.within_deadline(to, tag, write).await
+    }
+
+    /// Runs one socket operation on `peer`'s connection within `io_timeout`; an
+    /// i/o error or the timeout breaks the generation.
+    async fn within_deadline<T>(
+        &self,
+        peer: Rank,
+        tag: Tag,
+        op: impl Future<Output = std::io::Result<T>>,
+    ) -> Result<T, TransportError> {
+        match tokio::time::timeout(self.config.io_timeout, op).await {
+            Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
-                self.mailbox.peer_lost(to, LossCause::Io(e.kind()));
-                Err(self.broken_or(to))
+                self.mailbox.peer_lost(peer, io_cause(e));
+                Err(self.broken_or(peer))
             }
             Err(_) => {
                 self.mailbox.fail(TransportError::Timeout {
-                    rank: to,
+                    rank: peer,
                     tag,
                     after: self.config.io_timeout,
                 });
-                Err(self.broken_or(to))
+                Err(self.broken_or(peer))
             }
         }
     }
