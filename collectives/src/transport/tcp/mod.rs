@@ -51,7 +51,10 @@ pub struct TcpConfig {
     /// compute step between collectives, short enough that a hung job ends.
     pub io_timeout: Duration,
     /// `SO_SNDBUF`/`SO_RCVBUF` for every connection. Default `None` keeps Linux's
-    /// buffer autotuning, which on loopback measured faster than any fixed size.
+    /// buffer autotuning, the more generous choice: explicit sizes are capped at
+    /// `net.core.{r,w}mem_max` (typically a few MiB), while autotuning grows a
+    /// receive buffer up to `net.ipv4.tcp_rmem`'s maximum (32 MiB on Debian), and
+    /// fixed sizes measured no faster (docs/BENCHMARKS.md).
     pub socket_buffer_bytes: Option<usize>,
     /// Largest payload accepted in one frame (a larger length prefix from a peer
     /// breaks the connection before anything is allocated). Default 1 GiB.

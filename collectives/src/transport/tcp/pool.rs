@@ -39,7 +39,8 @@ impl RecvPool {
     }
 
     /// A buffer with at least `len` initialised bytes: the smallest pooled one that
-    /// fits, or a grown or new one.
+    /// fits, or a new one; when none fits, one pooled buffer is retired, so the
+    /// pool follows the sizes in use.
     pub(crate) fn take(&self, len: usize) -> Loan {
         let found = {
             let mut shelf = self.lock();
@@ -53,10 +54,11 @@ impl RecvPool {
                 b
             })
         };
-        let mut buf = found.unwrap_or_default();
-        if buf.len() < len {
-            buf.resize(len, 0);
-        }
+        // A fresh zeroed allocation (calloc) commits pages only as data lands in
+        // them, so a peer's announced length costs memory only once sent.
+        let buf = found
+            .filter(|b| b.len() >= len)
+            .unwrap_or_else(|| vec![0u8; len]);
         Loan {
             buf,
             len,
