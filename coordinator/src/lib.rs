@@ -2,5 +2,13 @@
 //! ssh), rendezvous server, membership and generations, stall inspector and output
 //! forwarding.
 //!
-//! Nothing is implemented here yet; the launcher arrives with its own change. Until
-//! then the runnable entry point of the project is `collbench` (see `examples/`).
+//! Built so far: the pure parts of launching, [`hosts`] (host lists and hostfiles)
+//! and [`layout`] (which rank runs where). The launcher and the rendezvous server
+//! that use them come next; until then the runnable entry point of the project is
+//! `collbench` (see `examples/`).
+
+pub mod hosts;
+pub mod layout;
+
+pub use hosts::{HostSlots, HostsError, parse_host_list, parse_hostfile};
+pub use layout::{LayoutError, Placement, place};

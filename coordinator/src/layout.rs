@@ -1,0 +1,153 @@
+//! Where ranks go. As horovodrun does, ranks fill each host's slots in the order
+//! the hosts are given, so consecutive ranks share a host:
+//!
+//! ```text
+//!  hosts a:2, b:3, c:2, np = 6
+//!  host      a       b          c
+//!  rank      0 1     2 3 4      5
+//!  local     0 1     0 1 2      0
+//!  cross     0 0     1 1 0      2      (index among hosts that have this local rank)
+//! ```
+//! Pure: the same hosts and np always give the same layout.
+
+use crate::hosts::HostSlots;
+
+/// One rank's place in the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub rank: usize,
+    /// Index into the host list.
+    pub host: usize,
+    /// Rank among the ranks on this host.
+    pub local_rank: usize,
+    pub local_size: usize,
+    /// Index of this host among the hosts that have a rank with this local rank.
+    pub cross_rank: usize,
+    pub cross_size: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("at least one process is needed")]
+    NoProcesses,
+    #[error("{requested} processes requested but the hosts offer only {available} slots")]
+    NotEnoughSlots { requested: usize, available: usize },
+}
+
+/// Places `np` ranks on `hosts`.
+pub fn place(hosts: &[HostSlots], np: usize) -> Result<Vec<Placement>, LayoutError> {
+    if np == 0 {
+        return Err(LayoutError::NoProcesses);
+    }
+    let available: usize = hosts.iter().map(|h| h.slots).sum();
+    if np > available {
+        return Err(LayoutError::NotEnoughSlots {
+            requested: np,
+            available,
+        });
+    }
+    // Ranks used on each host, filling hosts in order.
+    let mut left = np;
+    let used: Vec<usize> = hosts
+        .iter()
+        .map(|h| {
+            let take = h.slots.min(left);
+            left -= take;
+            take
+        })
+        .collect();
+    let mut out = Vec::with_capacity(np);
+    for (host, &local_size) in used.iter().enumerate() {
+        for local_rank in 0..local_size {
+            let with_this_local = |n: &usize| *n > local_rank;
+            out.push(Placement {
+                rank: out.len(),
+                host,
+                local_rank,
+                local_size,
+                cross_rank: used[..host].iter().filter(|n| with_this_local(n)).count(),
+                cross_size: used.iter().filter(|n| with_this_local(n)).count(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(spec: &[(&str, usize)]) -> Vec<HostSlots> {
+        spec.iter()
+            .map(|&(h, s)| HostSlots {
+                host: h.into(),
+                slots: s,
+            })
+            .collect()
+    }
+
+    fn row(p: &[Placement], f: impl Fn(&Placement) -> usize) -> Vec<usize> {
+        p.iter().map(f).collect()
+    }
+
+    #[test]
+    fn the_documented_example() {
+        let p = place(&hosts(&[("a", 2), ("b", 3), ("c", 2)]), 6).unwrap();
+        assert_eq!(row(&p, |x| x.host), [0, 0, 1, 1, 1, 2]);
+        assert_eq!(row(&p, |x| x.local_rank), [0, 1, 0, 1, 2, 0]);
+        assert_eq!(row(&p, |x| x.local_size), [2, 2, 3, 3, 3, 1]);
+        assert_eq!(row(&p, |x| x.cross_rank), [0, 0, 1, 1, 0, 2]);
+        assert_eq!(row(&p, |x| x.cross_size), [3, 2, 3, 2, 1, 3]);
+    }
+
+    #[test]
+    fn one_machine() {
+        let p = place(&hosts(&[("localhost", 4)]), 4).unwrap();
+        assert_eq!(row(&p, |x| x.local_rank), [0, 1, 2, 3]);
+        assert!(
+            p.iter()
+                .all(|x| x.local_size == 4 && x.cross_rank == 0 && x.cross_size == 1)
+        );
+    }
+
+    #[test]
+    fn unused_slots_and_hosts_are_left_empty() {
+        let p = place(&hosts(&[("a", 4), ("b", 4)]), 3).unwrap();
+        assert!(p.iter().all(|x| x.host == 0 && x.local_size == 3));
+    }
+
+    #[test]
+    fn too_many_processes_or_none() {
+        assert_eq!(
+            place(&hosts(&[("a", 2), ("b", 1)]), 4),
+            Err(LayoutError::NotEnoughSlots {
+                requested: 4,
+                available: 3
+            })
+        );
+        assert_eq!(place(&hosts(&[("a", 2)]), 0), Err(LayoutError::NoProcesses));
+    }
+
+    #[test]
+    fn local_and_cross_ranks_identify_every_rank_once() {
+        for spec in [
+            &[("a", 1)][..],
+            &[("a", 3), ("b", 1), ("c", 2)],
+            &[("a", 2), ("b", 2), ("c", 2), ("d", 2)],
+        ] {
+            let hs = hosts(spec);
+            let total: usize = hs.iter().map(|h| h.slots).sum();
+            for np in 1..=total {
+                let p = place(&hs, np).unwrap();
+                assert_eq!(row(&p, |x| x.rank), (0..np).collect::<Vec<_>>());
+                let mut pairs: Vec<_> = p.iter().map(|x| (x.local_rank, x.cross_rank)).collect();
+                pairs.sort_unstable();
+                pairs.dedup();
+                assert_eq!(pairs.len(), np, "{spec:?} np={np}");
+                for x in &p {
+                    assert!(x.local_rank < x.local_size && x.cross_rank < x.cross_size);
+                }
+            }
+        }
+    }
+}
