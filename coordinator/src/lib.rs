@@ -3,10 +3,11 @@
 //! forwarding.
 //!
 //! Built so far: the pure parts of launching, [`hosts`] (host lists and hostfiles)
-//! and [`layout`] (which rank runs where). The launcher and the rendezvous server
-//! that use them come next; until then the runnable entry point of the project is
-//! `collbench` (see `examples/`).
+//! and [`layout`] (which rank runs where), and the [`config`] file format. The
+//! launcher and the rendezvous server that use them come next; until then the
+//! runnable entry point of the project is `collbench` (see `examples/`).
 
+pub mod config;
 pub mod hosts;
 pub mod layout;
 

@@ -1,0 +1,259 @@
+//! The command line, with horovodrun's flag names. Every option is optional here
+//! (so that "given on the command line" is known); defaults are applied by
+//! [`super::resolve`], after the environment and the config file, and stated in
+//! the help.
+
+use std::path::PathBuf;
+
+use clap::{ArgAction, Parser};
+
+#[derive(Clone, Debug, Default, Parser, PartialEq)]
+#[command(
+    name = "elasticrun",
+    version,
+    about = "Run a training program as many cooperating processes, on one machine or over ssh",
+    after_help = "Every option can also come from an ELASTICRUN_<OPTION> environment variable \
+(e.g. ELASTICRUN_CYCLE_TIME_MS=2) or the YAML --config-file; Horovod's HOROVOD_* variables are \
+accepted too. Precedence: command line > environment > config file > default.",
+    override_usage = "elasticrun [OPTIONS] -np N [-H HOSTS | --hostfile FILE] COMMAND [ARGS]..."
+)]
+pub struct Cli {
+    /// Number of worker processes [default: the total slots of the hosts].
+    #[arg(
+        long = "np",
+        visible_alias = "num-proc",
+        value_name = "N",
+        help_heading = "Launching"
+    )]
+    pub np: Option<usize>,
+    /// Hosts and slots, e.g. a:4,b:4 [default: localhost with -np slots].
+    #[arg(
+        short = 'H',
+        long = "hosts",
+        value_name = "HOST:SLOTS,...",
+        help_heading = "Launching"
+    )]
+    pub hosts: Option<String>,
+    /// File with one `host slots=N` or `host:N` line per host.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "hosts",
+        help_heading = "Launching"
+    )]
+    pub hostfile: Option<PathBuf>,
+    /// Seconds to wait for every worker to start and register [default: 30].
+    #[arg(long, value_name = "SECONDS", help_heading = "Launching")]
+    pub start_timeout: Option<f64>,
+    /// Network interface the workers' data plane binds to [default: any].
+    #[arg(long, value_name = "IFACE", help_heading = "Launching")]
+    pub network_interface: Option<String>,
+    /// YAML file of options (horovodrun's layout).
+    #[arg(long, value_name = "FILE", help_heading = "Launching")]
+    pub config_file: Option<PathBuf>,
+
+    /// SSH port of the remote hosts [default: ssh's own].
+    #[arg(
+        short = 'p',
+        long = "ssh-port",
+        value_name = "PORT",
+        help_heading = "SSH"
+    )]
+    pub ssh_port: Option<u16>,
+    /// SSH private key for the remote hosts [default: ssh's own].
+    #[arg(
+        short = 'i',
+        long = "ssh-identity-file",
+        value_name = "FILE",
+        help_heading = "SSH"
+    )]
+    pub ssh_identity_file: Option<PathBuf>,
+
+    /// Fusion buffer size in MiB; 0 disables fusion [default: 64].
+    #[arg(long, value_name = "MB", help_heading = "Tuneable parameters")]
+    pub fusion_threshold_mb: Option<f64>,
+    /// Milliseconds between negotiation cycles [default: 1].
+    #[arg(long, value_name = "MS", help_heading = "Tuneable parameters")]
+    pub cycle_time_ms: Option<f64>,
+    /// Tensor names kept in the response cache [default: 1024].
+    #[arg(long, value_name = "N", help_heading = "Tuneable parameters")]
+    pub cache_capacity: Option<usize>,
+    /// Turn the response cache off (same as --cache-capacity 0).
+    #[arg(long, action = ArgAction::SetTrue, help_heading = "Tuneable parameters")]
+    pub disable_cache: bool,
+    /// Reduce within each host first, then across hosts [default: off].
+    #[arg(
+        long,
+        overrides_with = "no_hierarchical_allreduce",
+        help_heading = "Tuneable parameters"
+    )]
+    pub hierarchical_allreduce: bool,
+    /// Plain ring allreduce across all ranks.
+    #[arg(
+        long,
+        overrides_with = "hierarchical_allreduce",
+        help_heading = "Tuneable parameters"
+    )]
+    pub no_hierarchical_allreduce: bool,
+    /// Gather within each host first, then across hosts [default: off].
+    #[arg(
+        long,
+        overrides_with = "no_hierarchical_allgather",
+        help_heading = "Tuneable parameters"
+    )]
+    pub hierarchical_allgather: bool,
+    /// Plain ring allgather across all ranks.
+    #[arg(
+        long,
+        overrides_with = "hierarchical_allgather",
+        help_heading = "Tuneable parameters"
+    )]
+    pub no_hierarchical_allgather: bool,
+
+    /// Write a Chrome-trace timeline of every tensor to FILE [default: none].
+    #[arg(long, value_name = "FILE", help_heading = "Timeline")]
+    pub timeline_filename: Option<PathBuf>,
+    /// Mark negotiation cycles on the timeline.
+    #[arg(long, help_heading = "Timeline")]
+    pub timeline_mark_cycles: bool,
+
+    /// Turn the stall inspector off.
+    #[arg(long, help_heading = "Stall check")]
+    pub no_stall_check: bool,
+    /// Seconds a tensor may wait on other ranks before a warning [default: 60].
+    #[arg(long, value_name = "SECONDS", help_heading = "Stall check")]
+    pub stall_check_warning_time_seconds: Option<f64>,
+    /// Seconds a tensor may wait before the job is ended; 0 = never [default: 0].
+    #[arg(long, value_name = "SECONDS", help_heading = "Stall check")]
+    pub stall_check_shutdown_time_seconds: Option<f64>,
+
+    /// Write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr.
+    #[arg(long, value_name = "DIR", help_heading = "Output")]
+    pub output_filename: Option<PathBuf>,
+    /// Prefix every forwarded line with the time it was received.
+    #[arg(long, help_heading = "Output")]
+    pub prefix_output_with_timestamp: bool,
+
+    /// trace, debug, info, warning, error [default: warning].
+    #[arg(long, value_name = "LEVEL", help_heading = "Logging")]
+    pub log_level: Option<String>,
+    /// Leave timestamps out of elasticrun's own log lines.
+    #[arg(long, help_heading = "Logging")]
+    pub log_without_timestamp: bool,
+
+    /// The training program and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+impl Cli {
+    /// Parses `args` (program name first), accepting horovodrun's `-np N` as well.
+    pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(rewrite_np(args.into_iter().collect()))
+    }
+}
+
+/// Turns horovodrun's single-dash `-np` into `--np`, but only among elasticrun's
+/// own options: nothing from the training command onwards is touched.
+fn rewrite_np(mut args: Vec<String>) -> Vec<String> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let takes_value = |flag: &str| {
+        cmd.get_arguments().any(|a| {
+            let named = a.get_long().is_some_and(|l| flag == format!("--{l}"))
+                || a.get_short().is_some_and(|s| flag == format!("-{s}"))
+                || a.get_all_aliases()
+                    .is_some_and(|al| al.iter().any(|l| flag == format!("--{l}")));
+            named && a.get_action().takes_values()
+        })
+    };
+    let mut i = 1;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a == "-np" {
+            args[i] = "--np".into();
+            i += 2;
+        } else if a == "--" || !a.starts_with('-') {
+            break;
+        } else if !a.contains('=') && (takes_value(a) || a == "--np") {
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Cli, clap::Error> {
+        Cli::parse_args(
+            std::iter::once("elasticrun".to_owned()).chain(s.split_whitespace().map(str::to_owned)),
+        )
+    }
+
+    #[test]
+    fn horovodrun_style_command_line() {
+        let c = parse("-np 4 -H a:2,b:2 -p 2222 --fusion-threshold-mb 32 python train.py --lr 0.1")
+            .unwrap();
+        assert_eq!(c.np, Some(4));
+        assert_eq!(c.hosts.as_deref(), Some("a:2,b:2"));
+        assert_eq!(c.ssh_port, Some(2222));
+        assert_eq!(c.fusion_threshold_mb, Some(32.0));
+        assert_eq!(c.command, ["python", "train.py", "--lr", "0.1"]);
+    }
+
+    #[test]
+    fn the_programs_own_np_is_left_alone() {
+        let c = parse("--np 2 ./train -np 7").unwrap();
+        assert_eq!(c.np, Some(2));
+        assert_eq!(c.command, ["./train", "-np", "7"]);
+        let c = parse("-H localhost:2 ./train -np 7").unwrap();
+        assert_eq!(c.np, None);
+        assert_eq!(c.command, ["./train", "-np", "7"]);
+    }
+
+    #[test]
+    fn last_of_a_flag_pair_wins() {
+        let c = parse("--hierarchical-allreduce --no-hierarchical-allreduce ./t").unwrap();
+        assert!(!c.hierarchical_allreduce && c.no_hierarchical_allreduce);
+        let c = parse("--no-hierarchical-allgather --hierarchical-allgather ./t").unwrap();
+        assert!(c.hierarchical_allgather && !c.no_hierarchical_allgather);
+    }
+
+    #[test]
+    fn a_command_is_required_and_bad_values_are_refused() {
+        assert!(parse("-np 2").is_err());
+        assert!(parse("-np two ./t").is_err());
+        assert!(
+            parse("-H a:1 --hostfile h ./t").is_err(),
+            "hosts and hostfile conflict"
+        );
+        assert!(parse("-p 70000 ./t").is_err());
+    }
+
+    #[test]
+    fn help_groups_the_options() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_help().to_string();
+        for heading in [
+            "Launching:",
+            "SSH:",
+            "Tuneable parameters:",
+            "Timeline:",
+            "Stall check:",
+            "Output:",
+            "Logging:",
+        ] {
+            assert!(help.contains(heading), "{heading} missing from\n{help}");
+        }
+        assert!(help.contains("[default: 64]"), "defaults are stated");
+    }
+}

@@ -1,0 +1,128 @@
+//! The YAML `--config-file`, in horovodrun's layout (so existing files carry over)
+//! plus a `launch` section for the launcher's own options:
+//!
+//! ```yaml
+//! launch:      { np: 4, hosts: "a:2,b:2", hostfile: hosts.txt, ssh_port: 2222,
+//!                ssh_identity_file: ~/.ssh/id, start_timeout: 60,
+//!                network_interface: eth0, output_filename: logs,
+//!                prefix_output_with_timestamp: true }
+//! params:      { fusion_threshold_mb: 32, cycle_time_ms: 2.5, cache_capacity: 2048,
+//!                disable_cache: false, hierarchical_allreduce: false,
+//!                hierarchical_allgather: false }
+//! timeline:    { filename: timeline.json, mark_cycles: true }
+//! stall_check: { enabled: true, warning_time_seconds: 60, shutdown_time_seconds: 0 }
+//! logging:     { level: info, hide_timestamp: false }
+//! ```
+//! Unknown keys are errors (with line and column), so a typo is never ignored.
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub launch: Launch,
+    #[serde(default)]
+    pub params: Params,
+    #[serde(default)]
+    pub timeline: Timeline,
+    #[serde(default)]
+    pub stall_check: StallCheck,
+    #[serde(default)]
+    pub logging: Logging,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Launch {
+    pub np: Option<usize>,
+    pub hosts: Option<String>,
+    pub hostfile: Option<String>,
+    pub ssh_port: Option<u16>,
+    pub ssh_identity_file: Option<String>,
+    pub start_timeout: Option<f64>,
+    pub network_interface: Option<String>,
+    pub output_filename: Option<String>,
+    pub prefix_output_with_timestamp: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    pub fusion_threshold_mb: Option<f64>,
+    pub cycle_time_ms: Option<f64>,
+    pub cache_capacity: Option<usize>,
+    pub disable_cache: Option<bool>,
+    pub hierarchical_allreduce: Option<bool>,
+    pub hierarchical_allgather: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Timeline {
+    pub filename: Option<String>,
+    pub mark_cycles: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StallCheck {
+    pub enabled: Option<bool>,
+    pub warning_time_seconds: Option<f64>,
+    pub shutdown_time_seconds: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Logging {
+    pub level: Option<String>,
+    pub hide_timestamp: Option<bool>,
+}
+
+/// Parses the file's text; the error names line and column.
+pub fn parse(text: &str) -> Result<ConfigFile, String> {
+    if text.trim().is_empty() {
+        return Ok(ConfigFile::default());
+    }
+    serde_saphyr::from_str(text).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn horovod_layout_parses() {
+        let f = parse(
+            "params:\n  fusion_threshold_mb: 32\n  cycle_time_ms: 2.5\n  hierarchical_allreduce: true\n\
+             timeline:\n  filename: t.json\n  mark_cycles: true\n\
+             stall_check:\n  enabled: false\n\
+             logging:\n  level: debug\n\
+             launch:\n  np: 4\n  hosts: a:2,b:2\n",
+        )
+        .unwrap();
+        assert_eq!(f.params.fusion_threshold_mb, Some(32.0));
+        assert_eq!(f.params.cycle_time_ms, Some(2.5));
+        assert_eq!(f.params.hierarchical_allreduce, Some(true));
+        assert_eq!(f.timeline.filename.as_deref(), Some("t.json"));
+        assert_eq!(f.stall_check.enabled, Some(false));
+        assert_eq!(f.logging.level.as_deref(), Some("debug"));
+        assert_eq!(f.launch.np, Some(4));
+        assert_eq!(f.launch.hosts.as_deref(), Some("a:2,b:2"));
+    }
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        assert_eq!(parse("").unwrap(), ConfigFile::default());
+        assert_eq!(parse("# nothing\n").unwrap(), ConfigFile::default());
+    }
+
+    #[test]
+    fn typos_and_wrong_types_are_errors_with_a_position() {
+        let e = parse("params:\n  fusion_treshold_mb: 3\n").unwrap_err();
+        assert!(e.contains("fusion_treshold_mb"), "{e}");
+        assert!(e.contains('2'), "names the line: {e}");
+        assert!(parse("params:\n  cache_capacity: lots\n").is_err());
+        assert!(parse("launch: [1, 2]\n").is_err());
+    }
+}
