@@ -1,4 +1,156 @@
-//! Configuration, parsed once at the edge into typed values.
+//! Configuration, parsed once at the edge into typed values: the command line
+//! ([`cli`]), the environment and the YAML file ([`file`]), merged by
+//! [`resolve()`](resolve::resolve) into a [`JobConfig`].
 
 pub mod cli;
 pub mod file;
+mod resolve;
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+pub use resolve::resolve;
+
+use crate::hosts::{HostSlots, HostsError};
+
+/// Where a value came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    CommandLine,
+    /// The environment variable that set it.
+    Environment(&'static str),
+    ConfigFile,
+    Default,
+}
+
+/// A value and where it came from. The autotuner only moves values that the user
+/// did not set.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub source: Source,
+}
+
+impl<T> Sourced<T> {
+    pub fn new(value: T, source: Source) -> Self {
+        Self { value, source }
+    }
+
+    /// Set by the user (command line, environment or file), not a default.
+    pub fn is_explicit(&self) -> bool {
+        self.source != Source::Default
+    }
+
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Sourced<U> {
+        Sourced::new(f(self.value), self.source)
+    }
+}
+
+/// Where the workers run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostSpec {
+    /// This machine, with as many slots as processes.
+    Localhost,
+    List(Vec<HostSlots>),
+    /// A hostfile, read when the job starts.
+    File(PathBuf),
+}
+
+/// The performance knobs the worker engine acts on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuning {
+    /// Default 64 MiB; 0 disables fusion.
+    pub fusion_threshold_bytes: Sourced<u64>,
+    /// Default 1 ms.
+    pub cycle_time: Sourced<Duration>,
+    /// Default 1024; 0 when the cache is disabled.
+    pub cache_capacity: Sourced<usize>,
+    /// Default off.
+    pub hierarchical_allreduce: Sourced<bool>,
+    /// Default off.
+    pub hierarchical_allgather: Sourced<bool>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    pub file: PathBuf,
+    pub mark_cycles: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StallCheck {
+    Off,
+    On {
+        /// Default 60 s.
+        warning: Duration,
+        /// `None` (the default) never ends the job.
+        shutdown: Option<Duration>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warning,
+    Error,
+}
+
+impl FromStr for LogLevel {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "trace" => Ok(LogLevel::Trace),
+            "debug" => Ok(LogLevel::Debug),
+            "info" => Ok(LogLevel::Info),
+            "warning" | "warn" => Ok(LogLevel::Warning),
+            "error" | "fatal" => Ok(LogLevel::Error),
+            other => Err(format!(
+                "{other:?} is not one of trace, debug, info, warning, error"
+            )),
+        }
+    }
+}
+
+/// Everything `elasticrun` needs to run a job, resolved and validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobConfig {
+    pub command: Vec<String>,
+    /// `None`: as many processes as the hosts have slots.
+    pub np: Option<usize>,
+    pub hosts: HostSpec,
+    /// Default 30 s.
+    pub start_timeout: Duration,
+    pub network_interface: Option<String>,
+    pub ssh_port: Option<u16>,
+    pub ssh_identity_file: Option<PathBuf>,
+    pub tuning: Tuning,
+    pub timeline: Option<Timeline>,
+    pub stall_check: StallCheck,
+    /// `DIR/rank.N/{stdout,stderr}`.
+    pub output_dir: Option<PathBuf>,
+    pub output_timestamps: bool,
+    /// Default warning.
+    pub log_level: LogLevel,
+    pub log_timestamps: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{var}={value:?}: {why}")]
+    Env {
+        var: String,
+        value: String,
+        why: String,
+    },
+    #[error("--{option}: {why}")]
+    Invalid { option: &'static str, why: String },
+    #[error(transparent)]
+    Hosts(#[from] HostsError),
+}
+
+#[cfg(test)]
+mod tests;
