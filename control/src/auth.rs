@@ -1,0 +1,139 @@
+//! Mutual challenge-response over the job secret, before any other frame:
+//!
+//! ```text
+//!  coordinator                               worker
+//!      ── Challenge { nonce: c } ─────────────>
+//!      <──────────── Prove { nonce: w, mac: HMAC(k, "worker" | c | w) }
+//!      ── Proven { mac: HMAC(k, "coordinator" | c | w) } ──>
+//! ```
+//! Both proofs bind both nonces, so neither can be replayed, and the secret never
+//! crosses the wire. MACs are compared in constant time.
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+/// The per-job secret. Never printed: `Debug` shows nothing of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret([u8; 32]);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+pub type Nonce = [u8; 32];
+pub type Proof = [u8; 32];
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("the secret must be 64 hexadecimal digits")]
+    BadHex,
+    #[error("the system's random source failed: {0}")]
+    Random(String),
+}
+
+fn random32() -> Result<[u8; 32], SecretError> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).map_err(|e| SecretError::Random(e.to_string()))?;
+    Ok(b)
+}
+
+impl Secret {
+    /// A fresh random secret for a new job.
+    pub fn generate() -> Result<Self, SecretError> {
+        random32().map(Secret)
+    }
+
+    /// The form handed to workers (environment or ssh stdin, never a command line).
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub fn from_hex(s: &str) -> Result<Self, SecretError> {
+        let s = s.trim();
+        if s.len() != 64 || !s.is_ascii() {
+            return Err(SecretError::BadHex);
+        }
+        let mut out = [0u8; 32];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| SecretError::BadHex)?;
+        }
+        Ok(Secret(out))
+    }
+
+    fn mac(&self, role: &[u8], c: &Nonce, w: &Nonce) -> Hmac<Sha256> {
+        // HMAC takes keys of any length, so this cannot fail for 32 bytes.
+        let mut m =
+            <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
+        m.update(role);
+        m.update(c);
+        m.update(w);
+        m
+    }
+
+    pub fn worker_proof(&self, c: &Nonce, w: &Nonce) -> Proof {
+        self.mac(b"elasticrun worker", c, w)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    pub fn coordinator_proof(&self, c: &Nonce, w: &Nonce) -> Proof {
+        self.mac(b"elasticrun coordinator", c, w)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    pub fn check_worker(&self, c: &Nonce, w: &Nonce, proof: &Proof) -> bool {
+        self.mac(b"elasticrun worker", c, w)
+            .verify_slice(proof)
+            .is_ok()
+    }
+
+    pub fn check_coordinator(&self, c: &Nonce, w: &Nonce, proof: &Proof) -> bool {
+        self.mac(b"elasticrun coordinator", c, w)
+            .verify_slice(proof)
+            .is_ok()
+    }
+}
+
+/// A fresh nonce.
+pub fn nonce() -> Result<Nonce, SecretError> {
+    random32()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip_and_refusals() {
+        let s = Secret::generate().unwrap();
+        assert_eq!(Secret::from_hex(&s.to_hex()).unwrap(), s);
+        assert_eq!(Secret::from_hex("abc"), Err(SecretError::BadHex));
+        assert_eq!(Secret::from_hex(&"zz".repeat(32)), Err(SecretError::BadHex));
+        assert_eq!(format!("{s:?}"), "Secret(..)");
+    }
+
+    #[test]
+    fn proofs_bind_secret_role_and_both_nonces() {
+        let k = Secret::generate().unwrap();
+        let other = Secret::generate().unwrap();
+        let (c, w) = (nonce().unwrap(), nonce().unwrap());
+        let p = k.worker_proof(&c, &w);
+        assert!(k.check_worker(&c, &w, &p));
+        assert!(!other.check_worker(&c, &w, &p), "another job's secret");
+        assert!(
+            !k.check_coordinator(&c, &w, &p),
+            "a worker proof is not a coordinator proof"
+        );
+        assert!(
+            !k.check_worker(&nonce().unwrap(), &w, &p),
+            "replayed against a new challenge"
+        );
+        assert!(!k.check_worker(&c, &nonce().unwrap(), &p));
+        assert!(k.check_coordinator(&c, &w, &k.coordinator_proof(&c, &w)));
+    }
+}

@@ -1,0 +1,15 @@
+//! elasticrun's control plane: the messages between the coordinator and its
+//! workers ([`WorkerMsg`], [`CoordinatorMsg`]), their framing ([`FrameCodec`]:
+//! length-delimited bincode with explicit limits), and the authentication that
+//! opens every connection ([`accept`] / [`connect`], a mutual HMAC challenge over
+//! the per-job [`Secret`]).
+
+mod auth;
+mod codec;
+mod handshake;
+mod messages;
+
+pub use auth::{Nonce, Proof, Secret, SecretError, nonce};
+pub use codec::{CodecError, FrameCodec, MAX_FRAME};
+pub use handshake::{CoordinatorLink, HandshakeError, WorkerLink, accept, connect};
+pub use messages::{Assignment, CoordinatorMsg, Knobs, Registration, WorkerMsg};
