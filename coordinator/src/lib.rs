@@ -10,6 +10,8 @@
 pub mod config;
 pub mod hosts;
 pub mod layout;
+pub mod rendezvous;
+pub mod server;
 
 pub use hosts::{HostSlots, HostsError, parse_host_list, parse_hostfile};
 pub use layout::{LayoutError, Placement, place};

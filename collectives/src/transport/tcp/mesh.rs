@@ -62,6 +62,13 @@ impl TcpEndpoint {
         self.listener.local_addr().map_err(TransportError::socket)
     }
 
+    /// Sets what [`TcpEndpoint::connect`] checks peers against and how long it may
+    /// take: often known only after the address has been published.
+    pub fn prepare(&mut self, job_token: u64, connect_timeout: Duration) {
+        self.config.job_token = job_token;
+        self.config.connect_timeout = connect_timeout;
+    }
+
     /// Connects to every peer (`peers[i]` is rank `i`'s endpoint address; this
     /// rank's own entry is ignored) and starts the transport.
     pub async fn connect(

@@ -1,0 +1,126 @@
+//! What `elasticrun` tells a worker, read once at `init`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use control::Secret;
+
+use crate::InitError;
+
+pub(crate) const COORDINATOR: &str = "ELASTICRUN_COORDINATOR";
+pub(crate) const SECRET: &str = "ELASTICRUN_SECRET";
+pub(crate) const HOST: &str = "ELASTICRUN_HOST";
+pub(crate) const SLOT: &str = "ELASTICRUN_SLOT";
+pub(crate) const START_TIMEOUT: &str = "ELASTICRUN_START_TIMEOUT";
+
+/// Where this worker's coordinator is and who this worker is.
+#[derive(Debug)]
+pub(crate) struct Launch {
+    pub(crate) coordinator: SocketAddr,
+    pub(crate) secret: Secret,
+    pub(crate) host: String,
+    pub(crate) slot: u32,
+    pub(crate) start_timeout: Duration,
+}
+
+/// `None` when the program was not started by elasticrun.
+pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>, InitError> {
+    let Some(coordinator) = get(COORDINATOR) else {
+        return Ok(None);
+    };
+    let bad = |var: &'static str, why: &str| InitError::Environment {
+        var,
+        why: why.to_owned(),
+    };
+    let need = |var: &'static str| get(var).ok_or_else(|| bad(var, "is not set"));
+    let coordinator = coordinator
+        .parse()
+        .map_err(|_| bad(COORDINATOR, "is not an ip:port address"))?;
+    let secret = Secret::from_hex(&need(SECRET)?).map_err(|e| bad(SECRET, &e.to_string()))?;
+    let host = need(HOST)?;
+    let slot = need(SLOT)?
+        .parse()
+        .map_err(|_| bad(SLOT, "is not a slot number"))?;
+    let start_timeout = match get(START_TIMEOUT) {
+        Some(s) => s
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| bad(START_TIMEOUT, "is not a positive number of seconds"))?,
+        None => Duration::from_secs(30),
+    };
+    Ok(Some(Launch {
+        coordinator,
+        secret,
+        host,
+        slot,
+        start_timeout,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn standalone_without_a_coordinator() {
+        assert!(read(env(&[])).unwrap().is_none());
+    }
+
+    #[test]
+    fn launched() {
+        let k = Secret::generate().unwrap().to_hex();
+        let l = read(env(&[
+            (COORDINATOR, "127.0.0.1:4000"),
+            (SECRET, &k),
+            (HOST, "a"),
+            (SLOT, "3"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (l.coordinator.port(), l.host.as_str(), l.slot),
+            (4000, "a", 3)
+        );
+        assert_eq!(l.start_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn bad_launch_environment_names_the_variable() {
+        let e = read(env(&[
+            (COORDINATOR, "127.0.0.1:4000"),
+            (HOST, "a"),
+            (SLOT, "0"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains(SECRET), "{e}");
+        let k = Secret::generate().unwrap().to_hex();
+        let e = read(env(&[
+            (COORDINATOR, "nowhere"),
+            (SECRET, &k),
+            (HOST, "a"),
+            (SLOT, "0"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains(COORDINATOR), "{e}");
+        let e = read(env(&[
+            (COORDINATOR, "127.0.0.1:1"),
+            (SECRET, &k),
+            (HOST, "a"),
+            (SLOT, "x"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains(SLOT), "{e}");
+    }
+}
