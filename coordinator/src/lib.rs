@@ -9,6 +9,8 @@
 
 pub mod config;
 pub mod hosts;
+pub mod job;
+pub mod launch;
 pub mod layout;
 pub mod rendezvous;
 pub mod server;
