@@ -11,11 +11,12 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::{HostSpec, JobConfig};
 use crate::hosts::{HostSlots, parse_hostfile};
-use crate::launch::output::{self, Stream};
+use crate::launch::address::{AddressError, control_addresses};
 use crate::launch::process::{self, WorkerProcess};
-use crate::layout::{Placement, place};
+use crate::launch::start::{Plan, StartError, Started, start_all};
+use crate::layout::place;
 use crate::rendezvous::Rendezvous;
-use crate::server::Server;
+use crate::server::{LinkEnd, Server};
 
 /// How long stopped workers get between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -26,12 +27,12 @@ const SILENCE: Duration = Duration::from_secs(15);
 pub enum JobError {
     #[error("{0}")]
     Config(String),
-    #[error("hosts other than this machine ({0}) need the ssh launcher, which is not built yet")]
-    Remote(String),
+    #[error(transparent)]
+    Address(#[from] AddressError),
     #[error(transparent)]
     Server(#[from] crate::server::ServerError),
-    #[error("cannot start rank {rank}: {why}")]
-    Spawn { rank: usize, why: String },
+    #[error(transparent)]
+    Start(#[from] StartError),
 }
 
 /// How the job ended, as elasticrun's exit code.
@@ -52,11 +53,6 @@ impl Ending {
             Ending::Terminated => 143,
         }
     }
-}
-
-fn is_this_machine(host: &str) -> bool {
-    matches!(host, "localhost" | "127.0.0.1" | "::1")
-        || nix::unistd::gethostname().is_ok_and(|h| h.to_str() == Some(host))
 }
 
 /// The hosts of the job and the number of processes.
@@ -98,108 +94,48 @@ fn knobs(cfg: &JobConfig) -> Knobs {
     }
 }
 
-fn worker_env(
-    coordinator: SocketAddr,
-    secret: &Secret,
-    host: &str,
-    p: &Placement,
-    cfg: &JobConfig,
-) -> Vec<(String, String)> {
-    vec![
-        ("ELASTICRUN_COORDINATOR".into(), coordinator.to_string()),
-        // Through the environment, never the command line: not visible in ps.
-        ("ELASTICRUN_SECRET".into(), secret.to_hex()),
-        ("ELASTICRUN_HOST".into(), host.to_owned()),
-        ("ELASTICRUN_SLOT".into(), p.local_rank.to_string()),
-        (
-            "ELASTICRUN_START_TIMEOUT".into(),
-            cfg.start_timeout.as_secs_f64().to_string(),
-        ),
-    ]
-}
-
 /// Runs the job described by `cfg`.
 pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     let (hosts, np) = hosts_and_np(&cfg).await?;
     let placements = place(&hosts, np).map_err(|e| JobError::Config(e.to_string()))?;
-    let remote: Vec<&str> = placements
-        .iter()
-        .map(|p| hosts[p.host].host.as_str())
-        .filter(|h| !is_this_machine(h))
-        .collect();
-    if let Some(first) = remote.first() {
-        return Err(JobError::Remote((*first).to_owned()));
-    }
+    let names: Vec<&str> = hosts.iter().map(|h| h.host.as_str()).collect();
+    let addresses = control_addresses(&names, cfg.network_interface.as_deref())?;
     let secret = Secret::generate().map_err(|e| JobError::Config(e.to_string()))?;
     let token_bytes = control::nonce().map_err(|e| JobError::Config(e.to_string()))?;
     let data_token = u64::from_le_bytes(token_bytes[..8].try_into().unwrap_or_default());
-    let mut server = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), secret.clone()).await?;
-    let coordinator = server.local_addr();
+    let server = Server::bind(SocketAddr::new(addresses.bind, 0), secret.clone()).await?;
+    tracing::debug!(addr = %server.local_addr(), "control plane listening");
 
-    let mut workers = Vec::with_capacity(np);
-    let mut forwarders = Vec::new();
-    for p in &placements {
-        let host = &hosts[p.host].host;
-        let env = worker_env(coordinator, &secret, host, p, &cfg);
-        let (w, pipes) =
-            process::spawn(&cfg.command, p.rank, host, &env).map_err(|e| JobError::Spawn {
-                rank: p.rank,
-                why: e.to_string(),
-            })?;
-        let file = |s| {
-            cfg.output_dir
-                .as_ref()
-                .map(|d| output::rank_file(d, p.rank, s))
-        };
-        let ts = cfg.output_timestamps;
-        forwarders.push(tokio::spawn(output::forward(
-            pipes.stdout,
-            p.rank,
-            Stream::Stdout,
-            ts,
-            file(Stream::Stdout),
-        )));
-        forwarders.push(tokio::spawn(output::forward(
-            pipes.stderr,
-            p.rank,
-            Stream::Stderr,
-            ts,
-            file(Stream::Stderr),
-        )));
-        workers.push(w);
+    let plan = Plan {
+        cfg: &cfg,
+        hosts: &hosts,
+        placements: &placements,
+        coordinator_port: server.local_addr().port(),
+        addresses: &addresses,
+        secret: &secret,
+    };
+    let mut started = Started::default();
+    if let Err(e) = start_all(&plan, &mut started).await {
+        process::stop_all(&mut started.workers, STOP_GRACE).await;
+        return Err(e.into());
     }
-
     let (problems_tx, problems) = mpsc::channel::<String>(64);
     let (stop_tx, stop_rx) = watch::channel::<Option<String>>(None);
     let rv = Rendezvous::new(0, &hosts, &placements);
-    let knobs = knobs(&cfg);
-    let start_timeout = cfg.start_timeout;
-    let control = tokio::spawn(async move {
-        match server
-            .rendezvous(rv, &knobs, data_token, start_timeout)
-            .await
-        {
-            Ok(links) => {
-                for link in links {
-                    let (tx, stop) = (problems_tx.clone(), stop_rx.clone());
-                    tokio::spawn(async move {
-                        let slot = link.slot.clone();
-                        if let (rank, end @ crate::server::LinkEnd::Silent(_)) =
-                            link.watch(SILENCE, stop).await
-                        {
-                            let _ = tx.send(format!("rank {rank} ({slot}) failed: {end}")).await;
-                        }
-                    });
-                }
-                // Keep the listener (and its refusals of strangers) for the job's life.
-                std::future::pending::<()>().await;
-            }
-            Err(e) => {
-                let _ = problems_tx.send(e.to_string()).await;
-            }
-        }
-    });
+    let control = tokio::spawn(control_plane(
+        server,
+        rv,
+        knobs(&cfg),
+        data_token,
+        cfg.start_timeout,
+        problems_tx,
+        stop_rx,
+    ));
 
+    let Started {
+        mut workers,
+        forwarders,
+    } = started;
     let ending = supervise(&mut workers, problems).await;
     if ending != Ending::Success {
         let _ = stop_tx.send(Some("the job is stopping".into()));
@@ -210,6 +146,40 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         let _ = f.await;
     }
     Ok(ending)
+}
+
+/// Hands out assignments, then watches every worker's heartbeats; whatever
+/// goes wrong is reported on `problems`.
+async fn control_plane(
+    mut server: Server,
+    rv: Rendezvous,
+    knobs: Knobs,
+    data_token: u64,
+    start_timeout: Duration,
+    problems: mpsc::Sender<String>,
+    stop: watch::Receiver<Option<String>>,
+) {
+    match server
+        .rendezvous(rv, &knobs, data_token, start_timeout)
+        .await
+    {
+        Ok(links) => {
+            for link in links {
+                let (tx, stop) = (problems.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let slot = link.slot.clone();
+                    if let (rank, end @ LinkEnd::Silent(_)) = link.watch(SILENCE, stop).await {
+                        let _ = tx.send(format!("rank {rank} ({slot}) failed: {end}")).await;
+                    }
+                });
+            }
+            // Keep the listener (and its refusals of strangers) for the job's life.
+            std::future::pending::<()>().await;
+        }
+        Err(e) => {
+            let _ = problems.send(e.to_string()).await;
+        }
+    }
 }
 
 /// Waits for the workers; the first failure, problem report or signal ends it.
@@ -239,24 +209,21 @@ async fn supervise(workers: &mut [WorkerProcess], mut problems: mpsc::Receiver<S
             }
         }
         let mut all_done = true;
+        let mut failed = Vec::new();
         for w in workers.iter_mut() {
             match w.poll() {
                 Ok(Some(st)) if st.success() => {}
-                Ok(Some(st)) => {
-                    eprintln!(
-                        "elasticrun: rank {} on {} {}; stopping every worker",
-                        w.rank,
-                        w.host,
-                        process::describe(st)
-                    );
-                    return Ending::Failed;
-                }
+                Ok(Some(st)) => failed.push(w.describe(st)),
                 Ok(None) => all_done = false,
-                Err(e) => {
-                    eprintln!("elasticrun: cannot wait for rank {}: {e}", w.rank);
-                    return Ending::Failed;
-                }
+                Err(e) => failed.push(format!("cannot wait for rank {}: {e}", w.rank)),
             }
+        }
+        if !failed.is_empty() {
+            // Several may have ended since the last look: a worker killed by a
+            // signal is more likely the cause than peers that exited on losing it.
+            failed.sort_by_key(|m| !m.contains("killed by signal"));
+            eprintln!("elasticrun: {}; stopping every worker", failed.join("; "));
+            return Ending::Failed;
         }
         if all_done {
             return Ending::Success;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 /// A started worker.
 #[derive(Debug)]
@@ -15,6 +16,9 @@ pub struct WorkerProcess {
     pub host: String,
     child: Child,
     pgid: Option<Pid>,
+    /// Open for a worker started over ssh: closing it stops the worker.
+    stdin: Option<ChildStdin>,
+    remote: bool,
     pub status: Option<ExitStatus>,
 }
 
@@ -24,20 +28,34 @@ pub struct Pipes {
     pub stderr: ChildStderr,
 }
 
-/// Starts `command` as `rank`, with `env` added to elasticrun's environment.
-pub fn spawn(
-    command: &[String],
-    rank: usize,
-    host: &str,
-    env: &[(String, String)],
-) -> std::io::Result<(WorkerProcess, Pipes)> {
-    let (program, args) = command.split_first().ok_or_else(|| {
+/// How to start one worker.
+#[derive(Debug)]
+pub struct Spec<'a> {
+    pub rank: usize,
+    pub host: &'a str,
+    /// The program and its arguments (for a remote worker, the ssh command).
+    pub argv: &'a [String],
+    /// Added to elasticrun's environment.
+    pub env: &'a [(String, String)],
+    /// A line written to standard input, which then stays open (remote
+    /// workers); `None` gives the worker no standard input.
+    pub stdin_line: Option<String>,
+}
+
+/// Starts a worker in a process group of its own.
+pub async fn spawn(spec: Spec<'_>) -> std::io::Result<(WorkerProcess, Pipes)> {
+    let (program, args) = spec.argv.split_first().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command to run")
     })?;
+    let remote = spec.stdin_line.is_some();
     let mut child = Command::new(program)
         .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(if remote {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -50,11 +68,19 @@ pub fn spawn(
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(std::io::Error::other("worker has no output pipes"));
     };
+    let mut stdin = child.stdin.take();
+    if let (Some(pipe), Some(line)) = (stdin.as_mut(), spec.stdin_line) {
+        // A short line into an empty pipe: never blocks.
+        pipe.write_all(format!("{line}\n").as_bytes()).await?;
+        pipe.flush().await?;
+    }
     let p = WorkerProcess {
-        rank,
-        host: host.to_owned(),
+        rank: spec.rank,
+        host: spec.host.to_owned(),
         child,
         pgid,
+        stdin,
+        remote,
         status: None,
     };
     Ok((p, Pipes { stdout, stderr }))
@@ -67,6 +93,25 @@ impl WorkerProcess {
             self.status = self.child.try_wait()?;
         }
         Ok(self.status)
+    }
+
+    /// "rank 2 on node1 was killed by signal 9 (SIGKILL)".
+    pub fn describe(&self, status: ExitStatus) -> String {
+        let how = match (self.remote, status.code()) {
+            (true, Some(code)) => super::ssh::describe_code(code),
+            _ => describe(status),
+        };
+        format!("rank {} on {} {how}", self.rank, self.host)
+    }
+
+    /// Asks the worker to stop: SIGTERM to a local one; a remote one is
+    /// stopped by its host when ssh's standard input closes.
+    fn terminate(&mut self) {
+        if self.remote {
+            self.stdin = None;
+        } else {
+            self.signal(Signal::SIGTERM);
+        }
     }
 
     fn signal(&self, sig: Signal) {
@@ -82,7 +127,7 @@ impl WorkerProcess {
 pub async fn stop_all(workers: &mut [WorkerProcess], grace: Duration) {
     for w in workers.iter_mut() {
         if matches!(w.poll(), Ok(None)) {
-            w.signal(Signal::SIGTERM);
+            w.terminate();
         }
     }
     let deadline = tokio::time::Instant::now() + grace;

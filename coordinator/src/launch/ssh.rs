@@ -1,0 +1,250 @@
+//! Remote workers through the system `ssh`: the command line that starts a
+//! worker on another host, in the same working directory and with the same
+//! environment, and that stops it when the connection ends.
+//!
+//! Pure: the argument vector is built here and run by [`super::process`].
+//! The job secret is not on any command line; the remote shell reads it from
+//! ssh's standard input, which then stays open: when it closes (elasticrun
+//! stops the worker, exits or dies) the remote side stops the worker's process
+//! group, SIGTERM then SIGKILL.
+
+use std::path::{Path, PathBuf};
+
+/// How to reach remote hosts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SshOptions {
+    pub port: Option<u16>,
+    pub identity_file: Option<PathBuf>,
+}
+
+/// Seconds between SIGTERM and SIGKILL on the remote side.
+pub const REMOTE_GRACE_SECS: u32 = 3;
+
+/// Quotes `s` for a POSIX shell.
+pub fn quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"@%+=:,./_-".contains(&b))
+    {
+        return s.to_owned();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Whether elasticrun's own environment variable `name` goes to remote workers.
+/// Everything does except what belongs to the remote login (home, user,
+/// shell, terminal, ssh session) or cannot be passed through `env`.
+pub fn forwarded(name: &str) -> bool {
+    const LOGIN: &[&str] = &[
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "MAIL",
+        "SHELL",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "HOSTNAME",
+        "_",
+        "TERM",
+        "DISPLAY",
+        "LS_COLORS",
+        "XDG_RUNTIME_DIR",
+        "XDG_SESSION_ID",
+        "SSH_AUTH_SOCK",
+        "SSH_AGENT_PID",
+        "SSH_CLIENT",
+        "SSH_CONNECTION",
+        "SSH_TTY",
+        "ELASTICRUN_SECRET",
+    ];
+    let valid = name
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    valid && !LOGIN.contains(&name) && !name.starts_with("BASH_FUNC_")
+}
+
+/// The shell script the remote login shell runs (through `sh -c`).
+fn remote_script(cwd: &Path, env: &[(String, String)], command: &[String]) -> String {
+    let assignments: Vec<String> = env
+        .iter()
+        .map(|(k, v)| quote(&format!("{k}={v}")))
+        .collect();
+    let program: Vec<String> = command.iter().map(|a| quote(a)).collect();
+    let cwd = quote(&cwd.to_string_lossy());
+    // `set -m` puts the worker and the watcher in process groups of their own.
+    format!(
+        "IFS= read -r ELASTICRUN_SECRET || exit 255; export ELASTICRUN_SECRET; \
+         cd {cwd} || exit 255; set -m; \
+         env {env} {program} </dev/null & pid=$!; \
+         {{ cat >/dev/null; kill -TERM -$pid 2>/dev/null; sleep {REMOTE_GRACE_SECS}; kill -KILL -$pid 2>/dev/null; }} & watch=$!; \
+         wait $pid; rc=$?; kill -KILL -$watch 2>/dev/null; exit $rc",
+        env = assignments.join(" "),
+        program = program.join(" "),
+    )
+}
+
+/// `ssh ... HOST 'sh -c ...'`: the argument vector that runs `command` on `host`.
+pub fn command(
+    host: &str,
+    opts: &SshOptions,
+    cwd: &Path,
+    env: &[(String, String)],
+    command: &[String],
+) -> Vec<String> {
+    let mut argv: Vec<String> = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "LogLevel=ERROR",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    if let Some(port) = opts.port {
+        argv.extend(["-p".to_owned(), port.to_string()]);
+    }
+    if let Some(id) = &opts.identity_file {
+        argv.extend(["-i".to_owned(), id.to_string_lossy().into_owned()]);
+    }
+    argv.push(host.to_owned());
+    argv.push(format!(
+        "sh -c {}",
+        quote(&remote_script(cwd, env, command))
+    ));
+    argv
+}
+
+/// What a remote worker's exit code means: the remote shell reports a worker
+/// killed by signal N as 128+N, and ssh itself fails with 255.
+pub fn describe_code(code: i32) -> String {
+    match code {
+        255 => "could not be started or lost its ssh connection (ssh exit code 255)".to_owned(),
+        129..=192 => {
+            let sig = code - 128;
+            match nix::sys::signal::Signal::try_from(sig) {
+                Ok(s) => format!("was killed by signal {sig} ({s})"),
+                Err(_) => format!("exited with code {code}"),
+            }
+        }
+        c => format!("exited with code {c}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> std::process::Output {
+        std::process::Command::new("sh")
+            .args(["-c", script])
+            .output()
+            .unwrap()
+    }
+
+    #[test]
+    fn quoting_survives_the_shell() {
+        for s in [
+            "plain",
+            "two words",
+            "it's",
+            "$HOME",
+            "a\"b",
+            "back\\slash",
+            "",
+            "new\nline",
+            "*",
+        ] {
+            let out = sh(&format!("printf %s {}", quote(s)));
+            assert_eq!(String::from_utf8(out.stdout).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn login_variables_stay_behind() {
+        assert!(
+            forwarded("PATH")
+                && forwarded("LD_LIBRARY_PATH")
+                && forwarded("ELASTICRUN_COORDINATOR")
+        );
+        assert!(
+            !forwarded("HOME") && !forwarded("ELASTICRUN_SECRET") && !forwarded("BASH_FUNC_x%%")
+        );
+        assert!(!forwarded("1X") && !forwarded("A-B") && !forwarded(""));
+    }
+
+    #[test]
+    fn ssh_options_precede_the_host() {
+        let opts = SshOptions {
+            port: Some(2222),
+            identity_file: Some("/k/id".into()),
+        };
+        let argv = command("node1", &opts, Path::new("/w"), &[], &["./train".into()]);
+        let host = argv.iter().position(|a| a == "node1").unwrap();
+        assert_eq!(argv.len(), host + 2);
+        let before = argv[..host].join(" ");
+        assert!(
+            before.contains("-p 2222")
+                && before.contains("-i /k/id")
+                && before.contains("BatchMode=yes"),
+            "{before}"
+        );
+    }
+
+    /// Runs the remote script with a local shell standing in for the remote
+    /// login shell: the secret comes from stdin and stays out of the command,
+    /// the environment and the directory arrive, and the exit code passes on.
+    #[test]
+    fn the_remote_script_runs_the_command_where_and_as_asked() {
+        let dir = std::env::temp_dir();
+        let env = [("GREETING".to_owned(), "hello 'world'".to_owned())];
+        let cmd: Vec<String> = [
+            "sh",
+            "-c",
+            "echo \"$GREETING|$ELASTICRUN_SECRET|$(pwd)\"; exit 7",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let argv = command("h", &SshOptions::default(), &dir, &env, &cmd);
+        let script = argv.last().unwrap();
+        assert!(!script.contains("s3cret"));
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::{Read, Write};
+        // Standard input stays open while the command runs, as ssh's does.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"s3cret\n").unwrap();
+        let status = child.wait().unwrap();
+        drop(stdin);
+        let mut stdout = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        let cwd = std::fs::canonicalize(&dir).unwrap();
+        assert_eq!(
+            stdout.trim(),
+            format!("hello 'world'|s3cret|{}", cwd.display())
+        );
+        assert_eq!(status.code(), Some(7));
+    }
+
+    #[test]
+    fn remote_codes_are_explained() {
+        assert_eq!(describe_code(137), "was killed by signal 9 (SIGKILL)");
+        assert_eq!(describe_code(3), "exited with code 3");
+        assert!(describe_code(255).contains("ssh"));
+    }
+}

@@ -1,0 +1,213 @@
+//! `elasticrun` on one machine: real jobs of `train`, failures, signals.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use integration_tests::{assert_all_gone, descendants, launch, start, train, workers};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const JOB: Duration = Duration::from_secs(60);
+
+fn train_args(np: &str, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = ["-np", np, train().to_str().unwrap()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn launch_train(np: &str, extra: &[&str]) -> integration_tests::Running {
+    let args = train_args(np, extra);
+    launch(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+#[test]
+fn training_reaches_the_same_accuracy_on_1_2_and_4_ranks() {
+    let mut alone = Command::new(train());
+    alone.args(["--epochs", "3"]);
+    let alone = start(alone).finish(JOB);
+    alone.expect_code(0);
+    let reference = alone.done_event();
+    assert_eq!(reference["world_size"], 1);
+    for np in ["1", "2", "4"] {
+        let run = launch_train(np, &["--epochs", "3"]).finish(JOB);
+        run.expect_code(0);
+        let done = run.done_event();
+        assert_eq!(
+            done["world_size"].as_u64(),
+            Some(np.parse().unwrap()),
+            "{done}"
+        );
+        assert_eq!(done["steps"], reference["steps"], "{done}");
+        let (acc, acc1) = (
+            done["accuracy"].as_f64().unwrap(),
+            reference["accuracy"].as_f64().unwrap(),
+        );
+        assert!(
+            (acc - acc1).abs() <= 0.005,
+            "accuracy {acc} on {np} ranks vs {acc1} alone"
+        );
+        assert!(acc > 0.9, "training did not learn: accuracy {acc}");
+        let (loss, loss1) = (
+            done["loss"].as_f64().unwrap(),
+            reference["loss"].as_f64().unwrap(),
+        );
+        assert!(
+            (loss - loss1).abs() <= 1e-3 * loss1.max(1.0),
+            "loss {loss} on {np} ranks vs {loss1} alone"
+        );
+        // Rank 0's lines carry horovodrun's prefix; the other ranks print nothing.
+        assert!(
+            run.stdout.lines().all(|l| l.starts_with("[0]<stdout>:")),
+            "{}",
+            run.stdout
+        );
+    }
+}
+
+#[test]
+fn output_goes_to_per_rank_files_with_timestamps() {
+    let dir = std::env::temp_dir().join(format!("elasticrun-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let script = "echo out-$ELASTICRUN_SLOT; echo err-$ELASTICRUN_SLOT >&2";
+    let run = launch(&[
+        "-np",
+        "2",
+        "--output-filename",
+        dir.to_str().unwrap(),
+        "--prefix-output-with-timestamp",
+        "sh",
+        "-c",
+        script,
+    ])
+    .finish(JOB);
+    run.expect_code(0);
+    for rank in 0..2 {
+        let out = std::fs::read_to_string(dir.join(format!("rank.{rank}/stdout"))).unwrap();
+        let err = std::fs::read_to_string(dir.join(format!("rank.{rank}/stderr"))).unwrap();
+        assert_eq!(out.trim(), format!("out-{rank}"));
+        assert_eq!(err.trim(), format!("err-{rank}"));
+        // Forwarded too, stamped and prefixed as horovodrun does:
+        // "2026-11-22T02:50:14.786Z [1]<stdout>:out-1".
+        let tail = format!("[{rank}]<stdout>:out-{rank}");
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.ends_with(&tail))
+            .unwrap_or_else(|| panic!("{}", run.stdout));
+        let stamp = line.strip_suffix(&tail).unwrap().trim_end();
+        assert!(
+            stamp.len() >= 20 && stamp.starts_with("20") && stamp.ends_with('Z'),
+            "no timestamp in {line}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_killed_worker_fails_the_job_naming_it_and_nothing_is_left() {
+    let job = launch_train("3", &["--epochs", "1000", "--step-delay-ms", "20"]);
+    let pids = workers(job.pid(), 3, Duration::from_secs(20));
+    let all: BTreeSet<i32> = descendants(job.pid())
+        .into_iter()
+        .chain(pids.iter().copied())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    kill(Pid::from_raw(pids[1]), Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    let run = job.finish(Duration::from_secs(20));
+    let took = killed.elapsed();
+    run.expect_code(1);
+    assert!(
+        run.stderr
+            .contains("rank 1 on localhost was killed by signal 9 (SIGKILL)"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "the job took {took:?} to stop after a worker died"
+    );
+    assert_all_gone(&all, Duration::from_secs(5));
+}
+
+#[test]
+fn a_failing_worker_reports_its_exit_code() {
+    let run = launch(&[
+        "-np",
+        "2",
+        "sh",
+        "-c",
+        "if [ $ELASTICRUN_SLOT = 1 ]; then exit 3; fi; exec sleep 30",
+    ])
+    .finish(JOB);
+    run.expect_code(1);
+    assert!(
+        run.stderr
+            .contains("rank 1 on localhost exited with code 3"),
+        "{}",
+        run.stderr
+    );
+}
+
+fn stop_with(sig: Signal, code: Option<i32>) {
+    let job = launch_train("2", &["--epochs", "1000", "--step-delay-ms", "20"]);
+    let pids = workers(job.pid(), 2, Duration::from_secs(20));
+    let all: BTreeSet<i32> = descendants(job.pid())
+        .into_iter()
+        .chain(pids.iter().copied())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    kill(Pid::from_raw(job.pid()), sig).unwrap();
+    let run = job.finish(Duration::from_secs(15));
+    assert_eq!(run.status.code(), code, "{:?}\n{}", run.status, run.stderr);
+    // SIGKILL gives elasticrun no chance to stop anyone: the workers notice the
+    // lost coordinator themselves.
+    assert_all_gone(&all, Duration::from_secs(10));
+}
+
+#[test]
+fn sigterm_stops_every_worker() {
+    stop_with(Signal::SIGTERM, Some(143));
+}
+
+#[test]
+fn sigint_stops_every_worker() {
+    stop_with(Signal::SIGINT, Some(130));
+}
+
+#[test]
+fn a_killed_elasticrun_leaves_no_worker_behind() {
+    stop_with(Signal::SIGKILL, None);
+}
+
+#[test]
+fn workers_that_never_register_time_out_naming_their_slots() {
+    let job = launch(&["-np", "2", "--start-timeout", "2", "sleep", "60"]);
+    let pids: BTreeSet<i32> = workers(job.pid(), 2, Duration::from_secs(10))
+        .into_iter()
+        .collect();
+    let run = job.finish(Duration::from_secs(20));
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("localhost slot 0") && run.stderr.contains("localhost slot 1"),
+        "{}",
+        run.stderr
+    );
+    assert_all_gone(&pids, Duration::from_secs(5));
+}
+
+#[test]
+fn a_missing_program_is_a_clear_error() {
+    let run = launch(&["-np", "2", "/nonexistent/train"]).finish(JOB);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("cannot start rank 0") && run.stderr.contains("/nonexistent/train"),
+        "{}",
+        run.stderr
+    );
+}
