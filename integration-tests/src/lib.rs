@@ -7,6 +7,8 @@
 //! `cargo build --workspace --bins` first when running this crate alone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+pub mod sshd;
+
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::PathBuf;

@@ -74,13 +74,17 @@ fn remote_script(cwd: &Path, env: &[(String, String)], command: &[String]) -> St
         .collect();
     let program: Vec<String> = command.iter().map(|a| quote(a)).collect();
     let cwd = quote(&cwd.to_string_lossy());
-    // `set -m` puts the worker and the watcher in process groups of their own.
+    // The worker gets a session (so a process group) of its own through
+    // `setsid`; a background job's standard input would be /dev/null, so the
+    // watcher reads ssh's through fd 3. When it ends, the worker's group is
+    // stopped (the group may not exist yet if setsid has not run: then the pid).
     format!(
         "IFS= read -r ELASTICRUN_SECRET || exit 255; export ELASTICRUN_SECRET; \
-         cd {cwd} || exit 255; set -m; \
-         env {env} {program} </dev/null & pid=$!; \
-         {{ cat >/dev/null; kill -TERM -$pid 2>/dev/null; sleep {REMOTE_GRACE_SECS}; kill -KILL -$pid 2>/dev/null; }} & watch=$!; \
-         wait $pid; rc=$?; kill -KILL -$watch 2>/dev/null; exit $rc",
+         cd {cwd} || exit 255; exec 3<&0; \
+         setsid env {env} {program} </dev/null & pid=$!; \
+         {{ while read -r _; do :; done; kill -TERM -$pid 2>/dev/null || kill -TERM $pid 2>/dev/null; \
+         sleep {REMOTE_GRACE_SECS}; kill -KILL -$pid 2>/dev/null; }} <&3 & watch=$!; \
+         exec 3<&-; wait $pid; rc=$?; kill -KILL $watch 2>/dev/null; exit $rc",
         env = assignments.join(" "),
         program = program.join(" "),
     )
@@ -239,6 +243,36 @@ mod tests {
             format!("hello 'world'|s3cret|{}", cwd.display())
         );
         assert_eq!(status.code(), Some(7));
+    }
+
+    /// Closing standard input (elasticrun stopping the worker, or the ssh
+    /// connection ending) stops the worker, which here ignores nothing.
+    #[test]
+    fn closing_standard_input_stops_the_worker() {
+        let cmd: Vec<String> = ["sleep", "30"].iter().map(|s| (*s).to_owned()).collect();
+        let argv = command("h", &SshOptions::default(), Path::new("/"), &[], &cmd);
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", argv.last().unwrap()])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"secret\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        drop(stdin);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the worker outlived its standard input"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(128 + 15), "stopped by SIGTERM");
     }
 
     #[test]

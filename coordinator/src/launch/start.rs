@@ -71,7 +71,8 @@ pub async fn start_all(plan: &Plan<'_>, into: &mut Started) -> Result<(), StartE
             env.push(("ELASTICRUN_SECRET".into(), plan.secret.to_hex()));
             (plan.cfg.command.clone(), None)
         } else {
-            let mut all: Vec<(String, String)> = std::env::vars()
+            let mut all: Vec<(String, String)> = std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
                 .filter(|(k, _)| ssh::forwarded(k) && !k.starts_with("ELASTICRUN_"))
                 .collect();
             all.append(&mut env);

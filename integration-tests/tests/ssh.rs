@@ -1,0 +1,158 @@
+//! Launching over ssh, against a real OpenSSH server on a loopback address
+//! (127.0.0.2 and up are "other hosts" to elasticrun).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use integration_tests::sshd::TestSshd;
+use integration_tests::{Running, assert_all_gone, descendants, env_of, launch, train, workers};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const JOB: Duration = Duration::from_secs(90);
+
+fn run_on(sshd: &TestSshd, hosts: &[&str], train_args: &[&str]) -> Running {
+    let mut args: Vec<String> = hosts.iter().map(|s| (*s).to_owned()).collect();
+    args.extend(sshd.ssh_args());
+    args.push(train().display().to_string());
+    args.extend(train_args.iter().map(|s| (*s).to_owned()));
+    launch(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// Every process on this machine whose command line contains `needle`.
+fn command_lines_containing(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(needle))
+        .collect()
+}
+
+#[test]
+fn training_over_ssh_matches_a_local_run() {
+    let sshd = TestSshd::start("127.0.0.2");
+    let hostfile = std::env::temp_dir().join(format!("elasticrun-hostfile-{}", std::process::id()));
+    std::fs::write(
+        &hostfile,
+        format!("# two slots over ssh\n{} slots=2\n", sshd.host),
+    )
+    .unwrap();
+    let remote = run_on(
+        &sshd,
+        &["--hostfile", hostfile.to_str().unwrap()],
+        &["--epochs", "2"],
+    )
+    .finish(JOB);
+    let local = launch(&["-np", "2", train().to_str().unwrap(), "--epochs", "2"]).finish(JOB);
+    std::fs::remove_file(&hostfile).unwrap();
+    remote.expect_code(0);
+    local.expect_code(0);
+    let (r, l) = (remote.done_event(), local.done_event());
+    assert_eq!(r["world_size"], 2, "{r}");
+    assert_eq!(r["steps"], l["steps"]);
+    assert!(
+        (r["accuracy"].as_f64().unwrap() - l["accuracy"].as_f64().unwrap()).abs() <= 0.005,
+        "{r} vs {l}"
+    );
+}
+
+#[test]
+fn local_and_remote_slots_form_one_job_and_the_secret_stays_off_command_lines() {
+    let sshd = TestSshd::start("127.0.0.3");
+    let hosts = format!("localhost:1,{}:1", sshd.host);
+    let job = run_on(
+        &sshd,
+        &["-H", &hosts],
+        &["--epochs", "2", "--step-delay-ms", "30"],
+    );
+    let remote = workers(sshd.pid(), 1, Duration::from_secs(30));
+    let secret = env_of(remote[0], "ELASTICRUN_SECRET").expect("the remote worker got the secret");
+    assert_eq!(secret.len(), 64);
+    let leaks = command_lines_containing(&secret);
+    assert!(
+        leaks.is_empty(),
+        "the secret is on a command line: {leaks:?}"
+    );
+    let run = job.finish(JOB);
+    run.expect_code(0);
+    assert_eq!(run.done_event()["world_size"], 2);
+}
+
+fn remote_job(sshd: &TestSshd) -> (Running, Vec<i32>, BTreeSet<i32>) {
+    let hosts = format!("{}:2", sshd.host);
+    let job = run_on(
+        sshd,
+        &["-H", &hosts],
+        &["--epochs", "1000", "--step-delay-ms", "20"],
+    );
+    let pids = workers(sshd.pid(), 2, Duration::from_secs(30));
+    let all: BTreeSet<i32> = descendants(sshd.pid())
+        .into_iter()
+        .chain(descendants(job.pid()))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    (job, pids, all)
+}
+
+#[test]
+fn a_killed_remote_worker_fails_the_job_and_nothing_is_left() {
+    let sshd = TestSshd::start("127.0.0.4");
+    let (job, pids, all) = remote_job(&sshd);
+    kill(Pid::from_raw(pids[1]), Signal::SIGKILL).unwrap();
+    let run = job.finish(Duration::from_secs(20));
+    run.expect_code(1);
+    let want = format!("rank 1 on {} was killed by signal 9 (SIGKILL)", sshd.host);
+    assert!(run.stderr.contains(&want), "{}", run.stderr);
+    assert_all_gone(&all, Duration::from_secs(10));
+}
+
+#[test]
+fn sigterm_stops_remote_workers() {
+    let sshd = TestSshd::start("127.0.0.5");
+    let (job, _, all) = remote_job(&sshd);
+    kill(Pid::from_raw(job.pid()), Signal::SIGTERM).unwrap();
+    let run = job.finish(Duration::from_secs(20));
+    run.expect_code(143);
+    assert_all_gone(&all, Duration::from_secs(10));
+}
+
+/// A remote program that never joins (it does not link the worker runtime)
+/// is stopped on its host when elasticrun gives up on it.
+#[test]
+fn remote_programs_that_never_join_are_stopped_on_their_host() {
+    let sshd = TestSshd::start("127.0.0.7");
+    let hosts = format!("{}:2", sshd.host);
+    let mut args = vec!["-H".to_owned(), hosts, "--start-timeout".into(), "3".into()];
+    args.extend(sshd.ssh_args());
+    args.extend(["sleep".to_owned(), "60".to_owned()]);
+    let job = launch(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let pids: BTreeSet<i32> = workers(sshd.pid(), 2, Duration::from_secs(30))
+        .into_iter()
+        .collect();
+    let all: BTreeSet<i32> = descendants(sshd.pid()).into_iter().chain(pids).collect();
+    let run = job.finish(Duration::from_secs(30));
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("127.0.0.7 slot 0") && run.stderr.contains("127.0.0.7 slot 1"),
+        "{}",
+        run.stderr
+    );
+    assert_all_gone(&all, Duration::from_secs(10));
+}
+
+#[test]
+fn an_unreachable_host_is_reported_with_ssh_error() {
+    let sshd = TestSshd::start("127.0.0.6");
+    let hosts = format!("{}:1", sshd.host);
+    let port = sshd.port.to_string();
+    drop(sshd);
+    let run = launch(&["-H", &hosts, "-p", &port, "--start-timeout", "20", "true"]).finish(JOB);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("rank 0 on 127.0.0.6") && run.stderr.contains("ssh exit code 255"),
+        "{}",
+        run.stderr
+    );
+}
