@@ -70,4 +70,9 @@ pub struct Knobs {
     pub hierarchical_allgather: bool,
     pub timeline: Option<String>,
     pub timeline_mark_cycles: bool,
+    /// Warn about a tensor other ranks have not submitted after this many
+    /// milliseconds; `None`: the stall check is off.
+    pub stall_warning_ms: Option<u64>,
+    /// End the job after this many milliseconds of such a stall; `None`: never.
+    pub stall_shutdown_ms: Option<u64>,
 }

@@ -9,7 +9,7 @@ use control::{Knobs, Secret};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::{HostSpec, JobConfig};
+use crate::config::{HostSpec, JobConfig, StallCheck};
 use crate::hosts::{HostSlots, parse_hostfile};
 use crate::launch::address::{AddressError, control_addresses};
 use crate::launch::process::{self, WorkerProcess};
@@ -91,7 +91,21 @@ fn knobs(cfg: &JobConfig) -> Knobs {
         hierarchical_allgather: t.hierarchical_allgather.value,
         timeline: cfg.timeline.as_ref().map(|t| t.file.display().to_string()),
         timeline_mark_cycles: cfg.timeline.as_ref().is_some_and(|t| t.mark_cycles),
+        stall_warning_ms: match cfg.stall_check {
+            StallCheck::Off => None,
+            StallCheck::On { warning, .. } => Some(millis(warning)),
+        },
+        stall_shutdown_ms: match cfg.stall_check {
+            StallCheck::Off | StallCheck::On { shutdown: None, .. } => None,
+            StallCheck::On {
+                shutdown: Some(d), ..
+            } => Some(millis(d)),
+        },
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs the job described by `cfg`.

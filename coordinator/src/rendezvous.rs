@@ -136,6 +136,8 @@ mod tests {
             hierarchical_allgather: false,
             timeline: None,
             timeline_mark_cycles: false,
+            stall_warning_ms: None,
+            stall_shutdown_ms: None,
         }
     }
 

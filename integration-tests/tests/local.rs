@@ -211,3 +211,51 @@ fn a_missing_program_is_a_clear_error() {
         run.stderr
     );
 }
+
+/// Every worker call on 4 ranks over two "hosts" (localhost and 127.0.0.1 are
+/// both this machine), with the places and knobs each rank was given.
+#[test]
+fn every_worker_call_works_and_ranks_know_their_place() {
+    let probe = env!("CARGO_BIN_EXE_worker_probe");
+    let run = launch(&[
+        "-H",
+        "localhost:2,127.0.0.1:2",
+        "--fusion-threshold-mb",
+        "8",
+        "--cycle-time-ms",
+        "3",
+        "--no-stall-check",
+        probe,
+    ])
+    .finish(JOB);
+    run.expect_code(0);
+    let mut places: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l.split_once(":").unwrap().1).unwrap())
+        .collect();
+    places.sort_by_key(|p| p["rank"].as_u64());
+    assert_eq!(places.len(), 4, "{}", run.stdout);
+    for (r, p) in places.iter().enumerate() {
+        let want = serde_json::json!({
+            "rank": r, "size": 4, "local_rank": r % 2, "local_size": 2, "cross_rank": r / 2, "cross_size": 2,
+        });
+        for key in [
+            "rank",
+            "size",
+            "local_rank",
+            "local_size",
+            "cross_rank",
+            "cross_size",
+        ] {
+            assert_eq!(p[key], want[key], "{key} of rank {r}: {p}");
+        }
+        assert_eq!(p["knobs"]["fusion_threshold_bytes"], 8 << 20, "{p}");
+        assert_eq!(p["knobs"]["cycle_time_us"], 3000, "{p}");
+        assert_eq!(
+            p["knobs"]["stall_warning_ms"],
+            serde_json::Value::Null,
+            "{p}"
+        );
+    }
+}

@@ -45,7 +45,7 @@ pub struct Cli {
     /// Seconds to wait for every worker to start and register [default: 30].
     #[arg(long, value_name = "SECONDS", help_heading = "Launching")]
     pub start_timeout: Option<f64>,
-    /// Network interface the workers' data plane binds to [default: any].
+    /// Interface whose address the coordinator listens on; workers reach it, and each other, from the address they reach it through [default: any].
     #[arg(long, value_name = "IFACE", help_heading = "Launching")]
     pub network_interface: Option<String>,
     /// YAML file of options (horovodrun's layout).
