@@ -8,7 +8,9 @@ use half::{bf16, f16};
 use crate::reduce::{Combine, kernels};
 
 /// The element type of a tensor, as named on the command line and on the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum DType {
     F32,
     F64,

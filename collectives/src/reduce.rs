@@ -8,7 +8,9 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The reduction a collective applies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum ReduceOp {
     Sum,
     /// Sum, then divide by the world size (integer division for integer types).

@@ -6,6 +6,7 @@
 //! collectives on it. The asynchronous engine (negotiation, fusion, cycle time)
 //! builds on this next.
 
+pub mod engine;
 mod env;
 mod join;
 

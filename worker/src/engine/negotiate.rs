@@ -1,0 +1,205 @@
+//! Negotiation, the pure core of the engine. Every rank feeds the same rounds
+//! (every rank's [`RankMsg`], in rank order) into its own [`Negotiator`] and so
+//! reaches the same decisions in the same order: a tensor runs once every rank
+//! has submitted it, in the order it was first submitted, whatever order each
+//! rank used; disagreeing ranks fail it everywhere with every rank's view.
+
+use std::collections::HashMap;
+
+use super::cache::ResponseCache;
+use super::fusion::{FusionPolicy, plan};
+use super::request::{Decision, RankMsg, Ready, Request};
+
+/// Sort key: the round a tensor was first submitted in, then cached tensors by
+/// bit, then new ones by (rank, position).
+type Order = (u64, u8, usize, usize);
+
+#[derive(Debug)]
+struct Pending {
+    per_rank: Vec<Option<Request>>,
+    order: Order,
+}
+
+/// The replicated negotiation state.
+#[derive(Debug)]
+pub struct Negotiator {
+    size: usize,
+    round: u64,
+    pending: HashMap<String, Pending>,
+    cache: ResponseCache,
+    shut_down: Vec<bool>,
+    fusion: FusionPolicy,
+}
+
+/// What a round decided.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub decisions: Vec<Decision>,
+    /// Every rank has shut down and nothing is left: the engine stops.
+    pub finished: bool,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NegotiationError {
+    #[error("expected {expected} ranks' messages, got {got}")]
+    Ranks { expected: usize, got: usize },
+    #[error("rank {rank} sent cache bit {bit}, which is not in the cache")]
+    UnknownBit { rank: usize, bit: usize },
+}
+
+impl Negotiator {
+    pub fn new(size: usize, cache_capacity: usize, fusion: FusionPolicy) -> Self {
+        Negotiator {
+            size,
+            round: 0,
+            pending: HashMap::new(),
+            cache: ResponseCache::new(cache_capacity),
+            shut_down: vec![false; size],
+            fusion,
+        }
+    }
+
+    pub fn cache(&self) -> &ResponseCache {
+        &self.cache
+    }
+
+    /// The bit this rank may send instead of `req`, if cached as it is.
+    pub fn cached_bit(&self, rank: usize, req: &Request) -> Option<usize> {
+        self.cache.bit_for(rank, req)
+    }
+
+    /// Names submitted by some ranks and not yet by others, with the ranks
+    /// still missing.
+    pub fn waiting(&self) -> Vec<(String, Vec<usize>)> {
+        let mut w: Vec<(String, Vec<usize>)> = self
+            .pending
+            .iter()
+            .map(|(n, p)| {
+                (
+                    n.clone(),
+                    (0..self.size)
+                        .filter(|&r| p.per_rank[r].is_none())
+                        .collect(),
+                )
+            })
+            .collect();
+        w.sort();
+        w
+    }
+
+    fn submit(&mut self, rank: usize, req: Request, order: Order) {
+        let size = self.size;
+        let p = self
+            .pending
+            .entry(req.name.clone())
+            .or_insert_with(|| Pending {
+                per_rank: vec![None; size],
+                order,
+            });
+        p.per_rank[rank] = Some(req);
+    }
+
+    /// Processes one round of every rank's message.
+    pub fn round(&mut self, msgs: &[RankMsg]) -> Result<Outcome, NegotiationError> {
+        if msgs.len() != self.size {
+            return Err(NegotiationError::Ranks {
+                expected: self.size,
+                got: msgs.len(),
+            });
+        }
+        self.round += 1;
+        let round = self.round;
+        // Bits refer to the cache as it was when the round began: decode them
+        // all before anything changes it.
+        let mut decoded = Vec::new();
+        for (rank, m) in msgs.iter().enumerate() {
+            for bit in m.bits() {
+                let ready = self
+                    .cache
+                    .get(bit)
+                    .ok_or(NegotiationError::UnknownBit { rank, bit })?;
+                decoded.push((rank, bit, ready.per_rank[rank].clone()));
+            }
+        }
+        for (rank, bit, req) in decoded {
+            self.cache.touch(bit);
+            self.submit(rank, req, (round, 0, bit, 0));
+        }
+        for (rank, m) in msgs.iter().enumerate() {
+            for (i, req) in m.new.iter().enumerate() {
+                // Sent in full although cached: it changed. Forget the old form.
+                self.cache.remove(&req.name);
+                self.submit(rank, req.clone(), (round, 1, rank, i));
+            }
+            self.shut_down[rank] |= m.shutdown;
+        }
+        Ok(self.decide())
+    }
+
+    fn decide(&mut self) -> Outcome {
+        let mut done: Vec<(Order, String)> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| {
+                p.per_rank
+                    .iter()
+                    .enumerate()
+                    .all(|(r, q)| q.is_some() || self.shut_down[r])
+            })
+            .map(|(n, p)| (p.order, n.clone()))
+            .collect();
+        done.sort();
+        let mut failures = Vec::new();
+        let mut ready = Vec::new();
+        for (_, name) in done {
+            let Some(p) = self.pending.remove(&name) else {
+                continue;
+            };
+            match check(&name, p.per_rank, &self.shut_down) {
+                Ok(r) => {
+                    self.cache.insert(r.clone());
+                    ready.push(r);
+                }
+                Err(why) => {
+                    self.cache.remove(&name);
+                    failures.push(Decision::Fail { name, why });
+                }
+            }
+        }
+        let mut decisions = failures;
+        decisions.extend(plan(ready, self.fusion).into_iter().map(Decision::Run));
+        let finished = self.shut_down.iter().all(|&s| s) && self.pending.is_empty();
+        Outcome {
+            decisions,
+            finished,
+        }
+    }
+}
+
+/// Every rank's request agrees with rank 0's, or the error naming each view.
+fn check(name: &str, per_rank: Vec<Option<Request>>, shut_down: &[bool]) -> Result<Ready, String> {
+    let gone: Vec<usize> = (0..per_rank.len())
+        .filter(|&r| per_rank[r].is_none() && shut_down[r])
+        .collect();
+    if !gone.is_empty() {
+        return Err(format!(
+            "tensor {name}: rank(s) {gone:?} shut down without submitting it"
+        ));
+    }
+    let reqs: Vec<Request> = per_rank.into_iter().flatten().collect();
+    if reqs.iter().all(|r| r.agrees_with(&reqs[0])) {
+        return Ok(Ready { per_rank: reqs });
+    }
+    let views: Vec<String> = reqs
+        .iter()
+        .enumerate()
+        .map(|(r, q)| format!("rank {r}: {}", q.describe()))
+        .collect();
+    Err(format!(
+        "tensor {name} was submitted differently across ranks: {}",
+        views.join("; ")
+    ))
+}
+
+#[cfg(test)]
+mod tests;

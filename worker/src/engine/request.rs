@@ -1,0 +1,160 @@
+//! What ranks tell each other every cycle, and what they decide from it.
+
+use collectives::{DType, ReduceOp};
+use serde::{Deserialize, Serialize};
+
+/// The collective a tensor was submitted for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Kind {
+    Allreduce(ReduceOp),
+    Allgather,
+    Broadcast { root: u32 },
+    Alltoall,
+    Reducescatter(ReduceOp),
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Allreduce(_) => "allreduce",
+            Kind::Allgather => "allgather",
+            Kind::Broadcast { .. } => "broadcast",
+            Kind::Alltoall => "alltoall",
+            Kind::Reducescatter(_) => "reducescatter",
+        }
+    }
+}
+
+/// One rank's description of a submitted tensor. Ranks must agree on all of it
+/// except where a collective allows per-rank sizes (allgather's first
+/// dimension, alltoall's splits).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Request {
+    pub name: String,
+    pub kind: Kind,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl Request {
+    pub fn elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether `other` (another rank's request under the same name) can run
+    /// in the same collective as this one.
+    pub fn agrees_with(&self, other: &Request) -> bool {
+        if self.kind != other.kind || self.dtype != other.dtype {
+            return false;
+        }
+        match self.kind {
+            // Per-rank first dimension; the rest must match.
+            Kind::Allgather => {
+                self.shape.len() == other.shape.len() && self.shape.get(1..) == other.shape.get(1..)
+            }
+            // Per-rank splits; only the element type must match.
+            Kind::Alltoall => true,
+            _ => self.shape == other.shape,
+        }
+    }
+
+    /// "allreduce(sum) f32 [4, 3]" for error messages.
+    pub fn describe(&self) -> String {
+        let kind = match self.kind {
+            Kind::Allreduce(op) | Kind::Reducescatter(op) => {
+                format!("{}({op:?})", self.kind.name())
+            }
+            Kind::Broadcast { root } => format!("broadcast(root {root})"),
+            k => k.name().to_owned(),
+        };
+        format!("{kind} {:?} {:?}", self.dtype, self.shape)
+    }
+}
+
+/// What one rank sends in one negotiation round: the tensors it submitted
+/// since the last round, as bits for those in the response cache and as full
+/// requests for the rest, and whether it is shutting down.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankMsg {
+    pub cached: Vec<u64>,
+    pub new: Vec<Request>,
+    pub shutdown: bool,
+}
+
+impl RankMsg {
+    pub fn set_bit(&mut self, bit: usize) {
+        let word = bit / 64;
+        if self.cached.len() <= word {
+            self.cached.resize(word + 1, 0);
+        }
+        self.cached[word] |= 1 << (bit % 64);
+    }
+
+    pub fn bits(&self) -> impl Iterator<Item = usize> + '_ {
+        self.cached.iter().enumerate().flat_map(|(w, &word)| {
+            (0..64)
+                .filter(move |b| word & (1 << b) != 0)
+                .map(move |b| w * 64 + b)
+        })
+    }
+}
+
+/// A negotiated tensor: every rank's request (they agree), in rank order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ready {
+    pub per_rank: Vec<Request>,
+}
+
+impl Ready {
+    pub fn name(&self) -> &str {
+        &self.per_rank[0].name
+    }
+    pub fn kind(&self) -> Kind {
+        self.per_rank[0].kind
+    }
+    pub fn dtype(&self) -> DType {
+        self.per_rank[0].dtype
+    }
+}
+
+/// What every rank does, in the same order, after a round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Run these tensors as one collective (several: fused).
+    Run(Vec<Ready>),
+    /// Fail this tensor on every rank that submitted it.
+    Fail { name: String, why: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_round_trip() {
+        let mut m = RankMsg::default();
+        for b in [0, 3, 64, 130] {
+            m.set_bit(b);
+        }
+        assert_eq!(m.bits().collect::<Vec<_>>(), vec![0, 3, 64, 130]);
+    }
+
+    #[test]
+    fn allgather_allows_per_rank_rows_only() {
+        let r = |shape: Vec<usize>| Request {
+            name: "g".into(),
+            kind: Kind::Allgather,
+            dtype: DType::F32,
+            shape,
+        };
+        assert!(r(vec![2, 3]).agrees_with(&r(vec![5, 3])));
+        assert!(!r(vec![2, 3]).agrees_with(&r(vec![2, 4])));
+        let a = |shape: Vec<usize>| Request {
+            name: "a".into(),
+            kind: Kind::Allreduce(ReduceOp::Sum),
+            dtype: DType::F32,
+            shape,
+        };
+        assert!(!a(vec![4]).agrees_with(&a(vec![5])));
+    }
+}
