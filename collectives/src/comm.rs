@@ -38,6 +38,16 @@ pub enum BroadcastAlgorithm {
     Chain,
 }
 
+/// How [`Communicator::allreduce_layout`] runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Recursive doubling over the whole buffer.
+    Doubling,
+    /// The ring, block `r` of the buffer (`counts[r]` elements) finishing on
+    /// rank `r` after the reduce-scatter.
+    RingBlocks(Vec<usize>),
+}
+
 /// Tuning of the collective algorithms. Every rank must use the same values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CollectiveOptions {
@@ -146,22 +156,54 @@ impl<X: Transport> Communicator<X> {
         op: ReduceOp,
         scaling: Scaling,
     ) -> Result<()> {
-        let post = prepare_scaling(buf, op, scaling, self.size())?;
-        let o = self.op();
         let doubling = match self.options.allreduce {
             AllreduceAlgorithm::Auto => self.is_small::<T>(buf.len()),
             AllreduceAlgorithm::Ring => false,
             AllreduceAlgorithm::RecursiveDoubling => true,
         };
-        if doubling {
-            algorithms::doubling_allreduce(&o, buf, op.combine()).await?;
+        let layout = if doubling {
+            Layout::Doubling
         } else {
-            let counts = crate::schedule::even_counts(buf.len(), self.size());
-            let steps = allreduce_ring(self.size(), self.rank());
-            algorithms::ring_pass(&o, buf, &counts, &steps, self.seg::<T>(), op.combine()).await?;
+            Layout::RingBlocks(crate::schedule::even_counts(buf.len(), self.size()))
+        };
+        self.allreduce_layout(buf, op, scaling, layout).await
+    }
+
+    /// Allreduce with the algorithm and (for the ring) the blocks given: the
+    /// ring reduces block `c` of `counts` in the same order of ranks whatever
+    /// its size, and recursive doubling every element in the same order, so a
+    /// buffer packed block by block from several tensors (each split with
+    /// [`crate::schedule::even_counts`]) gives each element exactly the value
+    /// it would get alone.
+    pub async fn allreduce_layout<T: Element>(
+        &self,
+        buf: &mut [T],
+        op: ReduceOp,
+        scaling: Scaling,
+        layout: Layout,
+    ) -> Result<()> {
+        let post = prepare_scaling(buf, op, scaling, self.size())?;
+        let o = self.op();
+        match layout {
+            Layout::Doubling => algorithms::doubling_allreduce(&o, buf, op.combine()).await?,
+            Layout::RingBlocks(counts) => {
+                self.check_counts("allreduce blocks", &counts, buf.len())?;
+                let steps = allreduce_ring(self.size(), self.rank());
+                algorithms::ring_pass(&o, buf, &counts, &steps, self.seg::<T>(), op.combine())
+                    .await?;
+            }
         }
         finish_scaling(buf, op, post, self.size());
         Ok(())
+    }
+
+    /// Whether [`Communicator::allreduce`] runs recursive doubling for `bytes`.
+    pub fn allreduce_is_doubling(&self, bytes: usize) -> bool {
+        match self.options.allreduce {
+            AllreduceAlgorithm::Auto => bytes <= self.options.small_message_bytes,
+            AllreduceAlgorithm::Ring => false,
+            AllreduceAlgorithm::RecursiveDoubling => true,
+        }
     }
 
     /// Reduces `buf` over all ranks and leaves block `rank` of `counts` (one count

@@ -21,7 +21,9 @@ pub mod schedule;
 mod tag;
 mod transport;
 
-pub use comm::{AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, Scaling};
+pub use comm::{
+    AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, Layout, Scaling,
+};
 pub use dtype::{DType, Element, UnknownDType};
 pub use error::{CollectiveError, LossCause, Result, TransportError};
 pub use half::{bf16, f16};

@@ -6,6 +6,7 @@
 //! collectives on it. The asynchronous engine (negotiation, fusion, cycle time)
 //! builds on this next.
 
+mod api;
 pub mod engine;
 mod env;
 mod join;
@@ -13,14 +14,14 @@ mod join;
 use std::time::Duration;
 
 use collectives::{
-    CollectiveError, CollectiveOptions, Communicator, Generation, TcpConfig, TcpEndpoint,
-    TcpTransport, Transport, TransportError,
+    CollectiveOptions, Communicator, Generation, TcpConfig, TcpEndpoint, TcpTransport, Transport,
+    TransportError,
 };
 use control::{HandshakeError, Knobs};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
+pub use api::GroupHandle;
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
+pub use engine::{Engine, EngineConfig, EngineError, EngineStats, Handle, Tensor};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
@@ -41,7 +42,7 @@ pub enum InitError {
 }
 
 /// A collective failed; the message names the peer or the disagreement.
-pub type Error = CollectiveError;
+pub type Error = EngineError;
 
 /// This process's place in the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,9 +61,10 @@ pub struct Place {
 #[derive(Debug)]
 pub struct Worker {
     rt: tokio::runtime::Runtime,
-    comm: Communicator<TcpTransport>,
+    engine: Engine,
     place: Place,
     knobs: Option<Knobs>,
+    names: api::Names,
 }
 
 /// Joins the job described by the environment `elasticrun` set, or makes a world
@@ -86,12 +88,7 @@ pub fn init() -> Result<Worker, InitError> {
             cross_size: 1,
             generation: 0,
         };
-        return Ok(Worker {
-            rt,
-            comm,
-            place,
-            knobs: None,
-        });
+        return Ok(Worker::start(rt, comm, place, None));
     };
     let joined = rt.block_on(join::join(&launch))?;
     let a = &joined.assignment;
@@ -107,12 +104,7 @@ pub fn init() -> Result<Worker, InitError> {
     let knobs = Some(a.knobs.clone());
     rt.spawn(join::keep_alive(joined.link, a.generation));
     let comm = Communicator::new(joined.transport, CollectiveOptions::default());
-    Ok(Worker {
-        rt,
-        comm,
-        place,
-        knobs,
-    })
+    Ok(Worker::start(rt, comm, place, knobs))
 }
 
 async fn alone() -> Result<Communicator<TcpTransport>, InitError> {
@@ -122,7 +114,38 @@ async fn alone() -> Result<Communicator<TcpTransport>, InitError> {
     Ok(Communicator::new(t, CollectiveOptions::default()))
 }
 
+/// The engine settings the coordinator handed out (defaults alone).
+fn engine_config(knobs: Option<&Knobs>) -> EngineConfig {
+    let Some(k) = knobs else {
+        return EngineConfig::default();
+    };
+    EngineConfig {
+        cycle_time: Duration::from_micros(k.cycle_time_us),
+        cache_capacity: k.cache_capacity as usize,
+        fusion_threshold_bytes: usize::try_from(k.fusion_threshold_bytes).unwrap_or(usize::MAX),
+    }
+}
+
 impl Worker {
+    fn start(
+        rt: tokio::runtime::Runtime,
+        comm: Communicator<TcpTransport>,
+        place: Place,
+        knobs: Option<Knobs>,
+    ) -> Worker {
+        let cfg = engine_config(knobs.as_ref());
+        let engine = Engine::start(rt.handle(), comm, cfg, |comm| async move {
+            comm.into_transport().shutdown().await;
+        });
+        Worker {
+            rt,
+            engine,
+            place,
+            knobs,
+            names: api::Names::default(),
+        }
+    }
+
     pub fn place(&self) -> Place {
         self.place
     }
@@ -145,86 +168,23 @@ impl Worker {
         self.place.cross_size
     }
 
-    /// The engine settings elasticrun handed over (`None` when run alone).
+    /// The engine settings from elasticrun (`None` when running alone).
     pub fn knobs(&self) -> Option<&Knobs> {
         self.knobs.as_ref()
     }
 
-    /// Reduces `buf` over all ranks, in place.
-    pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), Error> {
-        self.rt.block_on(self.comm.allreduce(buf, op))
-    }
-
-    /// Every rank's `input` (sizes may differ), concatenated in rank order.
-    pub fn allgather<T: Element>(&self, input: &[T]) -> Result<Vec<T>, Error> {
-        self.rt.block_on(self.comm.allgather(input)).map(|(v, _)| v)
-    }
-
-    /// Copies `root`'s `buf` into every rank's `buf`.
-    pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
-        self.rt.block_on(self.comm.broadcast(buf, root))
-    }
-
-    /// Sends block `j` of `input` (`splits[j]` elements) to rank `j`; returns what
-    /// every rank sent here, in rank order, and how much each sent.
-    pub fn alltoall<T: Element>(
-        &self,
-        input: &[T],
-        splits: &[usize],
-    ) -> Result<(Vec<T>, Vec<usize>), Error> {
-        self.rt.block_on(self.comm.alltoall(input, splits))
-    }
-
-    /// Reduces `input` over all ranks and returns this rank's share (an even split,
-    /// the first ranks taking one more element when it does not divide).
-    pub fn reducescatter<T: Element>(&self, input: &[T], op: ReduceOp) -> Result<Vec<T>, Error> {
-        let counts = collectives::schedule::even_counts(input.len(), self.size());
-        let mut buf = input.to_vec();
-        let mine = self
-            .rt
-            .block_on(self.comm.reducescatter(&mut buf, &counts, op))?;
-        Ok(buf[mine].to_vec())
-    }
-
-    pub fn barrier(&self) -> Result<(), Error> {
-        self.rt.block_on(self.comm.barrier())
-    }
-
-    /// Sends `value` from `root` to every rank (other ranks' values are ignored):
-    /// any serde value, e.g. a model or a configuration.
-    pub fn broadcast_object<V: Serialize + DeserializeOwned>(
-        &self,
-        value: &V,
-        root: usize,
-    ) -> Result<V, ObjectError> {
-        let mut bytes = if self.rank() == root {
-            bincode::serde::encode_to_vec(value, bincode::config::standard())
-                .map_err(|e| ObjectError::Encode(e.to_string()))?
-        } else {
-            Vec::new()
-        };
-        let mut len = [bytes.len() as i64];
-        self.broadcast(&mut len, root)?;
-        let len =
-            usize::try_from(len[0]).map_err(|_| ObjectError::Decode("negative length".into()))?;
-        bytes.resize(len, 0);
-        self.broadcast(&mut bytes, root)?;
-        let (v, _) = bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
-            .map_err(|e| ObjectError::Decode(e.to_string()))?;
-        Ok(v)
-    }
-
-    /// Leaves the job cleanly (peers still finishing are not disturbed).
-    pub fn shutdown(self) {
-        let Worker { rt, comm, .. } = self;
-        rt.block_on(comm.into_transport().shutdown());
+    /// Leaves the job cleanly once every rank has asked to (peers still
+    /// finishing are not disturbed); returns the engine's counters.
+    pub fn shutdown(self) -> Option<EngineStats> {
+        let Worker { rt, engine, .. } = self;
+        rt.block_on(engine.shutdown()).ok()
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
     #[error(transparent)]
-    Collective(#[from] CollectiveError),
+    Collective(#[from] EngineError),
     #[error("cannot encode the object: {0}")]
     Encode(String),
     #[error("cannot decode the object: {0}")]

@@ -136,6 +136,7 @@ mod tests {
             kind: Kind::Allreduce(ReduceOp::Sum),
             dtype: DType::F32,
             shape: vec![4],
+            parts: vec![],
         };
         Ready {
             per_rank: vec![r.clone(), r],

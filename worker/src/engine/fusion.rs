@@ -80,6 +80,7 @@ mod tests {
             kind,
             dtype,
             shape: vec![len],
+            parts: vec![],
         };
         Ready {
             per_rank: vec![r.clone(), r],

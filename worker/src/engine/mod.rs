@@ -1,7 +1,182 @@
 //! The background engine: collectives submitted asynchronously, negotiated
 //! across ranks every cycle, fused, and run in one agreed order.
+//!
+//! ```text
+//!  API (any thread)          engine task (worker runtime), every cycle
+//!  allreduce_async ──Submit──> queue ─> RankMsg (bits for cached, names for new)
+//!       Handle <─────reply──┐          ─> allgather of every rank's RankMsg
+//!                           │          ─> Negotiator::round (pure, same on all ranks)
+//!                           └───────── ─> exec: fusion buffer, one collective, unpack
+//! ```
 
 pub mod cache;
+mod driver;
+mod exec;
 pub mod fusion;
 pub mod negotiate;
 pub mod request;
+mod tensor;
+
+use std::marker::PhantomData;
+
+use collectives::{Communicator, Element, ReduceOp, Transport};
+use tokio::sync::{mpsc, oneshot};
+
+use driver::Command;
+pub use driver::{EngineConfig, EngineStats};
+pub use request::Kind;
+pub use tensor::{EngineError, Output, Tensor};
+
+use request::Request;
+use tensor::Local;
+
+/// A submitted collective: [`Handle::poll`] says whether it is done,
+/// [`Handle::wait`] blocks for the result.
+#[derive(Debug)]
+pub struct Handle<T> {
+    rx: Option<oneshot::Receiver<Result<Output, EngineError>>>,
+    got: Option<Result<Output, EngineError>>,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// A handle whose result is already known (a submission refused up front).
+fn failed<T>(e: EngineError) -> Handle<T> {
+    Handle {
+        rx: None,
+        got: Some(Err(e)),
+        _t: PhantomData,
+    }
+}
+
+impl<T: Element> Handle<T> {
+    /// Whether the result is ready (then [`Handle::wait`] does not block).
+    pub fn poll(&mut self) -> bool {
+        if self.got.is_none()
+            && let Some(rx) = self.rx.as_mut()
+        {
+            match rx.try_recv() {
+                Ok(r) => self.got = Some(r),
+                Err(oneshot::error::TryRecvError::Empty) => return false,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    self.got = Some(Err(EngineError::ShutDown))
+                }
+            }
+        }
+        true
+    }
+
+    /// Blocks until the collective completes. Must not be called from inside
+    /// an async runtime (use [`Handle::poll`] there).
+    pub fn wait(self) -> Result<Tensor<T>, EngineError> {
+        self.wait_with_splits().map(|(t, _)| t)
+    }
+
+    /// [`Handle::wait`], also returning how many elements each rank sent
+    /// (alltoall).
+    pub fn wait_with_splits(self) -> Result<(Tensor<T>, Vec<usize>), EngineError> {
+        let out = match (self.got, self.rx) {
+            (Some(r), _) => r,
+            (None, Some(rx)) => rx.blocking_recv().unwrap_or(Err(EngineError::ShutDown)),
+            (None, None) => Err(EngineError::ShutDown),
+        }?;
+        let data = out
+            .data
+            .downcast::<Vec<T>>()
+            .map_err(|_| EngineError::Internal("result of another element type".into()))?;
+        Ok((
+            Tensor {
+                data: *data,
+                shape: out.shape,
+            },
+            out.splits,
+        ))
+    }
+}
+
+/// The API side of a running engine.
+#[derive(Debug)]
+pub struct Engine {
+    tx: mpsc::UnboundedSender<Command>,
+    task: tokio::task::JoinHandle<EngineStats>,
+}
+
+impl Engine {
+    /// Starts the engine on `rt`; `on_finish` gets the communicator back when
+    /// it stops (to shut the transport down cleanly).
+    pub fn start<X: Transport + 'static, F, Fut>(
+        rt: &tokio::runtime::Handle,
+        comm: Communicator<X>,
+        cfg: EngineConfig,
+        on_finish: F,
+    ) -> Engine
+    where
+        F: FnOnce(Communicator<X>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = rt.spawn(async move {
+            let (comm, stats) = driver::run(comm, cfg, rx).await;
+            on_finish(comm).await;
+            stats
+        });
+        Engine { tx, task }
+    }
+
+    /// Submits `data` (already checked) for `kind` under `name`.
+    pub fn submit<T: Element>(
+        &self,
+        name: String,
+        kind: Kind,
+        data: Tensor<T>,
+        splits: Vec<usize>,
+        parts: Vec<usize>,
+    ) -> Handle<T> {
+        let (reply, rx) = oneshot::channel();
+        let req = Request {
+            name,
+            kind,
+            dtype: T::DTYPE,
+            shape: data.shape,
+            parts,
+        };
+        let local = Local {
+            req,
+            data: Box::new(data.data),
+            splits,
+            reply,
+        };
+        match self.tx.send(Command::Submit(local)) {
+            Ok(()) => Handle {
+                rx: Some(rx),
+                got: None,
+                _t: PhantomData,
+            },
+            Err(_) => failed(EngineError::ShutDown),
+        }
+    }
+
+    /// Asks every rank's engine to stop and waits for this one; returns its
+    /// counters.
+    pub async fn shutdown(self) -> Result<EngineStats, EngineError> {
+        let _ = self.tx.send(Command::Shutdown);
+        self.task
+            .await
+            .map_err(|e| EngineError::Internal(e.to_string()))
+    }
+}
+
+/// Validations shared by the submitting API.
+pub fn refuse<T>(why: String) -> Handle<T> {
+    failed(EngineError::Invalid(why))
+}
+
+/// `op` as Horovod names it in generated tensor names.
+pub fn op_name(op: ReduceOp) -> &'static str {
+    match op {
+        ReduceOp::Sum => "sum",
+        ReduceOp::Average => "average",
+        ReduceOp::Min => "min",
+        ReduceOp::Max => "max",
+        ReduceOp::Product => "product",
+    }
+}

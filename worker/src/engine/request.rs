@@ -34,6 +34,9 @@ pub struct Request {
     pub kind: Kind,
     pub dtype: DType,
     pub shape: Vec<usize>,
+    /// Sizes of the members of a grouped submission (they travel as one
+    /// tensor); empty otherwise.
+    pub parts: Vec<usize>,
 }
 
 impl Request {
@@ -44,7 +47,7 @@ impl Request {
     /// Whether `other` (another rank's request under the same name) can run
     /// in the same collective as this one.
     pub fn agrees_with(&self, other: &Request) -> bool {
-        if self.kind != other.kind || self.dtype != other.dtype {
+        if self.kind != other.kind || self.dtype != other.dtype || self.parts != other.parts {
             return false;
         }
         match self.kind {
@@ -67,7 +70,14 @@ impl Request {
             Kind::Broadcast { root } => format!("broadcast(root {root})"),
             k => k.name().to_owned(),
         };
-        format!("{kind} {:?} {:?}", self.dtype, self.shape)
+        if self.parts.is_empty() {
+            format!("{kind} {:?} {:?}", self.dtype, self.shape)
+        } else {
+            format!(
+                "{kind} {:?} {:?} in parts {:?}",
+                self.dtype, self.shape, self.parts
+            )
+        }
     }
 }
 
@@ -146,6 +156,7 @@ mod tests {
             kind: Kind::Allgather,
             dtype: DType::F32,
             shape,
+            parts: vec![],
         };
         assert!(r(vec![2, 3]).agrees_with(&r(vec![5, 3])));
         assert!(!r(vec![2, 3]).agrees_with(&r(vec![2, 4])));
@@ -154,6 +165,7 @@ mod tests {
             kind: Kind::Allreduce(ReduceOp::Sum),
             dtype: DType::F32,
             shape,
+            parts: vec![],
         };
         assert!(!a(vec![4]).agrees_with(&a(vec![5])));
     }

@@ -17,6 +17,7 @@ fn req(name: &str, len: usize) -> Request {
         kind: SUM,
         dtype: DType::F32,
         shape: vec![len],
+        parts: vec![],
     }
 }
 

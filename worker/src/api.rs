@@ -1,0 +1,251 @@
+//! The collectives a training program calls: asynchronous ones returning a
+//! [`Handle`], and blocking ones that submit and wait.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use collectives::{Element, ReduceOp};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::engine::{Handle, Kind, Tensor, op_name, refuse};
+use crate::{Error, ObjectError, Worker};
+
+/// Names for unnamed submissions: `allreduce.sum.noname.3` is the fourth
+/// unnamed sum-allreduce of this process, so ranks that submit in the same
+/// order generate the same names.
+#[derive(Debug, Default)]
+pub(crate) struct Names(Mutex<HashMap<String, u64>>);
+
+impl Names {
+    fn next(&self, prefix: String) -> String {
+        let mut m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = m.entry(prefix.clone()).or_insert(0);
+        *n += 1;
+        format!("{prefix}.noname.{}", *n - 1)
+    }
+}
+
+fn prefix(kind: Kind) -> String {
+    match kind {
+        Kind::Allreduce(op) | Kind::Reducescatter(op) => format!("{}.{}", kind.name(), op_name(op)),
+        Kind::Broadcast { root } => format!("broadcast.{root}"),
+        k => k.name().to_owned(),
+    }
+}
+
+/// A grouped submission: its members travel as one tensor.
+#[derive(Debug)]
+pub struct GroupHandle<T> {
+    inner: Handle<T>,
+    parts: Vec<usize>,
+}
+
+impl<T: Element> GroupHandle<T> {
+    pub fn poll(&mut self) -> bool {
+        self.inner.poll()
+    }
+
+    /// Every member's result, in submission order.
+    pub fn wait(self) -> Result<Vec<Vec<T>>, Error> {
+        let all = self.inner.wait()?.data;
+        let mut at = 0;
+        Ok(self
+            .parts
+            .iter()
+            .map(|&n| {
+                let part = all[at..at + n].to_vec();
+                at += n;
+                part
+            })
+            .collect())
+    }
+}
+
+impl Worker {
+    fn name(&self, name: Option<&str>, kind: Kind) -> String {
+        name.map_or_else(|| self.names.next(prefix(kind)), str::to_owned)
+    }
+
+    fn submit<T: Element>(
+        &self,
+        name: Option<&str>,
+        kind: Kind,
+        data: Tensor<T>,
+        splits: Vec<usize>,
+    ) -> Handle<T> {
+        if data.shape.iter().product::<usize>() != data.data.len() {
+            return refuse(format!(
+                "tensor data has {} elements but shape {:?}",
+                data.data.len(),
+                data.shape
+            ));
+        }
+        let name = self.name(name, kind);
+        self.engine.submit(name, kind, data, splits, Vec::new())
+    }
+
+    /// Starts reducing `data` over all ranks; every rank must submit a tensor
+    /// of the same name, shape and element type with the same `op`.
+    pub fn allreduce_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        data: impl Into<Tensor<T>>,
+        op: ReduceOp,
+    ) -> Handle<T> {
+        self.submit(name, Kind::Allreduce(op), data.into(), Vec::new())
+    }
+
+    /// Starts reducing several tensors that must travel together: negotiated
+    /// and reduced as one.
+    pub fn grouped_allreduce_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        tensors: Vec<Vec<T>>,
+        op: ReduceOp,
+    ) -> GroupHandle<T> {
+        let parts: Vec<usize> = tensors.iter().map(Vec::len).collect();
+        let data = Tensor::from(tensors.concat());
+        let kind = Kind::Allreduce(op);
+        let name = self.name(name, kind);
+        GroupHandle {
+            inner: self
+                .engine
+                .submit(name, kind, data, Vec::new(), parts.clone()),
+            parts,
+        }
+    }
+
+    /// Starts gathering every rank's `data` (first dimensions may differ) in
+    /// rank order.
+    pub fn allgather_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        data: impl Into<Tensor<T>>,
+    ) -> Handle<T> {
+        self.submit(name, Kind::Allgather, data.into(), Vec::new())
+    }
+
+    /// Starts copying `root`'s `data` to every rank.
+    pub fn broadcast_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        data: impl Into<Tensor<T>>,
+        root: usize,
+    ) -> Handle<T> {
+        match u32::try_from(root) {
+            Ok(r) if root < self.size() => {
+                self.submit(name, Kind::Broadcast { root: r }, data.into(), Vec::new())
+            }
+            _ => refuse(format!(
+                "broadcast root {root} is not a rank of this job (size {})",
+                self.size()
+            )),
+        }
+    }
+
+    /// Starts sending `splits[j]` elements of `data` to each rank `j`; the
+    /// result holds what every rank sent here (see [`Handle::wait_with_splits`]).
+    pub fn alltoall_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        data: Vec<T>,
+        splits: Vec<usize>,
+    ) -> Handle<T> {
+        if splits.len() != self.size() || splits.iter().sum::<usize>() != data.len() {
+            return refuse(format!(
+                "alltoall splits {splits:?} do not divide {} elements among {} ranks",
+                data.len(),
+                self.size()
+            ));
+        }
+        self.submit(name, Kind::Alltoall, data.into(), splits)
+    }
+
+    /// Starts reducing `data` over all ranks, each rank keeping its share (an
+    /// even split, the first ranks one more element when it does not divide).
+    pub fn reducescatter_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        data: impl Into<Tensor<T>>,
+        op: ReduceOp,
+    ) -> Handle<T> {
+        self.submit(name, Kind::Reducescatter(op), data.into(), Vec::new())
+    }
+
+    /// Reduces `buf` over all ranks, in place.
+    pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), Error> {
+        let out = self.allreduce_async(None, buf.to_vec(), op).wait()?;
+        buf.copy_from_slice(&out.data);
+        Ok(())
+    }
+
+    /// Every rank's `input` (sizes may differ), concatenated in rank order.
+    pub fn allgather<T: Element>(&self, input: &[T]) -> Result<Vec<T>, Error> {
+        Ok(self.allgather_async(None, input.to_vec()).wait()?.data)
+    }
+
+    /// Copies `root`'s `buf` into every rank's `buf`.
+    pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
+        let out = self.broadcast_async(None, buf.to_vec(), root).wait()?;
+        buf.copy_from_slice(&out.data);
+        Ok(())
+    }
+
+    /// Sends block `j` of `input` (`splits[j]` elements) to rank `j`; returns what
+    /// every rank sent here, in rank order, and how much each sent.
+    pub fn alltoall<T: Element>(
+        &self,
+        input: &[T],
+        splits: &[usize],
+    ) -> Result<(Vec<T>, Vec<usize>), Error> {
+        let (t, counts) = self
+            .alltoall_async(None, input.to_vec(), splits.to_vec())
+            .wait_with_splits()?;
+        Ok((t.data, counts))
+    }
+
+    /// Reduces `input` over all ranks and returns this rank's share (an even split,
+    /// the first ranks taking one more element when it does not divide).
+    pub fn reducescatter<T: Element>(&self, input: &[T], op: ReduceOp) -> Result<Vec<T>, Error> {
+        Ok(self
+            .reducescatter_async(None, input.to_vec(), op)
+            .wait()?
+            .data)
+    }
+
+    /// Returns once every rank has called it.
+    pub fn barrier(&self) -> Result<(), Error> {
+        let name = self.names.next("barrier".into());
+        self.allreduce_async(Some(&name), vec![0u8], ReduceOp::Sum)
+            .wait()
+            .map(drop)
+    }
+
+    /// Sends `value` from `root` to every rank (other ranks' values are ignored):
+    /// any serde value, e.g. a model or a configuration.
+    pub fn broadcast_object<V: Serialize + DeserializeOwned>(
+        &self,
+        value: &V,
+        root: usize,
+    ) -> Result<V, ObjectError> {
+        let mut bytes = if self.rank() == root {
+            bincode::serde::encode_to_vec(value, bincode::config::standard())
+                .map_err(|e| ObjectError::Encode(e.to_string()))?
+        } else {
+            Vec::new()
+        };
+        let mut len = [bytes.len() as i64];
+        self.broadcast(&mut len, root)?;
+        let len =
+            usize::try_from(len[0]).map_err(|_| ObjectError::Decode("negative length".into()))?;
+        bytes.resize(len, 0);
+        self.broadcast(&mut bytes, root)?;
+        let (v, _) = bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
+            .map_err(|e| ObjectError::Decode(e.to_string()))?;
+        Ok(v)
+    }
+}
