@@ -1,0 +1,341 @@
+//! The engine end to end over the in-memory transport: several ranks in one
+//! process, each submitting from its own thread in its own order.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use collectives::{CollectiveOptions, Communicator, Generation, MemTransport, ReduceOp, Transport};
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use worker::engine::Kind;
+use worker::{Engine, EngineConfig, EngineError, EngineStats, Tensor};
+
+/// Bound on anything a test waits for.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// One engine per rank of a `size`-rank world.
+fn engines(rt: &tokio::runtime::Runtime, size: usize, cfg: EngineConfig) -> Vec<Engine> {
+    MemTransport::world(size, Generation(1), DEADLINE)
+        .into_iter()
+        .map(|t| {
+            let comm = Communicator::new(t, CollectiveOptions::default());
+            Engine::start(rt.handle(), comm, cfg.clone(), |c| async move {
+                c.into_transport().shutdown().await;
+            })
+        })
+        .collect()
+}
+
+/// Runs `f(rank, engine)` on one thread per rank and returns each result and
+/// each engine's counters, failing the test if any rank takes too long.
+fn on_every_rank<R: Send + 'static>(
+    size: usize,
+    cfg: EngineConfig,
+    f: impl Fn(usize, &Engine) -> R + Send + Sync + 'static,
+) -> Vec<(R, EngineStats)> {
+    let rt = Arc::new(runtime());
+    let f = Arc::new(f);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (rank, engine) in engines(&rt, size, cfg).into_iter().enumerate() {
+        let (f, tx, rt) = (f.clone(), tx.clone(), rt.clone());
+        thread::spawn(move || {
+            let r = f(rank, &engine);
+            let stats = rt.block_on(engine.shutdown()).unwrap();
+            let _ = tx.send((rank, r, stats));
+        });
+    }
+    let mut out: Vec<Option<(R, EngineStats)>> = (0..size).map(|_| None).collect();
+    for _ in 0..size {
+        let (rank, r, s) = rx
+            .recv_timeout(DEADLINE)
+            .expect("a rank did not finish within the deadline");
+        out[rank] = Some((r, s));
+    }
+    out.into_iter().map(Option::unwrap).collect()
+}
+
+fn allreduce<T: collectives::Element>(
+    e: &Engine,
+    name: &str,
+    data: Vec<T>,
+    op: ReduceOp,
+) -> worker::Handle<T> {
+    e.submit(
+        name.into(),
+        Kind::Allreduce(op),
+        Tensor::from(data),
+        vec![],
+        vec![],
+    )
+}
+
+/// A value that sums exactly in f32 over a few ranks.
+fn value(rank: usize, tensor: usize, i: usize) -> f32 {
+    ((rank * 31 + tensor * 7 + i) % 13) as f32
+}
+
+/// Tensors of mixed sizes: latency-class (a few elements) and ring-class
+/// (beyond the 64 KiB small-message size).
+fn sizes(count: usize) -> Vec<usize> {
+    (0..count)
+        .map(|t| match t % 4 {
+            0 => 1 + t,
+            1 => 1000 + t,
+            2 => 20_000 + 3 * t,
+            _ => 70 + t,
+        })
+        .collect()
+}
+
+#[test]
+fn any_submission_order_gives_every_rank_the_right_sums() {
+    let size = 3;
+    let lens = sizes(40);
+    let cfg = EngineConfig {
+        fusion_threshold_bytes: 256 << 10,
+        ..EngineConfig::default()
+    };
+    let lens2 = lens.clone();
+    let out = on_every_rank(size, cfg, move |rank, e| {
+        let mut order: Vec<usize> = (0..lens2.len()).collect();
+        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(rank as u64));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(100 + rank as u64);
+        let mut handles = Vec::new();
+        for t in order {
+            let data = (0..lens2[t]).map(|i| value(rank, t, i)).collect();
+            handles.push((t, allreduce(e, &format!("grad.{t}"), data, ReduceOp::Sum)));
+            if rng.random_bool(0.2) {
+                thread::sleep(Duration::from_millis(2));
+            }
+        }
+        handles
+            .into_iter()
+            .map(|(t, h)| (t, h.wait().unwrap().data))
+            .collect::<Vec<_>>()
+    });
+    for (rank, (results, stats)) in out.iter().enumerate() {
+        for (t, got) in results {
+            let want: Vec<f32> = (0..lens[*t])
+                .map(|i| (0..size).map(|r| value(r, *t, i)).sum())
+                .collect();
+            assert_eq!(got, &want, "rank {rank}, tensor grad.{t}");
+        }
+        assert_eq!(stats.tensors, 40, "rank {rank}: {stats:?}");
+    }
+    // Every rank ran the same collectives.
+    let counts: Vec<u64> = out.iter().map(|(_, s)| s.collectives).collect();
+    assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
+}
+
+/// Sums of random floats, whose result depends on the order of additions.
+fn float_step(fusion_threshold_bytes: usize) -> Vec<(Vec<Vec<u32>>, EngineStats)> {
+    let cfg = EngineConfig {
+        fusion_threshold_bytes,
+        ..EngineConfig::default()
+    };
+    on_every_rank(4, cfg, |rank, e| {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7 + rank as u64);
+        let handles: Vec<_> = sizes(24)
+            .into_iter()
+            .enumerate()
+            .map(|(t, len)| {
+                let data: Vec<f32> = (0..len)
+                    .map(|_| rng.random_range(-1.0f32..1.0) * 1e3)
+                    .collect();
+                allreduce(e, &format!("w.{t}"), data, ReduceOp::Average)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.wait().unwrap().data.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    })
+}
+
+#[test]
+fn fusion_on_and_off_give_bit_identical_results() {
+    let off = float_step(0);
+    let on = float_step(64 << 20);
+    for rank in 0..4 {
+        assert_eq!(off[rank].0, on[rank].0, "rank {rank}: fused results differ");
+        assert_eq!(
+            off[rank].1.collectives, 24,
+            "unfused: one collective per tensor"
+        );
+        assert!(
+            on[rank].1.collectives < 24 && on[rank].1.tensors == 24,
+            "fused run should pack tensors: {:?}",
+            on[rank].1
+        );
+    }
+    assert_eq!(off[0].0, off[3].0, "ranks disagree");
+}
+
+#[test]
+fn steady_state_hits_the_cache_and_eviction_keeps_results_right() {
+    for capacity in [1024, 3] {
+        let cfg = EngineConfig {
+            cache_capacity: capacity,
+            ..EngineConfig::default()
+        };
+        let out = on_every_rank(2, cfg, |rank, e| {
+            let mut bad = Vec::new();
+            for step in 0..6 {
+                let hs: Vec<_> = (0..5)
+                    .map(|t| {
+                        allreduce(
+                            e,
+                            &format!("p.{t}"),
+                            vec![(rank + step + t) as i64; 3],
+                            ReduceOp::Sum,
+                        )
+                    })
+                    .collect();
+                for (t, h) in hs.into_iter().enumerate() {
+                    let want = (1 + 2 * (step + t)) as i64;
+                    let got = h.wait().unwrap().data;
+                    if got != vec![want; 3] {
+                        bad.push((step, t, got));
+                    }
+                }
+            }
+            bad
+        });
+        for (rank, (bad, stats)) in out.iter().enumerate() {
+            assert!(
+                bad.is_empty(),
+                "capacity {capacity}, rank {rank}: wrong results {bad:?}"
+            );
+            if capacity == 1024 {
+                // First step negotiates by name, the next five by bit (the
+                // counter sums both ranks' bits).
+                assert_eq!(stats.cache_hits, 2 * 25, "rank {rank}: {stats:?}");
+            } else {
+                assert!(stats.cache_hits < 2 * 25, "capacity 3 must evict: {stats:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_mismatch_fails_that_tensor_on_every_rank_and_the_next_one_works() {
+    let out = on_every_rank(3, EngineConfig::default(), |rank, e| {
+        let len = if rank == 1 { 5 } else { 4 };
+        let bad = allreduce(e, "layer1.weight", vec![1.0f32; len], ReduceOp::Sum).wait();
+        let good = allreduce(e, "layer1.bias", vec![rank as f32; 2], ReduceOp::Sum).wait();
+        (bad.err(), good.map(|t| t.data))
+    });
+    for (rank, ((bad, good), _)) in out.iter().enumerate() {
+        let e = bad
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {rank}: mismatch not reported"));
+        assert!(matches!(e, EngineError::Mismatch(_)), "rank {rank}: {e:?}");
+        let text = e.to_string();
+        for needle in [
+            "layer1.weight",
+            "rank 0: allreduce(Sum) F32 [4]",
+            "rank 1: allreduce(Sum) F32 [5]",
+            "rank 2:",
+        ] {
+            assert!(
+                text.contains(needle),
+                "rank {rank}: {text:?} lacks {needle:?}"
+            );
+        }
+        assert_eq!(good.as_ref().unwrap(), &vec![3.0f32; 2], "rank {rank}");
+    }
+}
+
+#[test]
+fn every_collective_runs_through_the_engine() {
+    let size = 3;
+    let out = on_every_rank(size, EngineConfig::default(), move |rank, e| {
+        let rows = rank + 1;
+        let g = e.submit(
+            "g".into(),
+            Kind::Allgather,
+            Tensor::new(vec![rank as i32; rows * 2], vec![rows, 2]).unwrap(),
+            vec![],
+            vec![],
+        );
+        let b = e.submit(
+            "b".into(),
+            Kind::Broadcast { root: 2 },
+            Tensor::from(vec![rank as u8; 5]),
+            vec![],
+            vec![],
+        );
+        let splits: Vec<usize> = (0..size).map(|j| j + 1).collect();
+        let data: Vec<f64> = (0..6).map(|i| (rank * 10 + i) as f64).collect();
+        let a = e.submit(
+            "a".into(),
+            Kind::Alltoall,
+            Tensor::from(data),
+            splits,
+            vec![],
+        );
+        let rs = e.submit(
+            "rs".into(),
+            Kind::Reducescatter(ReduceOp::Max),
+            Tensor::from(vec![rank as i64; 7]),
+            vec![],
+            vec![],
+        );
+        let g = g.wait().unwrap();
+        (
+            g.data,
+            g.shape,
+            b.wait().unwrap().data,
+            a.wait_with_splits().unwrap(),
+            rs.wait().unwrap().data,
+        )
+    });
+    for (rank, ((g, gshape, b, (a, asplits), rs), _)) in out.into_iter().enumerate() {
+        assert_eq!(
+            g,
+            vec![0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2],
+            "allgather on rank {rank}"
+        );
+        assert_eq!(gshape, vec![6, 2], "allgather shape on rank {rank}");
+        assert_eq!(b, vec![2u8; 5], "broadcast on rank {rank}");
+        // Rank j sent rank r the elements at [r(r+1)/2 .. +r+1] of its data.
+        let start = rank * (rank + 1) / 2;
+        let want: Vec<f64> = (0..size)
+            .flat_map(|j| (start..start + rank + 1).map(move |i| (j * 10 + i) as f64))
+            .collect();
+        assert_eq!(
+            (a.data, asplits),
+            (want, vec![rank + 1; size]),
+            "alltoall on rank {rank}"
+        );
+        let mine = if rank == 0 { 3 } else { 2 };
+        assert_eq!(rs, vec![2i64; mine], "reducescatter on rank {rank}");
+    }
+}
+
+#[test]
+fn a_lost_peer_fails_pending_tensors_instead_of_hanging() {
+    let rt = runtime();
+    let mut world = MemTransport::world(2, Generation(1), Duration::from_secs(2));
+    let dead = world.pop().unwrap();
+    let comm = Communicator::new(world.pop().unwrap(), CollectiveOptions::default());
+    let e = Engine::start(rt.handle(), comm, EngineConfig::default(), |_| async {});
+    dead.kill();
+    let r = allreduce(&e, "x", vec![1.0f32; 4], ReduceOp::Sum).wait();
+    assert!(matches!(r, Err(EngineError::Collective(_))), "{r:?}");
+    // Later submissions get the same error straight away.
+    let r = allreduce(&e, "y", vec![1.0f32; 4], ReduceOp::Sum).wait();
+    assert!(matches!(r, Err(EngineError::Collective(_))), "{r:?}");
+    rt.block_on(async { tokio::time::timeout(DEADLINE, e.shutdown()).await })
+        .expect("shutdown hung")
+        .unwrap();
+}
