@@ -1,6 +1,7 @@
 //! [`Communicator`]: the collectives of one world over one [`Transport`].
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::algorithms::{self, Op};
@@ -8,10 +9,11 @@ use crate::dtype::Element;
 use crate::error::{CollectiveError, Result};
 use crate::reduce::ReduceOp;
 use crate::schedule::{
-    allgather_ring, allreduce_ring, binomial_tree, block_ranges, chain, dissemination_rounds,
-    reducescatter_ring,
+    CrossStep, HierarchicalLayout, allgather_ring, allreduce_ring, binomial_tree, block_ranges,
+    chain, dissemination_rounds, reducescatter_ring,
 };
 use crate::tag::Rank;
+use crate::topology::Hierarchy;
 use crate::transport::Transport;
 
 /// Allreduce algorithm.
@@ -46,6 +48,9 @@ pub enum Layout {
     /// The ring, block `r` of the buffer (`counts[r]` elements) finishing on
     /// rank `r` after the reduce-scatter.
     RingBlocks(Vec<usize>),
+    /// Within hosts, then across them, over the grid in
+    /// [`CollectiveOptions::hierarchical_allreduce`] (which must be set).
+    Hierarchical(HierarchicalLayout),
 }
 
 /// Tuning of the collective algorithms. Every rank must use the same values.
@@ -60,6 +65,14 @@ pub struct CollectiveOptions {
     pub small_message_bytes: usize,
     pub allreduce: AllreduceAlgorithm,
     pub broadcast: BroadcastAlgorithm,
+    /// Ranks grouped by host: when set, allreduce reduces within each host,
+    /// then across hosts, then shares within the host (the cross-host step
+    /// takes the ring or recursive doubling as `allreduce` says for the whole
+    /// buffer). Default `None`: flat.
+    pub hierarchical_allreduce: Option<Arc<Hierarchy>>,
+    /// When set, allgather gathers across hosts, then within each host.
+    /// Default `None`: flat.
+    pub hierarchical_allgather: Option<Arc<Hierarchy>>,
 }
 
 impl Default for CollectiveOptions {
@@ -69,6 +82,8 @@ impl Default for CollectiveOptions {
             small_message_bytes: 64 * 1024,
             allreduce: AllreduceAlgorithm::Auto,
             broadcast: BroadcastAlgorithm::Auto,
+            hierarchical_allreduce: None,
+            hierarchical_allgather: None,
         }
     }
 }
@@ -156,15 +171,21 @@ impl<X: Transport> Communicator<X> {
         op: ReduceOp,
         scaling: Scaling,
     ) -> Result<()> {
-        let doubling = match self.options.allreduce {
-            AllreduceAlgorithm::Auto => self.is_small::<T>(buf.len()),
-            AllreduceAlgorithm::Ring => false,
-            AllreduceAlgorithm::RecursiveDoubling => true,
-        };
-        let layout = if doubling {
-            Layout::Doubling
-        } else {
-            Layout::RingBlocks(crate::schedule::even_counts(buf.len(), self.size()))
+        let doubling = self.allreduce_is_doubling(std::mem::size_of_val(buf));
+        let layout = match (&self.options.hierarchical_allreduce, doubling) {
+            (Some(h), _) => {
+                let cross = if doubling {
+                    CrossStep::Doubling
+                } else {
+                    CrossStep::Ring
+                };
+                let l = HierarchicalLayout::even(buf.len(), h.local_size(), h.cross_size(), cross);
+                Layout::Hierarchical(l)
+            }
+            (None, true) => Layout::Doubling,
+            (None, false) => {
+                Layout::RingBlocks(crate::schedule::even_counts(buf.len(), self.size()))
+            }
         };
         self.allreduce_layout(buf, op, scaling, layout).await
     }
@@ -174,7 +195,8 @@ impl<X: Transport> Communicator<X> {
     /// its size, and recursive doubling every element in the same order, so a
     /// buffer packed block by block from several tensors (each split with
     /// [`crate::schedule::even_counts`]) gives each element exactly the value
-    /// it would get alone.
+    /// it would get alone. The same holds for the hierarchical layout packed
+    /// piece by piece (see [`HierarchicalLayout`]).
     pub async fn allreduce_layout<T: Element>(
         &self,
         buf: &mut [T],
@@ -192,12 +214,31 @@ impl<X: Transport> Communicator<X> {
                 algorithms::ring_pass(&o, buf, &counts, &steps, self.seg::<T>(), op.combine())
                     .await?;
             }
+            Layout::Hierarchical(layout) => {
+                let h = self
+                    .options
+                    .hierarchical_allreduce
+                    .as_deref()
+                    .ok_or(CollectiveError::NoHierarchy)?;
+                let seg = self.options.segment_bytes;
+                algorithms::hierarchical_allreduce(
+                    &self.transport,
+                    h,
+                    o.id,
+                    seg,
+                    buf,
+                    &layout,
+                    op.combine(),
+                )
+                .await?;
+            }
         }
         finish_scaling(buf, op, post, self.size());
         Ok(())
     }
 
-    /// Whether [`Communicator::allreduce`] runs recursive doubling for `bytes`.
+    /// Whether [`Communicator::allreduce`] runs recursive doubling for `bytes`
+    /// (on the hierarchical path: whether its cross-host step does).
     pub fn allreduce_is_doubling(&self, bytes: usize) -> bool {
         match self.options.allreduce {
             AllreduceAlgorithm::Auto => bytes <= self.options.small_message_bytes,
@@ -257,9 +298,22 @@ impl<X: Transport> Communicator<X> {
                 len: input.len(),
             });
         }
+        let o = self.op();
+        if let Some(h) = self.options.hierarchical_allgather.as_deref() {
+            let seg = self.options.segment_bytes;
+            return algorithms::hierarchical_allgatherv(
+                &self.transport,
+                h,
+                o.id,
+                seg,
+                input,
+                counts,
+                out,
+            )
+            .await;
+        }
         out[mine].copy_from_slice(input);
         let steps = allgather_ring(self.size(), self.rank());
-        let o = self.op();
         algorithms::ring_pass(
             &o,
             out,

@@ -133,6 +133,12 @@ pub enum CollectiveError {
     BadCount { from: Rank, count: i64 },
     #[error("the schedule needs more than 2^32 messages; raise the segment size")]
     TooManyMessages,
+    #[error("operation id {op_id} leaves no room for the ids of its parts")]
+    OpIdSpace { op_id: u64 },
+    #[error("the host layout describes {layout} ranks; the world has {size}")]
+    HierarchySize { layout: usize, size: usize },
+    #[error("a hierarchical layout was given but no host layout is set in the options")]
+    NoHierarchy,
 }
 
 pub type Result<T, E = CollectiveError> = std::result::Result<T, E>;

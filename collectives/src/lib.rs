@@ -10,7 +10,10 @@
 //! Glossary: a *rank* is a process's position in the world (`0..size`); a
 //! *generation* numbers membership epochs, and a message from an older one is
 //! refused; a *block* is the part of a buffer a ring step moves, cut into
-//! *segments* that are the messages on the wire.
+//! *segments* that are the messages on the wire. A *host* runs several ranks;
+//! a rank's *local rank* is its position among its host's ranks and its *cross
+//! rank* its host's position among the hosts ([`Topology`]); the hierarchical
+//! collectives work within hosts first and across them second ([`Hierarchy`]).
 
 mod algorithms;
 mod comm;
@@ -19,6 +22,7 @@ mod error;
 mod reduce;
 pub mod schedule;
 mod tag;
+mod topology;
 mod transport;
 
 pub use comm::{
@@ -29,6 +33,7 @@ pub use error::{CollectiveError, LossCause, Result, TransportError};
 pub use half::{bf16, f16};
 pub use reduce::{Combine, ReduceOp, UnknownReduceOp};
 pub use tag::{Generation, Rank, Tag};
+pub use topology::{Hierarchy, NotHierarchical, Topology};
 pub use transport::Transport;
 pub use transport::mem::MemTransport;
 pub use transport::tcp::{TcpConfig, TcpEndpoint, TcpTransport};

@@ -94,14 +94,19 @@ impl<In, Out: Serialize> Encoder<Out> for FrameCodec<In, Out> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messages::{CoordinatorMsg, WorkerMsg};
+    use crate::messages::{
+        CoordinatorMsg, MAX_PENDING_NAME, MAX_PENDING_REPORTED, PendingReport, WorkerMsg,
+    };
 
     type Coord = FrameCodec<WorkerMsg, CoordinatorMsg>;
     type Work = FrameCodec<CoordinatorMsg, WorkerMsg>;
 
     #[test]
     fn round_trip_across_partial_input() {
-        let msg = WorkerMsg::Heartbeat { generation: 7 };
+        let msg = WorkerMsg::Heartbeat {
+            generation: 7,
+            pending: PendingReport::default(),
+        };
         let mut wire = BytesMut::new();
         Work::default().encode(msg.clone(), &mut wire).unwrap();
         Work::default().encode(msg.clone(), &mut wire).unwrap();
@@ -115,6 +120,23 @@ mod tests {
             }
         }
         assert_eq!(got, vec![msg.clone(), msg]);
+    }
+
+    #[test]
+    fn the_largest_heartbeat_fits_in_a_frame() {
+        let names: Vec<String> = (0..MAX_PENDING_REPORTED * 2)
+            .map(|i| format!("{i}{}", "\u{e9}".repeat(MAX_PENDING_NAME)))
+            .collect();
+        let pending =
+            PendingReport::bounded(names.iter().map(|n| (n.as_str(), std::time::Duration::MAX)));
+        let msg = WorkerMsg::Heartbeat {
+            generation: u64::MAX,
+            pending,
+        };
+        let mut wire = BytesMut::new();
+        Work::default().encode(msg.clone(), &mut wire).unwrap();
+        assert!(wire.len() < MAX_FRAME / 4, "{} bytes", wire.len());
+        assert_eq!(Coord::default().decode(&mut wire).unwrap(), Some(msg));
     }
 
     #[test]
@@ -132,7 +154,13 @@ mod tests {
         ));
         let mut one = BytesMut::new();
         Work::default()
-            .encode(WorkerMsg::Heartbeat { generation: 1 }, &mut one)
+            .encode(
+                WorkerMsg::Heartbeat {
+                    generation: 1,
+                    pending: PendingReport::default(),
+                },
+                &mut one,
+            )
             .unwrap();
         let body = one.split_off(4);
         let mut padded = BytesMut::from(&((body.len() as u32 + 2).to_be_bytes())[..]);

@@ -106,6 +106,7 @@ mod tests {
     use tokio::io::AsyncWriteExt;
 
     use super::*;
+    use crate::messages::PendingReport;
 
     const T: Duration = Duration::from_secs(5);
 
@@ -116,12 +117,18 @@ mod tests {
         let (coord, worker) = tokio::join!(accept(a, &k, T), connect(b, &k, T));
         let (mut coord, mut worker) = (coord.unwrap(), worker.unwrap());
         worker
-            .send(WorkerMsg::Heartbeat { generation: 2 })
+            .send(WorkerMsg::Heartbeat {
+                generation: 2,
+                pending: PendingReport::default(),
+            })
             .await
             .unwrap();
         assert_eq!(
             coord.next().await.unwrap().unwrap(),
-            WorkerMsg::Heartbeat { generation: 2 }
+            WorkerMsg::Heartbeat {
+                generation: 2,
+                pending: PendingReport::default(),
+            }
         );
         coord
             .send(CoordinatorMsg::Stop {
@@ -223,9 +230,12 @@ mod tests {
         let early = async move {
             let mut link: WorkerLink<_> = Framed::new(b, FrameCodec::default());
             let _challenge = link.next().await;
-            link.send(WorkerMsg::Heartbeat { generation: 0 })
-                .await
-                .unwrap();
+            link.send(WorkerMsg::Heartbeat {
+                generation: 0,
+                pending: PendingReport::default(),
+            })
+            .await
+            .unwrap();
             link
         };
         let (coord, _l) = tokio::join!(accept(a, &k, T), early);

@@ -1,6 +1,7 @@
 //! Every control-plane message, defined once for both ends.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -13,8 +14,12 @@ pub enum WorkerMsg {
     Prove { nonce: Nonce, proof: Proof },
     /// Who this worker is and where its data plane listens.
     Register(Registration),
-    /// Liveness, sent every heartbeat interval.
-    Heartbeat { generation: u64 },
+    /// Liveness, sent every heartbeat interval, with the tensors waiting on
+    /// this worker (for the coordinator's stall inspector).
+    Heartbeat {
+        generation: u64,
+        pending: PendingReport,
+    },
 }
 
 /// Coordinator -> worker.
@@ -55,6 +60,10 @@ pub struct Assignment {
     pub cross_size: u32,
     /// Data-plane address of every rank, by rank.
     pub peers: Vec<SocketAddr>,
+    /// Host of every rank, by rank: ranks with equal numbers share a host
+    /// (the number is the host's position in the job's host list). The
+    /// hierarchical collectives group ranks by it.
+    pub hosts: Vec<u32>,
     /// Token the data-plane mesh checks, so that two jobs never cross-connect.
     pub data_token: u64,
     pub knobs: Knobs,
@@ -75,4 +84,104 @@ pub struct Knobs {
     pub stall_warning_ms: Option<u64>,
     /// End the job after this many milliseconds of such a stall; `None`: never.
     pub stall_shutdown_ms: Option<u64>,
+}
+
+/// Most tensors one heartbeat lists.
+pub const MAX_PENDING_REPORTED: usize = 512;
+/// Longest tensor name (bytes) a heartbeat carries; longer names are cut at a
+/// character boundary. With [`MAX_PENDING_REPORTED`] this bounds a heartbeat to
+/// about 110 KiB, well under [`crate::MAX_FRAME`].
+pub const MAX_PENDING_NAME: usize = 200;
+
+/// The tensors submitted on a worker and not finished yet, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingReport {
+    pub tensors: Vec<PendingTensor>,
+    /// How many more were pending but left out (each younger than every
+    /// listed one).
+    pub left_out: u32,
+}
+
+/// One pending tensor: its name and how long ago it was submitted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingTensor {
+    pub name: String,
+    pub age_ms: u64,
+}
+
+impl PendingReport {
+    /// A report of `tensors` (given oldest first): the first
+    /// [`MAX_PENDING_REPORTED`], names cut to [`MAX_PENDING_NAME`] bytes.
+    pub fn bounded<'a>(tensors: impl IntoIterator<Item = (&'a str, Duration)>) -> Self {
+        let mut report = PendingReport::default();
+        for (name, age) in tensors {
+            if report.tensors.len() == MAX_PENDING_REPORTED {
+                report.left_out = report.left_out.saturating_add(1);
+                continue;
+            }
+            report.tensors.push(PendingTensor {
+                name: cut_name(name).to_owned(),
+                age_ms: u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        report
+    }
+
+    /// Whether every pending tensor of the worker is listed.
+    pub fn is_complete(&self) -> bool {
+        self.left_out == 0
+    }
+}
+
+/// `name` cut to at most [`MAX_PENDING_NAME`] bytes, at a character boundary.
+pub fn cut_name(name: &str) -> &str {
+    if name.len() <= MAX_PENDING_NAME {
+        return name;
+    }
+    let mut end = MAX_PENDING_NAME;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_keeps_the_oldest_and_counts_the_rest() {
+        let names: Vec<String> = (0..MAX_PENDING_REPORTED + 3)
+            .map(|i| format!("grad.{i}"))
+            .collect();
+        let r = PendingReport::bounded(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.as_str(), Duration::from_millis(10_000 - i as u64))),
+        );
+        assert_eq!(r.tensors.len(), MAX_PENDING_REPORTED);
+        assert_eq!(r.left_out, 3);
+        assert!(!r.is_complete());
+        assert_eq!(
+            r.tensors[0],
+            PendingTensor {
+                name: "grad.0".into(),
+                age_ms: 10_000
+            }
+        );
+        assert!(PendingReport::bounded([("a", Duration::ZERO)]).is_complete());
+    }
+
+    #[test]
+    fn long_names_are_cut_at_a_character_boundary() {
+        let long = "\u{e9}".repeat(MAX_PENDING_NAME); // two bytes each
+        let cut = cut_name(&long);
+        assert_eq!(cut.len(), MAX_PENDING_NAME);
+        let odd = format!("x{long}"); // the boundary falls inside a character
+        let cut = cut_name(&odd);
+        assert_eq!(cut.len(), MAX_PENDING_NAME - 1);
+        assert!(odd.starts_with(cut));
+        assert_eq!(cut_name("grad.3"), "grad.3");
+    }
 }

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use control::{Knobs, Secret};
+use control::{Knobs, PendingReport, Secret};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
@@ -16,7 +16,8 @@ use crate::launch::process::{self, WorkerProcess};
 use crate::launch::start::{Plan, StartError, Started, start_all};
 use crate::layout::place;
 use crate::rendezvous::Rendezvous;
-use crate::server::{LinkEnd, Server};
+use crate::server::{LinkEnd, Server, WorkerLink};
+use crate::stall::{self, Beat, StallConfig};
 
 /// How long stopped workers get between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -178,14 +179,24 @@ async fn control_plane(
         .await
     {
         Ok(links) => {
+            let (beats, inspector) = match StallConfig::from_knobs(&knobs) {
+                Some(cfg) => {
+                    let (tx, rx) = mpsc::channel((links.len() * 4).max(64));
+                    (Some(tx), Some(stall::inspect(cfg, rx, problems.clone())))
+                }
+                None => (None, None),
+            };
             for link in links {
-                let (tx, stop) = (problems.clone(), stop.clone());
-                tokio::spawn(async move {
-                    let slot = link.slot.clone();
-                    if let (rank, end @ LinkEnd::Silent(_)) = link.watch(SILENCE, stop).await {
-                        let _ = tx.send(format!("rank {rank} ({slot}) failed: {end}")).await;
-                    }
-                });
+                tokio::spawn(watch_link(
+                    link,
+                    problems.clone(),
+                    stop.clone(),
+                    beats.clone(),
+                ));
+            }
+            drop(beats);
+            if let Some(inspector) = inspector {
+                inspector.await;
             }
             // Keep the listener (and its refusals of strangers) for the job's life.
             std::future::pending::<()>().await;
@@ -193,6 +204,32 @@ async fn control_plane(
         Err(e) => {
             let _ = problems.send(e.to_string()).await;
         }
+    }
+}
+
+/// Watches one worker's control connection: a silent worker is a problem; a
+/// worker gone has nothing pending any more, so whatever the others still wait
+/// for from it is a stall.
+async fn watch_link(
+    link: WorkerLink,
+    problems: mpsc::Sender<String>,
+    stop: watch::Receiver<Option<String>>,
+    beats: Option<mpsc::Sender<Beat>>,
+) {
+    let slot = link.slot.clone();
+    let (rank, end) = link.watch(SILENCE, stop, beats.clone()).await;
+    if let LinkEnd::Silent(_) = end {
+        let _ = problems
+            .send(format!("rank {rank} ({slot}) failed: {end}"))
+            .await;
+    }
+    if let Some(beats) = beats {
+        let gone = Beat {
+            rank,
+            slot,
+            pending: PendingReport::default(),
+        };
+        let _ = tokio::time::timeout(stall::POLL * 4, beats.send(gone)).await;
     }
 }
 

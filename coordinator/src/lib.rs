@@ -14,6 +14,7 @@ pub mod launch;
 pub mod layout;
 pub mod rendezvous;
 pub mod server;
+pub mod stall;
 
 pub use hosts::{HostSlots, HostsError, parse_host_list, parse_hostfile};
 pub use layout::{LayoutError, Placement, place};

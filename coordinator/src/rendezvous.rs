@@ -98,6 +98,7 @@ impl Rendezvous {
             return None;
         }
         let peers: Vec<SocketAddr> = self.slots.iter().map(|(k, _)| self.registered[k]).collect();
+        let hosts: Vec<u32> = self.slots.iter().map(|(_, p)| p.host as u32).collect();
         let size = self.slots.len() as u32;
         Some(
             self.slots
@@ -112,6 +113,7 @@ impl Rendezvous {
                         cross_rank: p.cross_rank as u32,
                         cross_size: p.cross_size as u32,
                         peers: peers.clone(),
+                        hosts: hosts.clone(),
                         data_token,
                         knobs: knobs.clone(),
                     };
@@ -171,6 +173,7 @@ mod tests {
         let a = rv.assignments(&knobs(), 5).unwrap();
         let ports: Vec<u16> = a[0].1.peers.iter().map(SocketAddr::port).collect();
         assert_eq!(ports, [9000, 9001, 9002]);
+        assert!(a.iter().all(|(_, x)| x.hosts == [0, 0, 1]));
         assert_eq!(
             a[2].0,
             SlotKey {

@@ -5,7 +5,8 @@
 //! ```text
 //!  listener task ──(authenticated, registered)──> rendezvous loop ──> Assign
 //!        │ garbage / wrong secret: that connection closes, nothing else
-//!  link task per worker: heartbeats in; closed or silent -> WorkerLost
+//!  link task per worker: heartbeats in (pending tensors on to the stall
+//!                        inspector); closed or silent -> WorkerLost
 //! ```
 
 use std::net::SocketAddr;
@@ -20,6 +21,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::rendezvous::{Rendezvous, SlotKey};
+use crate::stall::Beat;
 
 /// How long one connection may take to authenticate and register.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -170,11 +172,14 @@ impl std::fmt::Display for LinkEnd {
 
 impl WorkerLink {
     /// Reads heartbeats until the connection ends or stays silent for
-    /// `silence`; sends `Stop` when told to on `stop`.
+    /// `silence`, handing each one's pending tensors to `beats` (dropped when
+    /// the inspector is behind: the next heartbeat says the same); sends `Stop`
+    /// when told to on `stop`.
     pub async fn watch(
         self,
         silence: Duration,
         mut stop: tokio::sync::watch::Receiver<Option<String>>,
+        beats: Option<mpsc::Sender<Beat>>,
     ) -> (usize, LinkEnd) {
         let Some(mut link) = self.link else {
             return (
@@ -185,7 +190,12 @@ impl WorkerLink {
         loop {
             tokio::select! {
                 m = tokio::time::timeout(silence, link.next()) => match m {
-                    Ok(Some(Ok(WorkerMsg::Heartbeat { .. }))) => {}
+                    Ok(Some(Ok(WorkerMsg::Heartbeat { pending, .. }))) => {
+                        if let Some(beats) = &beats {
+                            let (rank, slot) = (self.rank, self.slot.clone());
+                            let _ = beats.try_send(Beat { rank, slot, pending });
+                        }
+                    }
                     Ok(Some(Ok(other))) => tracing::debug!(rank = self.rank, ?other, "ignored message"),
                     Ok(Some(Err(e))) => return (self.rank, LinkEnd::Broken(e.to_string())),
                     Ok(None) => return (self.rank, LinkEnd::Closed),

@@ -7,6 +7,7 @@
 //! `cargo build --workspace --bins` first when running this crate alone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+pub mod collectives_check;
 pub mod sshd;
 
 use std::collections::BTreeSet;

@@ -1,5 +1,5 @@
-//! A throw-away OpenSSH server for launch tests: listens on a loopback address
-//! other than 127.0.0.1 (so that elasticrun treats it as another host), on a
+//! A throw-away OpenSSH server for launch tests: listens on loopback addresses
+//! other than 127.0.0.1 (so that elasticrun treats each as another host), on a
 //! free high port, accepting only a key made for it. Stopped and removed on drop.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -14,8 +14,10 @@ const SSHD: &str = "/usr/sbin/sshd";
 pub struct TestSshd {
     child: Child,
     dir: PathBuf,
-    /// The address it listens on, as a host name for `-H`.
+    /// The (first) address it listens on, as a host name for `-H`.
     pub host: String,
+    /// Every address it listens on, all on `port`.
+    pub hosts: Vec<String>,
     pub port: u16,
     /// The private key it accepts.
     pub identity: PathBuf,
@@ -42,12 +44,22 @@ fn free_port(ip: &str) -> u16 {
 impl TestSshd {
     /// Starts sshd on `ip` (a 127.0.0.0/8 address).
     pub fn start(ip: &str) -> TestSshd {
+        Self::start_on(&[ip])
+    }
+
+    /// Starts one sshd listening on every address of `ips` (127.0.0.0/8), all
+    /// on the same port: several hosts that one `-p PORT` reaches.
+    pub fn start_on(ips: &[&str]) -> TestSshd {
+        let ip = ips[0];
         assert!(
             Path::new(SSHD).exists(),
             "{SSHD} is missing: apt-get install openssh-server (.ci/run does)"
         );
-        let dir =
-            std::env::temp_dir().join(format!("elasticrun-sshd-{}-{}", std::process::id(), ip));
+        let dir = std::env::temp_dir().join(format!(
+            "elasticrun-sshd-{}-{}",
+            std::process::id(),
+            ips.join("_")
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("sshd dir");
         // Privilege separation needs this directory.
@@ -58,7 +70,7 @@ impl TestSshd {
         for attempt in 0..5 {
             let port = free_port(ip);
             let config = dir.join("sshd_config");
-            std::fs::write(&config, config_text(&dir, ip, port)).expect("sshd_config");
+            std::fs::write(&config, config_text(&dir, ips, port)).expect("sshd_config");
             let child = Command::new(SSHD)
                 .args(["-D", "-e", "-f"])
                 .arg(&config)
@@ -71,6 +83,7 @@ impl TestSshd {
                 child,
                 dir: dir.clone(),
                 host: ip.to_owned(),
+                hosts: ips.iter().map(|&h| h.to_owned()).collect(),
                 port,
                 identity: dir.join("id"),
             };
@@ -82,15 +95,21 @@ impl TestSshd {
         panic!("could not start a test sshd on {ip}");
     }
 
-    /// Whether it accepts connections before `limit` (false if it exited).
+    /// Whether it accepts connections on every address before `limit` (false
+    /// if it exited).
     fn wait_ready(&mut self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
-        let addr = SocketAddr::new(self.host.parse().expect("ip"), self.port);
+        let addrs: Vec<SocketAddr> = self
+            .hosts
+            .iter()
+            .map(|h| SocketAddr::new(h.parse().expect("ip"), self.port))
+            .collect();
         while Instant::now() < deadline {
             if matches!(self.child.try_wait(), Ok(Some(_))) {
                 return false;
             }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            let up = |a: &SocketAddr| TcpStream::connect_timeout(a, Duration::from_millis(200));
+            if addrs.iter().all(|a| up(a).is_ok()) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -114,9 +133,13 @@ impl TestSshd {
     }
 }
 
-fn config_text(dir: &Path, ip: &str, port: u16) -> String {
+fn config_text(dir: &Path, ips: &[&str], port: u16) -> String {
+    let listen: String = ips
+        .iter()
+        .map(|ip| format!("ListenAddress {ip}\n"))
+        .collect();
     format!(
-        "Port {port}\nListenAddress {ip}\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+        "Port {port}\n{listen}HostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
          PidFile {d}/sshd.pid\nUsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\n\
          PasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel ERROR\n",
         d = dir.display()

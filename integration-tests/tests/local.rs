@@ -70,6 +70,27 @@ fn training_reaches_the_same_accuracy_on_1_2_and_4_ranks() {
 }
 
 #[test]
+fn aggregated_fp16_training_still_learns_with_half_the_steps() {
+    let run = launch_train(
+        "2",
+        &[
+            "--epochs",
+            "3",
+            "--backward-passes-per-step",
+            "2",
+            "--fp16-allreduce",
+        ],
+    )
+    .finish(JOB);
+    run.expect_code(0);
+    let done = run.done_event();
+    // 4096 samples in batches of 64, three epochs, two batches per step.
+    assert_eq!(done["steps"], 96, "{done}");
+    let acc = done["accuracy"].as_f64().unwrap();
+    assert!(acc > 0.9, "training did not learn: accuracy {acc}");
+}
+
+#[test]
 fn output_goes_to_per_rank_files_with_timestamps() {
     let dir = std::env::temp_dir().join(format!("elasticrun-out-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

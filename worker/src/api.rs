@@ -217,6 +217,15 @@ impl Worker {
             .data)
     }
 
+    /// Says this rank has no more data and returns once every rank has said
+    /// so, with the rank that did so last. Meanwhile the others' allreduces
+    /// go on with this rank adding zeros (an average divides by the ranks
+    /// that contributed) and their allgathers with no rows from it; other
+    /// collectives fail while ranks have joined.
+    pub fn join(&self) -> Result<usize, Error> {
+        self.engine.join()
+    }
+
     /// Returns once every rank has called it.
     pub fn barrier(&self) -> Result<(), Error> {
         let name = self.names.next("barrier".into());

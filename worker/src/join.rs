@@ -5,12 +5,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use collectives::{Generation, TcpConfig, TcpEndpoint, TcpTransport};
-use control::{Assignment, CoordinatorMsg, Registration, WorkerLink, WorkerMsg};
+use control::{Assignment, CoordinatorMsg, PendingReport, Registration, WorkerLink, WorkerMsg};
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::InitError;
+use crate::engine::PendingBoard;
 use crate::env::Launch;
 
 /// How often a worker tells the coordinator it is alive.
@@ -98,14 +99,23 @@ async fn connect_mesh(
         .await?)
 }
 
-/// Sends heartbeats and obeys `Stop`; a lost coordinator ends the process, so
-/// that no worker outlives its job.
-pub(crate) async fn keep_alive(mut link: WorkerLink<TcpStream>, generation: u64) {
+/// Sends heartbeats (listing the tensors on `pending`, when the stall check is
+/// on) and obeys `Stop`; a lost coordinator ends the process, so that no
+/// worker outlives its job.
+pub(crate) async fn keep_alive(
+    mut link: WorkerLink<TcpStream>,
+    generation: u64,
+    pending: Option<PendingBoard>,
+) {
     let mut tick = tokio::time::interval(HEARTBEAT);
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(WorkerMsg::Heartbeat { generation })).await;
+                let pending = pending
+                    .as_ref()
+                    .map_or_else(PendingReport::default, |b| b.report(std::time::Instant::now()));
+                let beat = WorkerMsg::Heartbeat { generation, pending };
+                let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(beat)).await;
                 if !matches!(sent, Ok(Ok(()))) {
                     exit("lost the coordinator (heartbeat could not be sent)");
                 }

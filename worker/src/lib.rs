@@ -9,7 +9,9 @@
 mod api;
 pub mod engine;
 mod env;
+mod hierarchy;
 mod join;
+mod optimizer;
 
 use std::time::Duration;
 
@@ -21,7 +23,9 @@ use control::{HandshakeError, Knobs};
 
 pub use api::GroupHandle;
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
-pub use engine::{Engine, EngineConfig, EngineError, EngineStats, Handle, Tensor};
+pub use engine::{Engine, EngineConfig, EngineError, EngineStats, Handle, Tensor, TimelineConfig};
+pub use hierarchy::{CollectivePath, CollectivePaths};
+pub use optimizer::{Compression, DistributedOptimizer, Gradients, OptimizerOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
@@ -64,6 +68,7 @@ pub struct Worker {
     engine: Engine,
     place: Place,
     knobs: Option<Knobs>,
+    paths: CollectivePaths,
     names: api::Names,
 }
 
@@ -102,9 +107,17 @@ pub fn init() -> Result<Worker, InitError> {
         generation: a.generation,
     };
     let knobs = Some(a.knobs.clone());
-    rt.spawn(join::keep_alive(joined.link, a.generation));
-    let comm = Communicator::new(joined.transport, CollectiveOptions::default());
-    Ok(Worker::start(rt, comm, place, knobs))
+    let (generation, stall_check) = (a.generation, a.knobs.stall_warning_ms.is_some());
+    let (options, paths) = hierarchy::options(&a.knobs, &a.hosts);
+    hierarchy::log_fallbacks(&paths, place.rank);
+    let comm = Communicator::new(joined.transport, options);
+    let mut worker = Worker::start(rt, comm, place, knobs);
+    worker.paths = paths;
+    let pending = stall_check.then(|| worker.engine.pending());
+    worker
+        .rt
+        .spawn(join::keep_alive(joined.link, generation, pending));
+    Ok(worker)
 }
 
 async fn alone() -> Result<Communicator<TcpTransport>, InitError> {
@@ -123,6 +136,10 @@ fn engine_config(knobs: Option<&Knobs>) -> EngineConfig {
         cycle_time: Duration::from_micros(k.cycle_time_us),
         cache_capacity: k.cache_capacity as usize,
         fusion_threshold_bytes: usize::try_from(k.fusion_threshold_bytes).unwrap_or(usize::MAX),
+        timeline: k.timeline.as_ref().map(|path| TimelineConfig {
+            path: path.into(),
+            mark_cycles: k.timeline_mark_cycles,
+        }),
     }
 }
 
@@ -142,6 +159,7 @@ impl Worker {
             engine,
             place,
             knobs,
+            paths: CollectivePaths::default(),
             names: api::Names::default(),
         }
     }
@@ -171,6 +189,12 @@ impl Worker {
     /// The engine settings from elasticrun (`None` when running alone).
     pub fn knobs(&self) -> Option<&Knobs> {
         self.knobs.as_ref()
+    }
+
+    /// Whether allreduce and allgather run hierarchically in this generation
+    /// (and why not, when that was asked for but the hosts do not allow it).
+    pub fn collective_paths(&self) -> &CollectivePaths {
+        &self.paths
     }
 
     /// Leaves the job cleanly once every rank has asked to (peers still

@@ -220,7 +220,10 @@ fn steady_state_hits_the_cache_and_eviction_keeps_results_right() {
                 // counter sums both ranks' bits).
                 assert_eq!(stats.cache_hits, 2 * 25, "rank {rank}: {stats:?}");
             } else {
-                assert!(stats.cache_hits < 2 * 25, "capacity 3 must evict: {stats:?}");
+                assert!(
+                    stats.cache_hits < 2 * 25,
+                    "capacity 3 must evict: {stats:?}"
+                );
             }
         }
     }
@@ -338,4 +341,143 @@ fn a_lost_peer_fails_pending_tensors_instead_of_hanging() {
     rt.block_on(async { tokio::time::timeout(DEADLINE, e.shutdown()).await })
         .expect("shutdown hung")
         .unwrap();
+}
+
+#[test]
+fn the_timeline_records_every_phase_of_every_tensor() {
+    let dir = std::env::temp_dir().join(format!("engine-timeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("timeline.json");
+    let cfg = EngineConfig {
+        timeline: Some(worker::TimelineConfig {
+            path: path.clone(),
+            mark_cycles: true,
+        }),
+        // Long cycles: what is submitted right after one round completes
+        // goes into the next round together on both ranks.
+        cycle_time: Duration::from_millis(300),
+        ..EngineConfig::default()
+    };
+    on_every_rank(2, cfg, |rank, e| {
+        allreduce(e, "sync", vec![0u8], ReduceOp::Sum)
+            .wait()
+            .unwrap();
+        // Submitted together: fused into one allreduce.
+        let hs: Vec<_> = (0..3)
+            .map(|t| {
+                allreduce(
+                    e,
+                    &format!("fused.{t}"),
+                    vec![rank as f32; 8],
+                    ReduceOp::Sum,
+                )
+            })
+            .collect();
+        hs.into_iter().for_each(|h| drop(h.wait().unwrap()));
+        let g = e.submit(
+            "alone".into(),
+            Kind::Allgather,
+            Tensor::from(vec![1u8; 3]),
+            vec![],
+            vec![],
+        );
+        g.wait().unwrap();
+    });
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<serde_json::Value> =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let pid_of = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["name"] == "process_name" && e["args"]["name"] == name)
+            .unwrap_or_else(|| panic!("no process for {name}: {text}"))["pid"]
+            .clone()
+    };
+    let phases = |name: &str| -> Vec<String> {
+        let pid = pid_of(name);
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == pid)
+            .map(|e| e["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for t in 0..3 {
+        assert_eq!(
+            phases(&format!("fused.{t}")),
+            [
+                "NEGOTIATE",
+                "QUEUE",
+                "MEMCPY_IN_FUSION_BUFFER",
+                "ALLREDUCE",
+                "MEMCPY_OUT_FUSION_BUFFER"
+            ],
+            "{text}"
+        );
+    }
+    assert_eq!(
+        phases("alone"),
+        ["NEGOTIATE", "QUEUE", "ALLGATHER"],
+        "{text}"
+    );
+    assert!(
+        events.iter().any(|e| e["name"] == "CYCLE_START"),
+        "no cycle marks"
+    );
+    let fused = events
+        .iter()
+        .find(|e| e["name"] == "ALLREDUCE" && e["pid"] == pid_of("fused.0"))
+        .unwrap();
+    assert_eq!(fused["args"]["fused_tensors"], 3, "{fused}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn ranks_that_run_out_of_data_join_and_the_rest_go_on() {
+    let size = 3;
+    let out = on_every_rank(size, EngineConfig::default(), |rank, e| {
+        // Rank r has r + 1 batches.
+        let mut averages = Vec::new();
+        for _ in 0..=rank {
+            let h = allreduce(e, "grad", vec![(rank + 1) as f32; 4], ReduceOp::Average);
+            averages.push(h.wait().unwrap().data[0]);
+        }
+        let mut extra = None;
+        if rank == 2 {
+            // Ranks 0 and 1 have joined by now.
+            let g = e.submit(
+                "rows".into(),
+                Kind::Allgather,
+                Tensor::from(vec![9i32; 2]),
+                vec![],
+                vec![],
+            );
+            let b = e.submit(
+                "b".into(),
+                Kind::Broadcast { root: 2 },
+                Tensor::from(vec![1u8]),
+                vec![],
+                vec![],
+            );
+            let sum = allreduce(e, "count", vec![1i64], ReduceOp::Sum);
+            extra = Some((
+                g.wait().map(|t| t.data),
+                b.wait().err().map(|e| e.to_string()),
+                sum.wait().unwrap().data,
+            ));
+        }
+        (averages, e.join().unwrap(), extra)
+    });
+    for (rank, ((averages, last, _), _)) in out.iter().enumerate() {
+        // Step s averages over the ranks that still had data: s..3.
+        let want: Vec<f32> = (0..=rank)
+            .map(|s| (s + 1..=size).sum::<usize>() as f32 / (size - s) as f32)
+            .collect();
+        assert_eq!(averages, &want, "rank {rank}");
+        assert_eq!(*last, 2, "rank {rank}: the last rank to join");
+    }
+    let (gathered, broadcast, count) = out[2].0.2.clone().unwrap();
+    assert_eq!(gathered.unwrap(), vec![9, 9], "joined ranks add no rows");
+    let why = broadcast.expect("a broadcast cannot run with joined ranks");
+    assert!(why.contains("rank(s) [0, 1] have joined"), "{why}");
+    assert_eq!(count, vec![1], "joined ranks add zeros");
 }

@@ -13,11 +13,13 @@ mod alltoall;
 mod broadcast;
 mod cells;
 mod doubling;
+mod hierarchical;
 mod ring;
 
 pub(crate) use alltoall::{alltoall, count_from_wire, exchange_counts};
 pub(crate) use broadcast::pipeline_broadcast;
 pub(crate) use doubling::doubling_allreduce;
+pub(crate) use hierarchical::{hierarchical_allgatherv, hierarchical_allreduce};
 pub(crate) use ring::ring_pass;
 
 /// One collective operation in flight: its transport and op id.
@@ -49,7 +51,7 @@ impl<X: Transport> Op<'_, X> {
         let want = expected * std::mem::size_of::<T>();
         if payload.len() != want {
             return Err(CollectiveError::LengthMismatch {
-                from,
+                from: self.tr.world_rank(from),
                 tag,
                 expected: want,
                 got: payload.len(),

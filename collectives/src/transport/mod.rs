@@ -19,6 +19,7 @@ use bytes::Bytes;
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank, Tag};
 
+pub(crate) mod group;
 mod mailbox;
 pub(crate) mod mem;
 pub(crate) mod tcp;
@@ -33,6 +34,12 @@ pub trait Transport: Send + Sync {
 
     /// The generation this transport serves; messages of any other are refused.
     fn generation(&self) -> Generation;
+
+    /// The rank that `rank` of this transport has in the whole world: itself,
+    /// except for a view of a sub-group. Errors name ranks this way.
+    fn world_rank(&self, rank: Rank) -> Rank {
+        rank
+    }
 
     /// Sends `payload` to rank `to`. Completes when the bytes have been handed to the
     /// transport (not when the peer has read them).

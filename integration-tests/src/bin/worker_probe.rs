@@ -1,9 +1,18 @@
 //! Exercises every call of the worker runtime under elasticrun and checks each
 //! result against what the ranks' places imply; prints one JSON line per rank
 //! (its place and the knobs it was given) or exits 1 naming the first mismatch.
+//!
+//! `worker_probe --stall RANK SECONDS` instead allreduces one tensor named
+//! `grad.stalled`, which rank RANK submits only after sleeping SECONDS: the
+//! other ranks wait on it (a stall for the coordinator's inspector).
+//!
+//! `worker_probe --collectives` instead runs allreduce and allgather of many
+//! sizes, alone and fused ([`integration_tests::collectives_check`]); the JSON
+//! line then says which path (flat or hierarchical) each ran on.
 #![allow(clippy::cast_precision_loss)]
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use worker::{ReduceOp, Worker};
@@ -83,7 +92,55 @@ fn probe(w: &Worker) -> Result<(), String> {
     )
 }
 
+/// The tensor `--stall` holds back.
+const STALLED: &str = "grad.stalled";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Probe,
+    Stall { late: usize, sleep: Duration },
+    Collectives,
+}
+
+fn mode(args: &[String]) -> Result<Mode, String> {
+    match args {
+        [] => Ok(Mode::Probe),
+        [flag] if flag == "--collectives" => Ok(Mode::Collectives),
+        [flag, rank, secs] if flag == "--stall" => {
+            let late = rank.parse().map_err(|e| format!("--stall RANK: {e}"))?;
+            let sleep = secs
+                .parse()
+                .ok()
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .ok_or_else(|| format!("--stall SECONDS: {secs:?} is not a duration"))?;
+            Ok(Mode::Stall { late, sleep })
+        }
+        _ => Err("usage: worker_probe [--stall RANK SECONDS | --collectives]".into()),
+    }
+}
+
+/// Every rank allreduces `STALLED`; rank `late` first sleeps `sleep`.
+fn stall(w: &Worker, late: usize, sleep: Duration) -> Result<(), String> {
+    if w.rank() == late {
+        std::thread::sleep(sleep);
+    }
+    let h = w.allreduce_async(Some(STALLED), vec![1.0f32; 4], ReduceOp::Sum);
+    let got = h.wait().map_err(|e| e.to_string())?;
+    check(
+        "the stalled allreduce",
+        got.data.iter().all(|&x| x == w.size() as f32),
+    )
+}
+
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = match mode(&args) {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!("worker_probe: {why}");
+            return ExitCode::from(2);
+        }
+    };
     let w = match worker::init() {
         Ok(w) => w,
         Err(e) => {
@@ -91,7 +148,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(why) = probe(&w) {
+    let run = match mode {
+        Mode::Probe => probe(&w),
+        Mode::Stall { late, sleep } => stall(&w, late, sleep),
+        Mode::Collectives => integration_tests::collectives_check::run(&w),
+    };
+    if let Err(why) = run {
         eprintln!("worker_probe: rank {}: {why}", w.rank());
         return ExitCode::FAILURE;
     }
@@ -100,6 +162,10 @@ fn main() -> ExitCode {
         "local_rank": w.local_rank(), "local_size": w.local_size(),
         "cross_rank": w.cross_rank(), "cross_size": w.cross_size(),
         "knobs": w.knobs(),
+        "paths": {
+            "allreduce": w.collective_paths().allreduce.to_string(),
+            "allgather": w.collective_paths().allgather.to_string(),
+        },
     });
     println!("{line}");
     w.shutdown();

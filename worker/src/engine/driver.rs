@@ -7,21 +7,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{Communicator, Transport};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::exec;
 use super::fusion::FusionPolicy;
 use super::negotiate::Negotiator;
-use super::request::{Decision, RankMsg, Request};
+use super::request::{Decision, RankMsg, Ready, Request};
 use super::tensor::{EngineError, Local};
+use super::timeline::{Phase, Timeline, TimelineConfig};
 
 /// Engine settings (from the job's knobs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
     pub cycle_time: Duration,
     pub cache_capacity: usize,
     pub fusion_threshold_bytes: usize,
+    /// Rank 0 writes the timeline here (Horovod's `--timeline-filename`).
+    pub timeline: Option<TimelineConfig>,
 }
 
 impl Default for EngineConfig {
@@ -30,6 +33,7 @@ impl Default for EngineConfig {
             cycle_time: Duration::from_millis(1),
             cache_capacity: 1024,
             fusion_threshold_bytes: 64 << 20,
+            timeline: None,
         }
     }
 }
@@ -40,6 +44,9 @@ pub(crate) enum Command {
     Submit(Local),
     /// Leave once every rank has asked to.
     Shutdown,
+    /// This rank has no more data: answer with the last rank to join once
+    /// every rank has.
+    Join(oneshot::Sender<Result<usize, EngineError>>),
 }
 
 /// Counters, for tests and benchmarks.
@@ -62,7 +69,14 @@ struct State<X> {
     /// Submitted since the last round, in order.
     fresh: Vec<Request>,
     shutdown: bool,
+    /// `join` was called and the next message says so; then the reply
+    /// waits for every rank to join.
+    join_news: bool,
+    join_reply: Option<oneshot::Sender<Result<usize, EngineError>>>,
+    /// Ranks that had joined when the current round decided.
+    joined: Vec<usize>,
     stats: EngineStats,
+    timeline: Timeline,
 }
 
 /// Runs the engine until every rank has shut down or the data plane fails;
@@ -78,6 +92,10 @@ pub(super) async fn run<X: Transport>(
     };
     let neg = Negotiator::new(comm.size(), cfg.cache_capacity, fusion);
     let rank = comm.rank();
+    let timeline = match &cfg.timeline {
+        Some(t) if rank == 0 => Timeline::open(t),
+        _ => Timeline::disabled(),
+    };
     let mut st = State {
         comm,
         neg,
@@ -85,7 +103,11 @@ pub(super) async fn run<X: Transport>(
         waiting: HashMap::new(),
         fresh: Vec::new(),
         shutdown: false,
+        join_news: false,
+        join_reply: None,
+        joined: Vec::new(),
         stats: EngineStats::default(),
+        timeline,
     };
     let mut next = Instant::now();
     let mut open = true;
@@ -120,6 +142,7 @@ pub(super) async fn run<X: Transport>(
         }
     }
     st.stats.cache_hits = st.neg.cache().hits();
+    st.timeline.close();
     (st.comm, st.stats)
 }
 
@@ -129,6 +152,9 @@ async fn drain_after_failure(rx: &mut mpsc::UnboundedReceiver<Command>, e: &Engi
     while let Some(c) = rx.recv().await {
         match c {
             Command::Submit(l) => l.fail(e.clone()),
+            Command::Join(reply) => {
+                let _ = reply.send(Err(e.clone()));
+            }
             Command::Shutdown => return,
         }
     }
@@ -138,6 +164,15 @@ impl<X: Transport> State<X> {
     fn take(&mut self, c: Command) {
         match c {
             Command::Shutdown => self.shutdown = true,
+            Command::Join(reply) if self.join_reply.is_some() || self.shutdown => {
+                let _ = reply.send(Err(EngineError::Invalid(
+                    "join called twice, or after shutdown".into(),
+                )));
+            }
+            Command::Join(reply) => {
+                self.join_news = true;
+                self.join_reply = Some(reply);
+            }
             Command::Submit(l) if self.shutdown => l.fail(EngineError::ShutDown),
             Command::Submit(l) if self.waiting.contains_key(&l.req.name) => {
                 let name = l.req.name.clone();
@@ -153,6 +188,7 @@ impl<X: Transport> State<X> {
     fn message(&mut self) -> RankMsg {
         let mut m = RankMsg {
             shutdown: self.shutdown,
+            joined: std::mem::take(&mut self.join_news),
             ..RankMsg::default()
         };
         for r in self.fresh.drain(..) {
@@ -166,6 +202,7 @@ impl<X: Transport> State<X> {
 
     /// One negotiation round and what it decided; `true` when the engine is done.
     async fn round(&mut self) -> Result<bool, EngineError> {
+        self.timeline.cycle(std::time::Instant::now());
         let mine = bincode::serde::encode_to_vec(self.message(), bincode::config::standard())
             .map_err(|e| EngineError::Internal(e.to_string()))?;
         let (all, counts) = self
@@ -191,13 +228,25 @@ impl<X: Transport> State<X> {
             .neg
             .round(&msgs)
             .map_err(|e| EngineError::Internal(e.to_string()))?;
+        let decided = std::time::Instant::now();
+        self.joined = outcome.joined;
         for d in outcome.decisions {
-            self.decide(d).await?;
+            self.decide(d, decided).await?;
         }
+        if let Some(last) = outcome.join_done
+            && let Some(reply) = self.join_reply.take()
+        {
+            let _ = reply.send(Ok(last));
+        }
+        self.timeline.flush();
         Ok(outcome.finished)
     }
 
-    async fn decide(&mut self, d: Decision) -> Result<(), EngineError> {
+    async fn decide(
+        &mut self,
+        d: Decision,
+        decided: std::time::Instant,
+    ) -> Result<(), EngineError> {
         match d {
             Decision::Fail { name, why } => {
                 if let Some(l) = self.waiting.remove(&name) {
@@ -205,32 +254,114 @@ impl<X: Transport> State<X> {
                 }
                 Ok(())
             }
-            Decision::Run(group) => {
-                let mut locals = Vec::with_capacity(group.len());
-                for t in &group {
-                    let l = self.waiting.remove(t.name()).ok_or_else(|| {
-                        EngineError::Internal(format!(
-                            "tensor {} ran but was not submitted here",
-                            t.name()
-                        ))
-                    })?;
-                    locals.push(l);
-                }
-                self.stats.collectives += 1;
-                self.stats.tensors += group.len() as u64;
-                exec::run(&self.comm, &group, locals)
-                    .await
-                    .map_err(|(e, left)| {
-                        left.into_iter().for_each(|l| l.fail(e.clone()));
-                        e
-                    })
-            }
+            Decision::Run(group) => self.run_group(group, decided).await,
         }
     }
 
+    /// Runs one negotiated group (several tensors: fused) and records its
+    /// phases on the timeline.
+    async fn run_group(
+        &mut self,
+        group: Vec<Ready>,
+        decided: std::time::Instant,
+    ) -> Result<(), EngineError> {
+        let mut locals = Vec::with_capacity(group.len());
+        for t in &group {
+            if self.joined.contains(&self.rank) && !self.waiting.contains_key(t.name()) {
+                locals.push(Local::stand_in(&t.per_rank[self.rank]));
+                continue;
+            }
+            let l = self.waiting.remove(t.name()).ok_or_else(|| {
+                EngineError::Internal(format!(
+                    "tensor {} ran but was not submitted here",
+                    t.name()
+                ))
+            })?;
+            locals.push(l);
+        }
+        self.stats.collectives += 1;
+        self.stats.tensors += group.len() as u64;
+        let submitted: Vec<std::time::Instant> = locals.iter().map(|l| l.submitted).collect();
+        let start = std::time::Instant::now();
+        let mut marks = exec::Marks::default();
+        let active = self.comm.size() - self.joined.len();
+        let result = exec::run(&self.comm, &group, locals, &mut marks, active).await;
+        if self.timeline.enabled() {
+            let done = std::time::Instant::now();
+            let at = Span {
+                submitted: &submitted,
+                decided,
+                start,
+                marks,
+                done,
+            };
+            record(&mut self.timeline, &group, at);
+        }
+        result.map_err(|(e, left)| {
+            left.into_iter().for_each(|l| l.fail(e.clone()));
+            e
+        })
+    }
+
     fn fail_all(&mut self, e: &EngineError) {
+        if let Some(reply) = self.join_reply.take() {
+            let _ = reply.send(Err(e.clone()));
+        }
         for (_, l) in self.waiting.drain() {
             l.fail(e.clone());
+        }
+    }
+}
+
+/// When a group's phases began and ended.
+struct Span<'a> {
+    submitted: &'a [std::time::Instant],
+    decided: std::time::Instant,
+    start: std::time::Instant,
+    marks: exec::Marks,
+    done: std::time::Instant,
+}
+
+fn record(tl: &mut Timeline, group: &[Ready], at: Span<'_>) {
+    let kind = group[0].kind().name();
+    let fused = group.len();
+    for (t, &submitted) in group.iter().zip(at.submitted) {
+        let name = t.name();
+        let bytes = super::fusion::fused_bytes(t);
+        let args = serde_json::json!({"dtype": format!("{:?}", t.dtype()), "shape": t.per_rank[0].shape, "bytes": bytes, "fused_tensors": fused});
+        tl.phase(
+            name,
+            Phase::Negotiate,
+            submitted,
+            at.decided,
+            serde_json::json!({}),
+        );
+        tl.phase(
+            name,
+            Phase::Queue,
+            at.decided,
+            at.start,
+            serde_json::json!({}),
+        );
+        match (at.marks.packed, at.marks.reduced) {
+            (Some(packed), Some(reduced)) => {
+                tl.phase(
+                    name,
+                    Phase::MemcpyIn,
+                    at.start,
+                    packed,
+                    serde_json::json!({}),
+                );
+                tl.phase(name, Phase::Collective(kind), packed, reduced, args);
+                tl.phase(
+                    name,
+                    Phase::MemcpyOut,
+                    reduced,
+                    at.done,
+                    serde_json::json!({}),
+                );
+            }
+            _ => tl.phase(name, Phase::Collective(kind), at.start, at.done, args),
         }
     }
 }

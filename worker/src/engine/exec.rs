@@ -2,6 +2,7 @@
 //! unpack, reply to each submitter.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use collectives::schedule::even_counts;
 use collectives::{Communicator, Element, Layout, ReduceOp, Scaling, Transport};
@@ -11,26 +12,40 @@ use super::tensor::{EngineError, Local, with_element};
 
 type Result<T> = std::result::Result<T, EngineError>;
 
+/// When a fused group finished packing its fusion buffer and when its
+/// collective finished (unset for a tensor that ran alone): the timeline's
+/// memcpy phases.
+#[derive(Debug, Default)]
+pub(super) struct Marks {
+    pub(super) packed: Option<Instant>,
+    pub(super) reduced: Option<Instant>,
+}
+
 fn collective(e: collectives::CollectiveError) -> EngineError {
     EngineError::Collective(Arc::new(e))
 }
 
 /// Runs `group` (all of one kind and element type) with this rank's
-/// submissions `locals`, in the same order. An error is the data plane's and
+/// submissions `locals`, in the same order; `active` ranks contributed data
+/// (the others joined), which is what an average divides by. An error is the data plane's and
 /// fatal to the engine; the submissions not yet answered come back with it.
 pub(super) async fn run<X: Transport>(
     comm: &Communicator<X>,
     group: &[Ready],
     locals: Vec<Local>,
+    marks: &mut Marks,
+    active: usize,
 ) -> std::result::Result<(), (EngineError, Vec<Local>)> {
     let first = &group[0];
-    with_element!(first.dtype(), T => run_typed::<T, X>(comm, group, locals).await)
+    with_element!(first.dtype(), T => run_typed::<T, X>(comm, group, locals, marks, active).await)
 }
 
 async fn run_typed<T: Element, X: Transport>(
     comm: &Communicator<X>,
     group: &[Ready],
     mut locals: Vec<Local>,
+    marks: &mut Marks,
+    active: usize,
 ) -> std::result::Result<(), (EngineError, Vec<Local>)> {
     let taken: Result<Vec<Vec<T>>> = locals.iter_mut().map(Local::take::<T>).collect();
     let data = match taken {
@@ -38,10 +53,18 @@ async fn run_typed<T: Element, X: Transport>(
         Err(e) => return Err((e, locals)),
     };
     let result = match group[0].kind() {
-        Kind::Allreduce(op) => allreduce(comm, op, data)
+        Kind::Allreduce(op) if op == ReduceOp::Average && active < comm.size() => {
+            allreduce(comm, ReduceOp::Sum, data, marks)
+                .await
+                .map(|mut outs| {
+                    outs.iter_mut().for_each(|d| average_over(d, active));
+                    outs.into_iter().map(|d| (d, None, vec![])).collect()
+                })
+        }
+        Kind::Allreduce(op) => allreduce(comm, op, data, marks)
             .await
             .map(|outs| outs.into_iter().map(|d| (d, None, vec![])).collect()),
-        Kind::Allgather => allgather(comm, group, data).await.map(|outs| {
+        Kind::Allgather => allgather(comm, group, data, marks).await.map(|outs| {
             outs.into_iter()
                 .zip(group)
                 .map(|((d, rows), g)| {
@@ -113,9 +136,14 @@ async fn allreduce<T: Element, X: Transport>(
     comm: &Communicator<X>,
     op: ReduceOp,
     mut data: Vec<Vec<T>>,
+    marks: &mut Marks,
 ) -> Result<Vec<Vec<T>>> {
     if data.len() == 1 {
         comm.allreduce(&mut data[0], op).await.map_err(collective)?;
+        return Ok(data);
+    }
+    if let Some(h) = comm.options().hierarchical_allreduce.clone() {
+        super::fused_hierarchical::allreduce(comm, op, &mut data, &h, marks).await?;
         return Ok(data);
     }
     let bytes0 = data[0].len() * std::mem::size_of::<T>();
@@ -123,9 +151,11 @@ async fn allreduce<T: Element, X: Transport>(
     let mut buf = Vec::with_capacity(total);
     if comm.allreduce_is_doubling(bytes0) {
         data.iter().for_each(|d| buf.extend_from_slice(d));
+        marks.packed = Some(Instant::now());
         comm.allreduce_layout(&mut buf, op, Scaling::default(), Layout::Doubling)
             .await
             .map_err(collective)?;
+        marks.reduced = Some(Instant::now());
         let mut at = 0;
         for d in &mut data {
             let len = d.len();
@@ -144,9 +174,11 @@ async fn allreduce<T: Element, X: Transport>(
                 counts[c] += splits[t][c];
             }
         }
+        marks.packed = Some(Instant::now());
         comm.allreduce_layout(&mut buf, op, Scaling::default(), Layout::RingBlocks(counts))
             .await
             .map_err(collective)?;
+        marks.reduced = Some(Instant::now());
         let mut at = 0;
         for c in 0..n {
             for (t, d) in data.iter_mut().enumerate() {
@@ -157,6 +189,15 @@ async fn allreduce<T: Element, X: Transport>(
         }
     }
     Ok(data)
+}
+
+/// A sum over `active` ranks turned into their average.
+fn average_over<T: Element>(sum: &mut [T], active: usize) {
+    if T::DTYPE.is_float() {
+        T::scale(sum, 1.0 / active.max(1) as f64);
+    } else {
+        T::divide(sum, active.max(1));
+    }
 }
 
 fn prefix(counts: &[usize]) -> Vec<usize> {
@@ -177,6 +218,7 @@ async fn allgather<T: Element, X: Transport>(
     comm: &Communicator<X>,
     group: &[Ready],
     data: Vec<Vec<T>>,
+    marks: &mut Marks,
 ) -> Result<Vec<(Vec<T>, usize)>> {
     let n = comm.size();
     // elements[t][r]: what rank r contributes to tensor t.
@@ -189,9 +231,12 @@ async fn allgather<T: Element, X: Transport>(
         .collect();
     let mine: Vec<T> = data.concat();
     let mut out = vec![T::zeroed(); counts.iter().sum()];
+    let fused = group.len() > 1;
+    marks.packed = fused.then(Instant::now);
     comm.allgatherv_into(&mine, &counts, &mut out)
         .await
         .map_err(collective)?;
+    marks.reduced = fused.then(Instant::now);
     let starts = prefix(&counts);
     let mut result = Vec::with_capacity(group.len());
     for (t, g) in group.iter().enumerate() {

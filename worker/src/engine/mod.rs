@@ -12,10 +12,13 @@
 pub mod cache;
 mod driver;
 mod exec;
+mod fused_hierarchical;
 pub mod fusion;
 pub mod negotiate;
+mod pending;
 pub mod request;
 mod tensor;
+mod timeline;
 
 use std::marker::PhantomData;
 
@@ -24,8 +27,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use driver::Command;
 pub use driver::{EngineConfig, EngineStats};
+pub use pending::PendingBoard;
 pub use request::Kind;
 pub use tensor::{EngineError, Output, Tensor};
+pub use timeline::TimelineConfig;
 
 use request::Request;
 use tensor::Local;
@@ -98,6 +103,7 @@ impl<T: Element> Handle<T> {
 pub struct Engine {
     tx: mpsc::UnboundedSender<Command>,
     task: tokio::task::JoinHandle<EngineStats>,
+    pending: PendingBoard,
 }
 
 impl Engine {
@@ -119,7 +125,16 @@ impl Engine {
             on_finish(comm).await;
             stats
         });
-        Engine { tx, task }
+        Engine {
+            tx,
+            task,
+            pending: PendingBoard::default(),
+        }
+    }
+
+    /// The tensors submitted here and not finished (for heartbeats).
+    pub fn pending(&self) -> PendingBoard {
+        self.pending.clone()
     }
 
     /// Submits `data` (already checked) for `kind` under `name`.
@@ -132,6 +147,7 @@ impl Engine {
         parts: Vec<usize>,
     ) -> Handle<T> {
         let (reply, rx) = oneshot::channel();
+        let entry = self.pending.enter(&name, std::time::Instant::now());
         let req = Request {
             name,
             kind,
@@ -144,6 +160,8 @@ impl Engine {
             data: Box::new(data.data),
             splits,
             reply,
+            submitted: std::time::Instant::now(),
+            _pending: entry,
         };
         match self.tx.send(Command::Submit(local)) {
             Ok(()) => Handle {
@@ -153,6 +171,19 @@ impl Engine {
             },
             Err(_) => failed(EngineError::ShutDown),
         }
+    }
+
+    /// Tells the other ranks this one has no more data and waits until every
+    /// rank has said so; meanwhile this rank takes part in their allreduces
+    /// (as zeros; averages divide by the ranks that contributed) and
+    /// allgathers (with no rows). Returns the rank that joined last. Blocks:
+    /// call it outside an async runtime.
+    pub fn join(&self) -> Result<usize, EngineError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Join(reply))
+            .map_err(|_| EngineError::ShutDown)?;
+        rx.blocking_recv().unwrap_or(Err(EngineError::ShutDown))
     }
 
     /// Asks every rank's engine to stop and waits for this one; returns its

@@ -28,6 +28,10 @@ pub struct Negotiator {
     pending: HashMap<String, Pending>,
     cache: ResponseCache,
     shut_down: Vec<bool>,
+    /// Ranks that have called `join` and wait for the others to.
+    joined: Vec<bool>,
+    /// The rank that joined last so far (the answer `join` returns).
+    last_joined: usize,
     fusion: FusionPolicy,
 }
 
@@ -35,6 +39,12 @@ pub struct Negotiator {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Outcome {
     pub decisions: Vec<Decision>,
+    /// Ranks that had joined when the decisions were made: they take part
+    /// with zeros (allreduce) or no rows (allgather); an average divides by
+    /// the ranks that did not.
+    pub joined: Vec<usize>,
+    /// Every rank has joined: `join` returns this rank (the last to join).
+    pub join_done: Option<usize>,
     /// Every rank has shut down and nothing is left: the engine stops.
     pub finished: bool,
 }
@@ -55,6 +65,8 @@ impl Negotiator {
             pending: HashMap::new(),
             cache: ResponseCache::new(cache_capacity),
             shut_down: vec![false; size],
+            joined: vec![false; size],
+            last_joined: 0,
             fusion,
         }
     }
@@ -132,6 +144,10 @@ impl Negotiator {
                 self.submit(rank, req.clone(), (round, 1, rank, i));
             }
             self.shut_down[rank] |= m.shutdown;
+            if m.joined && !self.joined[rank] {
+                self.joined[rank] = true;
+                self.last_joined = rank;
+            }
         }
         Ok(self.decide())
     }
@@ -144,7 +160,7 @@ impl Negotiator {
                 p.per_rank
                     .iter()
                     .enumerate()
-                    .all(|(r, q)| q.is_some() || self.shut_down[r])
+                    .all(|(r, q)| q.is_some() || self.shut_down[r] || self.joined[r])
             })
             .map(|(n, p)| (p.order, n.clone()))
             .collect();
@@ -155,7 +171,7 @@ impl Negotiator {
             let Some(p) = self.pending.remove(&name) else {
                 continue;
             };
-            match check(&name, p.per_rank, &self.shut_down) {
+            match check(&name, p.per_rank, &self.shut_down, &self.joined) {
                 Ok(r) => {
                     self.cache.insert(r.clone());
                     ready.push(r);
@@ -168,26 +184,54 @@ impl Negotiator {
         }
         let mut decisions = failures;
         decisions.extend(plan(ready, self.fusion).into_iter().map(Decision::Run));
+        let joined = (0..self.size).filter(|&r| self.joined[r]).collect();
+        let join_done = self.joined.iter().all(|&j| j).then(|| {
+            self.joined.fill(false);
+            self.last_joined
+        });
         let finished = self.shut_down.iter().all(|&s| s) && self.pending.is_empty();
         Outcome {
             decisions,
+            joined,
+            join_done,
             finished,
         }
     }
 }
 
-/// Every rank's request agrees with rank 0's, or the error naming each view.
-fn check(name: &str, per_rank: Vec<Option<Request>>, shut_down: &[bool]) -> Result<Ready, String> {
-    let gone: Vec<usize> = (0..per_rank.len())
-        .filter(|&r| per_rank[r].is_none() && shut_down[r])
-        .collect();
+/// Every rank's request agrees with the first submitter's (joined ranks
+/// standing in where the collective allows it), or the error naming each view.
+fn check(
+    name: &str,
+    per_rank: Vec<Option<Request>>,
+    shut_down: &[bool],
+    joined: &[bool],
+) -> Result<Ready, String> {
+    let absent = |why: &[bool]| -> Vec<usize> {
+        (0..per_rank.len())
+            .filter(|&r| per_rank[r].is_none() && why[r])
+            .collect()
+    };
+    let gone = absent(shut_down);
     if !gone.is_empty() {
         return Err(format!(
             "tensor {name}: rank(s) {gone:?} shut down without submitting it"
         ));
     }
-    let reqs: Vec<Request> = per_rank.into_iter().flatten().collect();
-    if reqs.iter().all(|r| r.agrees_with(&reqs[0])) {
+    let Some(first) = per_rank.iter().flatten().next().cloned() else {
+        return Err(format!("tensor {name}: no rank submitted it"));
+    };
+    let joined = absent(joined);
+    if !joined.is_empty() && !first.kind.runs_with_joined_ranks() {
+        return Err(format!(
+            "tensor {name}: rank(s) {joined:?} have joined; only allreduce and allgather run while ranks have joined"
+        ));
+    }
+    let reqs: Vec<Request> = per_rank
+        .into_iter()
+        .map(|q| q.unwrap_or_else(|| first.kind.stand_in(&first)))
+        .collect();
+    if reqs.iter().all(|r| r.agrees_with(&first)) {
         return Ok(Ready { per_rank: reqs });
     }
     let views: Vec<String> = reqs

@@ -14,6 +14,24 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Whether a rank that has joined can take part without a tensor of its
+    /// own: as zeros in an allreduce, as no rows in an allgather.
+    pub fn runs_with_joined_ranks(self) -> bool {
+        matches!(self, Kind::Allreduce(_) | Kind::Allgather)
+    }
+
+    /// The request a joined `rank` stands in with, given `like` from a rank
+    /// that submitted.
+    pub fn stand_in(self, like: &Request) -> Request {
+        let mut r = like.clone();
+        if self == Kind::Allgather
+            && let Some(rows) = r.shape.first_mut()
+        {
+            *rows = 0;
+        }
+        r
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Kind::Allreduce(_) => "allreduce",
@@ -89,6 +107,9 @@ pub struct RankMsg {
     pub cached: Vec<u64>,
     pub new: Vec<Request>,
     pub shutdown: bool,
+    /// This rank has called `join`: it has no more data and takes part in
+    /// the others' allreduces and allgathers with nothing of its own.
+    pub joined: bool,
 }
 
 impl RankMsg {
@@ -127,7 +148,8 @@ impl Ready {
     }
 }
 
-/// What every rank does, in the same order, after a round.
+/// What every rank does, in the same order, after a round (the [`Kind`]s that
+/// run while ranks have joined: see [`Kind::runs_with_joined_ranks`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// Run these tensors as one collective (several: fused).

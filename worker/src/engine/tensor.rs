@@ -7,6 +7,7 @@ use std::sync::Arc;
 use collectives::{CollectiveError, Element};
 use tokio::sync::oneshot;
 
+use super::pending::Entry;
 use super::request::Request;
 
 /// A tensor: flat data in row-major order and its shape.
@@ -68,6 +69,10 @@ pub(crate) struct Local {
     /// Alltoall: elements for each rank.
     pub splits: Vec<usize>,
     pub reply: Reply,
+    /// When the program submitted it (the timeline's negotiate phase).
+    pub submitted: std::time::Instant,
+    /// Keeps the tensor on the pending board until this submission ends.
+    pub _pending: Entry,
 }
 
 impl Local {
@@ -84,6 +89,24 @@ impl Local {
             shape,
             splits,
         }));
+    }
+
+    /// What a rank that has joined contributes to `req`: zeros of its shape
+    /// (a stand-in request already has no rows for an allgather), answered
+    /// to nobody.
+    pub(crate) fn stand_in(req: &Request) -> Local {
+        let (reply, _) = oneshot::channel();
+        let data = with_element!(req.dtype, T => Box::new(vec![<T as Element>::from_f64(0.0); req.elements()]) as Box<dyn Any + Send>);
+        Local {
+            req: req.clone(),
+            data,
+            splits: Vec::new(),
+            reply,
+            submitted: std::time::Instant::now(),
+            // On a board of its own: nothing was submitted here.
+            _pending: super::pending::PendingBoard::default()
+                .enter(&req.name, std::time::Instant::now()),
+        }
     }
 
     pub(crate) fn fail(self, e: EngineError) {

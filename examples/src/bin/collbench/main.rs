@@ -138,6 +138,7 @@ impl Args {
             small_message_bytes: self.small_bytes.unwrap_or(d.small_message_bytes),
             allreduce,
             broadcast,
+            ..d
         }
     }
 }

@@ -18,6 +18,15 @@ const B2: usize = W2 + CLASSES * HIDDEN;
 /// Number of parameters.
 pub(crate) const PARAMS: usize = B2 + CLASSES;
 
+/// The parameter tensors, by name, as ranges of the flat vector (their
+/// gradients are exchanged as separate named tensors, which the engine fuses).
+pub(crate) const LAYERS: [(&str, std::ops::Range<usize>); 4] = [
+    ("fc1.weight", W1..B1),
+    ("fc1.bias", B1..W2),
+    ("fc2.weight", W2..B2),
+    ("fc2.bias", B2..PARAMS),
+];
+
 /// Parameters drawn with Xavier-style scaling, biases zero.
 pub(crate) fn initial_params(seed: u64) -> Vec<f32> {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(0x5EED));

@@ -1,0 +1,165 @@
+//! `synthetic_benchmark`: the engine under a training step's load, as
+//! Horovod's `pytorch_synthetic_benchmark.py` measures it. Every step
+//! allreduces (averages) a model's gradient tensors, each under its parameter's
+//! name, and waits for them all; rank 0 prints steps/s and gradient bytes/s as
+//! one JSON line.
+//!
+//! ```text
+//! elasticrun -np 2 synthetic_benchmark                       # ResNet-50's 161 tensors
+//! elasticrun -np 2 synthetic_benchmark --num-tensors 100 --tensor-bytes 16K
+//! elasticrun -np 2 synthetic_benchmark --compute-ms 50       # overlap with "backward"
+//! ```
+
+mod check;
+mod model;
+mod plan;
+mod report;
+mod step;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+use worker::{Element, Worker, f16};
+
+use check::WrongResult;
+use plan::{Plan, PlanError, Precision, Workload};
+
+/// Allreduce a model's gradients every step and report steps/s and bytes/s.
+#[derive(Debug, Parser)]
+#[command(name = "synthetic_benchmark", version)]
+struct Args {
+    /// Allreduce this many equal tensors per step instead of ResNet-50's 161
+    /// parameter tensors (needs --tensor-bytes).
+    #[arg(long, value_name = "N", requires = "tensor_bytes")]
+    num_tensors: Option<usize>,
+    /// Bytes of each of the --num-tensors tensors as allreduced, e.g. 4096,
+    /// 16K or 4M.
+    #[arg(long, value_name = "SIZE", requires = "num_tensors", value_parser = plan::parse_bytes)]
+    tensor_bytes: Option<usize>,
+    /// Timed steps.
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    /// Untimed steps first (tensor names negotiated, caches filled).
+    #[arg(long, default_value_t = 3)]
+    warmup_steps: usize,
+    /// Simulated backward compute per step, in milliseconds: the gradients
+    /// are submitted one by one during it, last layer first.
+    #[arg(long, value_name = "MS", default_value_t = 0.0)]
+    compute_ms: f64,
+    /// Allreduce the gradients as f16 (half the bytes), as Horovod's
+    /// --fp16-allreduce does.
+    #[arg(long)]
+    fp16_allreduce: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum BenchError {
+    #[error("cannot join the job: {0}")]
+    Init(#[from] worker::InitError),
+    #[error("collective failed: {0}")]
+    Collective(#[from] worker::Error),
+    #[error(transparent)]
+    Wrong(#[from] WrongResult),
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let plan = match make_plan(&args) {
+        Ok(p) => p,
+        // A usage error, reported (exit code 2) as clap reports its own.
+        Err(e) => Args::command().error(ErrorKind::ValueValidation, e).exit(),
+    };
+    match run(&plan) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("synthetic_benchmark: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn make_plan(args: &Args) -> Result<Plan, PlanError> {
+    let workload = match (args.num_tensors, args.tensor_bytes) {
+        (Some(count), Some(bytes)) => Workload::Uniform { count, bytes },
+        // clap requires both or neither.
+        _ => Workload::ResNet50,
+    };
+    let precision = if args.fp16_allreduce {
+        Precision::F16
+    } else {
+        Precision::F32
+    };
+    Plan::new(
+        workload,
+        precision,
+        args.warmup_steps,
+        args.steps,
+        args.compute_ms,
+    )
+}
+
+fn run(plan: &Plan) -> Result<(), BenchError> {
+    let w = worker::init()?;
+    let (rank, size) = (w.rank(), w.size());
+    if rank == 0 {
+        println!(
+            "synthetic_benchmark: {} ({} tensors, {:.2} MiB of {} gradients) on {size} rank(s), \
+             {} warm-up + {} timed steps",
+            plan.workload.name(),
+            plan.tensors.len(),
+            plan.step_bytes() as f64 / f64::from(1 << 20),
+            plan.precision.name(),
+            plan.warmup_steps,
+            plan.steps,
+        );
+    }
+    let step_times = match plan.precision {
+        Precision::F32 => steps::<f32>(&w, plan)?,
+        Precision::F16 => steps::<f16>(&w, plan)?,
+    };
+    let knobs = report::knobs(&w);
+    let engine = w.shutdown();
+    if rank == 0 {
+        let outcome = report::Outcome {
+            plan,
+            world_size: size,
+            step_times: &step_times,
+            knobs,
+            engine,
+        };
+        println!("{}", report::summary(&outcome));
+    }
+    Ok(())
+}
+
+/// Runs the warm-up and the timed steps; returns the timed steps' times. The
+/// results are checked after the first step and after the last.
+fn steps<T: Element>(w: &Worker, plan: &Plan) -> Result<Vec<Duration>, BenchError> {
+    let (rank, size) = (w.rank(), w.size());
+    let fill = T::from_f64(check::fill_value(rank));
+    let mut grads: Vec<Vec<T>> = plan
+        .tensors
+        .iter()
+        .map(|t| vec![fill; t.elements()])
+        .collect();
+    let release = step::release_times(plan.tensors.len(), plan.compute);
+    let want = check::expected(size);
+    let total = plan.warmup_steps + plan.steps;
+    let mut times = Vec::with_capacity(plan.steps);
+    for i in 0..total {
+        if i == plan.warmup_steps {
+            // The timed steps start together.
+            w.barrier()?;
+        }
+        let took = step::run(w, &plan.tensors, &mut grads, &release)?;
+        if i >= plan.warmup_steps {
+            times.push(took);
+        }
+        if i == 0 || i + 1 == total {
+            check::verify(&plan.tensors, &grads, want, rank, i)?;
+        }
+    }
+    Ok(times)
+}

@@ -1,0 +1,87 @@
+//! Hierarchical allreduce and allgather in real jobs: several ranks on each of
+//! several hosts, run with and without `--hierarchical-allreduce
+//! --hierarchical-allgather`. Every rank checks every result against the value
+//! it computes from all ranks' inputs (`worker_probe --collectives`), so a run
+//! that exits 0 got the flat ring's results (exactly for integers, within
+//! rounding for one float average); each rank also reports which path ran.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use integration_tests::launch;
+use integration_tests::sshd::TestSshd;
+
+const JOB: Duration = Duration::from_secs(120);
+
+const FLAGS: [&str; 2] = ["--hierarchical-allreduce", "--hierarchical-allgather"];
+
+/// Runs `worker_probe --collectives` under `elasticrun ARGS`; returns each
+/// rank's JSON line, by rank, once the job has exited 0.
+fn collectives_job(args: &[&str]) -> Vec<serde_json::Value> {
+    let probe = env!("CARGO_BIN_EXE_worker_probe");
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend([probe, "--collectives"]);
+    let run = launch(&all).finish(JOB);
+    run.expect_code(0);
+    let mut lines: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("<stdout>:"))
+        .map(|(_, json)| serde_json::from_str(json).unwrap())
+        .collect();
+    lines.sort_by_key(|p| p["rank"].as_u64());
+    lines
+}
+
+/// Checks the places of a `hosts` x `slots` job and the path each rank took.
+fn assert_job(lines: &[serde_json::Value], hosts: usize, slots: usize, path: &str) {
+    assert_eq!(lines.len(), hosts * slots, "{lines:?}");
+    for (r, p) in lines.iter().enumerate() {
+        assert_eq!(p["rank"], r, "{p}");
+        assert_eq!(p["local_rank"], r % slots, "{p}");
+        assert_eq!(p["cross_rank"], r / slots, "{p}");
+        assert_eq!(p["paths"]["allreduce"], path, "rank {r}: {p}");
+        assert_eq!(p["paths"]["allgather"], path, "rank {r}: {p}");
+    }
+}
+
+#[test]
+fn two_ssh_hosts_of_two_slots_give_the_flat_results_on_both_paths() {
+    let sshd = TestSshd::start_on(&["127.0.0.12", "127.0.0.13"]);
+    let hosts = format!("{}:2,{}:2", sshd.hosts[0], sshd.hosts[1]);
+    let ssh = sshd.ssh_args();
+    let ssh: Vec<&str> = ssh.iter().map(String::as_str).collect();
+    for (flags, path) in [(&FLAGS[..], "hierarchical"), (&[][..], "flat")] {
+        let mut args = vec!["-H", hosts.as_str()];
+        args.extend(flags);
+        args.extend(&ssh);
+        assert_job(&collectives_job(&args), 2, 2, path);
+    }
+}
+
+/// `localhost` and `127.0.0.1` are two host names of this machine: two
+/// hosts to the layout, started without ssh.
+#[test]
+fn two_local_host_names_of_three_slots_run_hierarchically() {
+    let mut args = vec!["-H", "localhost:3,127.0.0.1:3"];
+    args.extend(FLAGS);
+    assert_job(&collectives_job(&args), 2, 3, "hierarchical");
+}
+
+#[test]
+fn layouts_without_a_grid_run_flat_and_say_why() {
+    let uneven = collectives_job(&["-H", "localhost:3,127.0.0.1:1", FLAGS[0], FLAGS[1]]);
+    assert_eq!(uneven.len(), 4);
+    let why = "flat (host 1 has 1 rank(s) but host 0 has 3; the hierarchical path needs the \
+               same number on every host)";
+    for p in &uneven {
+        assert_eq!(p["paths"]["allreduce"], why, "{p}");
+        assert_eq!(p["paths"]["allgather"], why, "{p}");
+    }
+    let one_host = collectives_job(&["-np", "4", FLAGS[0]]);
+    let why = "flat (the ranks are on 1 host(s); the hierarchical path needs at least two)";
+    for p in &one_host {
+        assert_eq!(p["paths"]["allreduce"], why, "{p}");
+        assert_eq!(p["paths"]["allgather"], "flat", "{p}");
+    }
+}

@@ -1,0 +1,150 @@
+//! The pending board: which tensors were submitted on this rank and have not
+//! finished, and since when. The engine enters a tensor when it is submitted
+//! (an [`Entry`] travels with the submission and leaves the board when the
+//! submission is finished, failed or dropped); the heartbeat reads a
+//! [`PendingReport`] for the coordinator's stall inspector.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use control::PendingReport;
+
+/// Tensors in flight on this rank, shared between the engine and the heartbeat.
+#[derive(Clone, Debug, Default)]
+pub struct PendingBoard {
+    inner: Arc<Mutex<Board>>,
+}
+
+#[derive(Debug, Default)]
+struct Board {
+    next: u64,
+    /// By entry number, which grows with time: iteration is oldest first.
+    entries: BTreeMap<u64, (String, Instant)>,
+}
+
+/// A tensor's place on the board; leaving the board when dropped.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    board: PendingBoard,
+    id: u64,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.board.lock().entries.remove(&self.id);
+    }
+}
+
+impl PendingBoard {
+    fn lock(&self) -> MutexGuard<'_, Board> {
+        // The board holds plain data that every writer leaves whole, so a
+        // panic elsewhere while it was held does not make it wrong.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts `name`, submitted at `at`, on the board until the entry is dropped.
+    pub(crate) fn enter(&self, name: &str, at: Instant) -> Entry {
+        let mut b = self.lock();
+        let id = b.next;
+        b.next += 1;
+        b.entries.insert(id, (name.to_owned(), at));
+        Entry {
+            board: self.clone(),
+            id,
+        }
+    }
+
+    /// How many tensors are on the board.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every pending tensor, oldest first, with its age at `now` (a name
+    /// submitted twice is listed once, at its older age), bounded for a
+    /// heartbeat.
+    pub fn report(&self, now: Instant) -> PendingReport {
+        let b = self.lock();
+        let mut seen = HashSet::with_capacity(b.entries.len());
+        PendingReport::bounded(
+            b.entries
+                .values()
+                .filter(|(name, _)| seen.insert(name.as_str()))
+                .map(|(name, at)| (name.as_str(), now.saturating_duration_since(*at))),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use control::{MAX_PENDING_REPORTED, PendingTensor};
+
+    use super::*;
+
+    /// `ago` milliseconds before `now`.
+    fn before(now: Instant, ago: u64) -> Instant {
+        now.checked_sub(Duration::from_millis(ago)).unwrap()
+    }
+
+    fn listed(r: &PendingReport) -> Vec<(&str, u64)> {
+        r.tensors
+            .iter()
+            .map(|PendingTensor { name, age_ms }| (name.as_str(), *age_ms))
+            .collect()
+    }
+
+    #[test]
+    fn entries_leave_when_dropped_and_the_report_is_oldest_first() {
+        let board = PendingBoard::default();
+        let now = Instant::now();
+        let a = board.enter("grad.a", before(now, 3000));
+        let b = board.enter("grad.b", before(now, 2000));
+        let c = board.enter("grad.c", before(now, 1000));
+        assert_eq!(
+            listed(&board.report(now)),
+            [("grad.a", 3000), ("grad.b", 2000), ("grad.c", 1000)]
+        );
+        drop(b);
+        assert_eq!(
+            listed(&board.report(now)),
+            [("grad.a", 3000), ("grad.c", 1000)]
+        );
+        drop((a, c));
+        assert!(board.is_empty());
+        assert_eq!(board.report(now), PendingReport::default());
+    }
+
+    #[test]
+    fn a_name_in_flight_twice_is_listed_once_and_stays_while_either_is_held() {
+        let board = PendingBoard::default();
+        let now = Instant::now();
+        let first = board.enter("w", before(now, 500));
+        let second = board.enter("w", before(now, 100));
+        assert_eq!(listed(&board.report(now)), [("w", 500)]);
+        drop(first);
+        assert_eq!(listed(&board.report(now)), [("w", 100)]);
+        drop(second);
+        assert!(board.is_empty());
+    }
+
+    #[test]
+    fn a_crowded_board_reports_its_oldest_and_counts_the_rest() {
+        let board = PendingBoard::default();
+        let now = Instant::now();
+        let held: Vec<Entry> = (0..MAX_PENDING_REPORTED + 5)
+            .map(|i| board.enter(&format!("t{i}"), now))
+            .collect();
+        let r = board.report(now);
+        assert_eq!(r.tensors.len(), MAX_PENDING_REPORTED);
+        assert_eq!(r.left_out, 5);
+        assert_eq!(r.tensors[0].name, "t0");
+        drop(held);
+        assert!(board.is_empty());
+    }
+}

@@ -1,0 +1,140 @@
+//! Whether this generation's allreduce and allgather run hierarchically
+//! (within hosts, then across them): the knobs ask, the host of every rank
+//! decides. A request the layout cannot serve (one host, one rank per host,
+//! hosts with different numbers of ranks) runs flat, and rank 0 logs why.
+
+use std::fmt;
+use std::sync::Arc;
+
+use collectives::{CollectiveOptions, NotHierarchical, Topology};
+use control::Knobs;
+
+/// How one collective runs in this generation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CollectivePath {
+    /// Over all ranks at once (the default).
+    #[default]
+    Flat,
+    /// Within each host, then across hosts.
+    Hierarchical,
+    /// Hierarchical was asked for, but the host layout does not allow it.
+    FlatFallback(NotHierarchical),
+}
+
+impl CollectivePath {
+    pub fn is_hierarchical(&self) -> bool {
+        *self == CollectivePath::Hierarchical
+    }
+}
+
+impl fmt::Display for CollectivePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CollectivePath::Flat => f.write_str("flat"),
+            CollectivePath::Hierarchical => f.write_str("hierarchical"),
+            CollectivePath::FlatFallback(why) => write!(f, "flat ({why})"),
+        }
+    }
+}
+
+/// The paths of the two collectives that have a hierarchical variant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CollectivePaths {
+    pub allreduce: CollectivePath,
+    pub allgather: CollectivePath,
+}
+
+/// The data-plane options for `knobs` on a world whose rank `r` is on host
+/// `hosts[r]`, and the paths they give.
+pub(crate) fn options(knobs: &Knobs, hosts: &[u32]) -> (CollectiveOptions, CollectivePaths) {
+    let grid = Topology::from_hosts(hosts).hierarchy().map(Arc::new);
+    let choose = |asked: bool| match (asked, &grid) {
+        (false, _) => (None, CollectivePath::Flat),
+        (true, Ok(h)) => (Some(h.clone()), CollectivePath::Hierarchical),
+        (true, Err(why)) => (None, CollectivePath::FlatFallback(why.clone())),
+    };
+    let (allreduce_grid, allreduce) = choose(knobs.hierarchical_allreduce);
+    let (allgather_grid, allgather) = choose(knobs.hierarchical_allgather);
+    let opts = CollectiveOptions {
+        hierarchical_allreduce: allreduce_grid,
+        hierarchical_allgather: allgather_grid,
+        ..CollectiveOptions::default()
+    };
+    (
+        opts,
+        CollectivePaths {
+            allreduce,
+            allgather,
+        },
+    )
+}
+
+/// Logs (once per job: on rank 0) each hierarchical request that runs flat.
+pub(crate) fn log_fallbacks(paths: &CollectivePaths, rank: usize) {
+    if rank != 0 {
+        return;
+    }
+    for (what, path) in [
+        ("allreduce", &paths.allreduce),
+        ("allgather", &paths.allgather),
+    ] {
+        if let CollectivePath::FlatFallback(why) = path {
+            tracing::warn!(%why, "hierarchical {what} asked for; running it flat");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn knobs(allreduce: bool, allgather: bool) -> Knobs {
+        Knobs {
+            fusion_threshold_bytes: 0,
+            cycle_time_us: 1000,
+            cache_capacity: 0,
+            hierarchical_allreduce: allreduce,
+            hierarchical_allgather: allgather,
+            timeline: None,
+            timeline_mark_cycles: false,
+            stall_warning_ms: None,
+            stall_shutdown_ms: None,
+        }
+    }
+
+    #[test]
+    fn the_knobs_ask_and_the_hosts_decide() {
+        let two_by_two = [0, 0, 1, 1];
+        let (o, p) = options(&knobs(true, false), &two_by_two);
+        assert!(p.allreduce.is_hierarchical() && p.allgather == CollectivePath::Flat);
+        let h = o.hierarchical_allreduce.expect("a grid for allreduce");
+        assert_eq!((h.local_size(), h.cross_size()), (2, 2));
+        assert!(o.hierarchical_allgather.is_none());
+
+        let (o, p) = options(&knobs(false, true), &two_by_two);
+        assert!(o.hierarchical_allreduce.is_none() && o.hierarchical_allgather.is_some());
+        assert!(p.allgather.is_hierarchical());
+
+        let (o, p) = options(&knobs(false, false), &two_by_two);
+        assert_eq!(o, CollectiveOptions::default());
+        assert_eq!(p, CollectivePaths::default());
+    }
+
+    #[test]
+    fn layouts_without_a_grid_fall_back_with_the_reason() {
+        let (o, p) = options(&knobs(true, true), &[0, 0, 0, 1]);
+        assert!(o.hierarchical_allreduce.is_none() && o.hierarchical_allgather.is_none());
+        let uneven = CollectivePath::FlatFallback(NotHierarchical::Uneven {
+            host: 1,
+            ranks: 1,
+            expected: 3,
+        });
+        assert_eq!(p.allreduce, uneven);
+        assert_eq!(p.allgather, uneven);
+        let (_, p) = options(&knobs(true, false), &[0, 0, 0, 0]);
+        assert_eq!(
+            p.allreduce.to_string(),
+            "flat (the ranks are on 1 host(s); the hierarchical path needs at least two)"
+        );
+    }
+}
