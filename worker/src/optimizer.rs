@@ -239,7 +239,7 @@ mod tests {
             ..OptimizerOptions::default()
         };
         let mut opt = DistributedOptimizer::new(&w, opts).unwrap();
-        let g = [0.1f32, -3.14159, 1000.5];
+        let g = [0.1f32, -1.23456, 1000.5];
         opt.submit("w", &g).unwrap();
         let out = opt.step().unwrap().unwrap();
         for (got, want) in out[0].1.iter().zip(g) {

@@ -1,6 +1,9 @@
 //! The engine end to end over the in-memory transport: several ranks in one
 //! process, each submitting from its own thread in its own order.
 
+// Helpers of these tests fail the test by panicking, as the tests do.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
