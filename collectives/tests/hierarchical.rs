@@ -12,7 +12,7 @@ use std::time::Duration;
 use collectives::schedule::{CrossStep, HierarchicalLayout, block_ranges};
 use collectives::{
     AllreduceAlgorithm, CollectiveError, CollectiveOptions, Communicator, Element, Generation,
-    Layout, MemTransport, NotHierarchical, ReduceOp, Scaling, Topology, TransportError,
+    Layout, MemTransport, NotHierarchical, ReduceOp, Scaling, Topology, Transport, TransportError,
 };
 use common::*;
 
@@ -97,8 +97,8 @@ fn bytes<T: Element>(v: &[T]) -> &[u8] {
     bytemuck::cast_slice(v)
 }
 
-async fn allreduce_all(
-    comms: &[Communicator<MemTransport>],
+async fn allreduce_all<X: Transport>(
+    comms: &[Communicator<X>],
     bufs: &mut [Vec<impl Element>],
     op: ReduceOp,
     ctx: &str,
@@ -474,4 +474,59 @@ async fn a_rank_dying_mid_collective_fails_every_survivor() {
             "{r:?}"
         );
     }
+}
+
+/// The same over sockets: large segments take the TCP transport's direct
+/// receive through the sub-group views.
+#[tokio::test]
+async fn over_tcp_the_results_are_the_flat_ones() {
+    let hosts = host_major(2, 3);
+    let n = hosts.len();
+    let grid = Arc::new(Topology::from_hosts(&hosts).hierarchy().unwrap());
+    let opts = CollectiveOptions {
+        hierarchical_allreduce: Some(grid.clone()),
+        hierarchical_allgather: Some(grid),
+        ..CollectiveOptions::default()
+    };
+    let cfg = collectives::TcpConfig {
+        connect_timeout: Duration::from_secs(10),
+        io_timeout: Duration::from_secs(20),
+        ..Default::default()
+    };
+    let mut eps = Vec::new();
+    for _ in 0..n {
+        let ep = collectives::TcpEndpoint::bind("127.0.0.1:0".parse().unwrap(), cfg.clone());
+        eps.push(ep.await.unwrap());
+    }
+    let addrs: Vec<_> = eps.iter().map(|e| e.local_addr().unwrap()).collect();
+    let connecting = eps
+        .into_iter()
+        .enumerate()
+        .map(|(r, e)| e.connect(r, Generation(1), &addrs));
+    let comms: Vec<_> = futures::future::join_all(connecting)
+        .await
+        .into_iter()
+        .map(|t| Communicator::new(t.unwrap(), opts.clone()))
+        .collect();
+    for len in [5, 300_001] {
+        let ctx = format!("tcp len={len}");
+        let mut bufs = inputs::<f32>(n, len, ReduceOp::Sum);
+        allreduce_all(&comms, &mut bufs, ReduceOp::Sum, &ctx).await;
+        assert_matches(
+            &bufs[0],
+            &reference(n, len, ReduceOp::Sum, true),
+            ReduceOp::Sum,
+            &ctx,
+        );
+        assert_identical(&bufs, &ctx);
+        let counts: Vec<usize> = (0..n).map(|r| len / (r + 1)).collect();
+        let ins: Vec<Vec<i64>> = (0..n)
+            .map(|r| (0..counts[r]).map(|i| (r * len + i) as i64).collect())
+            .collect();
+        let want: Vec<i64> = ins.concat();
+        for got in on_every_rank(&comms, |c| c.allgatherv(&ins[c.rank()], &counts)).await {
+            assert!(ok(got, &ctx) == want, "{ctx}: allgather");
+        }
+    }
+    shutdown_all(comms).await;
 }
