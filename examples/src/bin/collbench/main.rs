@@ -8,6 +8,8 @@
 //! ```
 
 mod bench;
+#[path = "../../bytes.rs"]
+mod bytes;
 mod check;
 mod launch;
 mod report;
@@ -77,10 +79,10 @@ pub(crate) struct Args {
     #[arg(long, default_value = "sum")]
     pub(crate) reduce_op: ReduceOp,
     /// Smallest size in the sweep.
-    #[arg(long, default_value = "4K", value_parser = size::parse_bytes)]
+    #[arg(long, default_value = "4K", value_parser = bytes::parse_bytes)]
     pub(crate) min_bytes: usize,
     /// Largest size in the sweep.
-    #[arg(long, default_value = "256M", value_parser = size::parse_bytes)]
+    #[arg(long, default_value = "256M", value_parser = bytes::parse_bytes)]
     pub(crate) max_bytes: usize,
     /// Multiply the size by this factor between rows.
     #[arg(long, default_value_t = 2)]
@@ -99,14 +101,14 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value_t = Algorithm::Auto)]
     pub(crate) algorithm: Algorithm,
     /// Bytes per message of the segmented algorithms (default: the library's).
-    #[arg(long, value_parser = size::parse_bytes)]
+    #[arg(long, value_parser = bytes::parse_bytes)]
     pub(crate) segment_bytes: Option<usize>,
     /// Largest message that takes the latency-optimal algorithms (default: the
     /// library's).
-    #[arg(long, value_parser = size::parse_bytes)]
+    #[arg(long, value_parser = bytes::parse_bytes)]
     pub(crate) small_bytes: Option<usize>,
     /// Fixed SO_SNDBUF/SO_RCVBUF (default: kernel autotuning).
-    #[arg(long, value_parser = size::parse_bytes)]
+    #[arg(long, value_parser = bytes::parse_bytes)]
     pub(crate) socket_buffer_bytes: Option<usize>,
     /// Seconds a rank waits on a silent peer before failing.
     #[arg(long, default_value_t = 60)]

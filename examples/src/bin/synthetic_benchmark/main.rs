@@ -10,6 +10,8 @@
 //! elasticrun -np 2 synthetic_benchmark --compute-ms 50       # overlap with "backward"
 //! ```
 
+#[path = "../../bytes.rs"]
+mod bytes;
 mod check;
 mod model;
 mod plan;
@@ -36,7 +38,7 @@ struct Args {
     num_tensors: Option<usize>,
     /// Bytes of each of the --num-tensors tensors as allreduced, e.g. 4096,
     /// 16K or 4M.
-    #[arg(long, value_name = "SIZE", requires = "num_tensors", value_parser = plan::parse_bytes)]
+    #[arg(long, value_name = "SIZE", requires = "num_tensors", value_parser = bytes::parse_bytes)]
     tensor_bytes: Option<usize>,
     /// Timed steps.
     #[arg(long, default_value_t = 20)]
