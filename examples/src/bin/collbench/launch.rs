@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::Args;
+use crate::{Args, say};
 
 pub(crate) const TOKEN_ENV: &str = "COLLBENCH_JOB_TOKEN";
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -35,14 +35,14 @@ pub(crate) fn main(args: &Args) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("collbench: cannot start the runtime: {e}");
+            say(&format!("collbench: cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     match rt.block_on(launch(args)) {
         Ok(code) => code,
         Err(msg) => {
-            eprintln!("collbench: {msg}");
+            say(&format!("collbench: {msg}"));
             ExitCode::FAILURE
         }
     }
@@ -173,7 +173,7 @@ async fn supervise(ranks: &mut [Rank]) -> Result<ExitCode, String> {
             }
             for (r, st) in exits.iter().enumerate() {
                 if let Some(st) = st.filter(|st| !st.success()) {
-                    eprintln!("collbench: rank {r} failed with {}", describe(st));
+                    say(&format!("collbench: rank {r} failed with {}", describe(st)));
                 }
             }
             stop_all(ranks, "a rank failed").await?;
@@ -188,7 +188,9 @@ async fn supervise(ranks: &mut [Rank]) -> Result<ExitCode, String> {
 /// Closes every rank's stdin (a rank exits when it sees that), then SIGKILLs any
 /// rank still alive after the grace period (a stopped or hung one).
 async fn stop_all(ranks: &mut [Rank], why: &str) -> Result<(), String> {
-    eprintln!("collbench: stopping every rank still running ({why})");
+    say(&format!(
+        "collbench: stopping every rank still running ({why})"
+    ));
     for rank in ranks.iter_mut() {
         rank.stdin = None;
     }

@@ -145,13 +145,20 @@ impl Args {
     }
 }
 
+/// Writes one line to stderr in a single write. The launcher and every rank share
+/// one stderr, and `eprintln!` may split a line over several writes that interleave
+/// with another process's; one write of a short line to a pipe is atomic.
+pub(crate) fn say(line: &str) {
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{line}\n").as_bytes());
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.min_bytes > args.max_bytes {
-        eprintln!(
+        say(&format!(
             "collbench: --min-bytes ({}) is above --max-bytes ({})",
             args.min_bytes, args.max_bytes
-        );
+        ));
         return ExitCode::from(2);
     }
     match args.worker_rank {

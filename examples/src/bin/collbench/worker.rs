@@ -10,8 +10,8 @@ use std::time::Duration;
 use collectives::{Communicator, Generation, TcpConfig, TcpEndpoint, Transport};
 use tokio::sync::oneshot;
 
-use crate::Args;
 use crate::launch::TOKEN_ENV;
+use crate::{Args, say};
 
 /// Exit code of a rank whose launcher went away.
 const ORPHANED: i32 = 3;
@@ -27,14 +27,16 @@ pub(crate) fn main(args: &Args, rank: usize) -> ExitCode {
     let rt = match rt.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("collbench rank {rank}: cannot start the runtime: {e}");
+            say(&format!(
+                "collbench rank {rank}: cannot start the runtime: {e}"
+            ));
             return ExitCode::FAILURE;
         }
     };
     match rt.block_on(run(args, rank)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
-            eprintln!("collbench rank {rank}: error: {msg}");
+            say(&format!("collbench rank {rank}: error: {msg}"));
             ExitCode::FAILURE
         }
     }
@@ -55,7 +57,9 @@ fn watch_stdin(rank: usize, peers: oneshot::Sender<String>) {
             break;
         }
     }
-    eprintln!("collbench rank {rank}: launcher closed the pipe; exiting");
+    say(&format!(
+        "collbench rank {rank}: launcher closed the pipe; exiting"
+    ));
     std::process::exit(ORPHANED);
 }
 
