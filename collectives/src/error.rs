@@ -54,6 +54,13 @@ pub enum TransportError {
         got: Generation,
         current: Generation,
     },
+    /// The owner ended this generation (see [`crate::Breaker`]):
+    /// elastic jobs do so when the coordinator says workers failed.
+    #[error("generation {generation} was ended: {why}")]
+    Ended {
+        generation: Generation,
+        why: Arc<str>,
+    },
     #[error("rank {rank} is outside a world of size {size}")]
     InvalidRank { rank: Rank, size: usize },
     #[error("could not connect to rank {rank} at {addr} within {after:?}: {source}")]

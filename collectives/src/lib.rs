@@ -36,4 +36,4 @@ pub use tag::{Generation, Rank, Tag};
 pub use topology::{Hierarchy, NotHierarchical, Topology};
 pub use transport::Transport;
 pub use transport::mem::MemTransport;
-pub use transport::tcp::{TcpConfig, TcpEndpoint, TcpTransport};
+pub use transport::tcp::{Breaker, TcpConfig, TcpEndpoint, TcpTransport};

@@ -20,6 +20,14 @@ pub enum WorkerMsg {
         generation: u64,
         pending: PendingReport,
     },
+    /// Elastic jobs: this worker is done with its generation (a peer failed,
+    /// the coordinator said [`CoordinatorMsg::Reset`], or it reached a commit
+    /// after [`CoordinatorMsg::HostsUpdated`]) and asks to be placed in
+    /// `generation`, its data plane now listening on `data_addr`.
+    Rejoin {
+        generation: u64,
+        data_addr: SocketAddr,
+    },
 }
 
 /// Coordinator -> worker.
@@ -36,6 +44,21 @@ pub enum CoordinatorMsg {
     Assign(Assignment),
     /// End now, saying why.
     Stop {
+        reason: String,
+    },
+    /// Elastic jobs: workers failed; drop the current generation now (in-flight
+    /// collectives fail) and rejoin for `generation`.
+    Reset {
+        generation: u64,
+    },
+    /// Elastic jobs: hosts were added or removed; rejoin for `generation` at
+    /// the next commit, with no rollback.
+    HostsUpdated {
+        generation: u64,
+    },
+    /// Elastic jobs: this worker has no place in the new generation (its host
+    /// was removed); it should exit cleanly.
+    Leave {
         reason: String,
     },
 }

@@ -82,7 +82,7 @@ async fn hosts_and_np(cfg: &JobConfig) -> Result<(Vec<HostSlots>, usize), JobErr
     Ok((hosts, np))
 }
 
-fn knobs(cfg: &JobConfig) -> Knobs {
+pub(crate) fn knobs(cfg: &JobConfig) -> Knobs {
     let t = &cfg.tuning;
     Knobs {
         fusion_threshold_bytes: t.fusion_threshold_bytes.value,
@@ -109,15 +109,25 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Runs the job described by `cfg`.
+/// The job's secret and its data-plane token.
+pub(crate) fn job_secrets() -> Result<(Secret, u64), JobError> {
+    let secret = Secret::generate().map_err(|e| JobError::Config(e.to_string()))?;
+    let token_bytes = control::nonce().map_err(|e| JobError::Config(e.to_string()))?;
+    let data_token = u64::from_le_bytes(token_bytes[..8].try_into().unwrap_or_default());
+    Ok((secret, data_token))
+}
+
+/// Runs the job described by `cfg` (an elastic one when it has a discovery
+/// script).
 pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
+    if cfg.elastic.is_some() {
+        return crate::elastic::run(cfg).await;
+    }
     let (hosts, np) = hosts_and_np(&cfg).await?;
     let placements = place(&hosts, np).map_err(|e| JobError::Config(e.to_string()))?;
     let names: Vec<&str> = hosts.iter().map(|h| h.host.as_str()).collect();
     let addresses = control_addresses(&names, cfg.network_interface.as_deref())?;
-    let secret = Secret::generate().map_err(|e| JobError::Config(e.to_string()))?;
-    let token_bytes = control::nonce().map_err(|e| JobError::Config(e.to_string()))?;
-    let data_token = u64::from_le_bytes(token_bytes[..8].try_into().unwrap_or_default());
+    let (secret, data_token) = job_secrets()?;
     let server = Server::bind(SocketAddr::new(addresses.bind, 0), secret.clone()).await?;
     tracing::debug!(addr = %server.local_addr(), "control plane listening");
 

@@ -2,12 +2,13 @@
 //! ssh), rendezvous server, membership and generations, stall inspector and output
 //! forwarding.
 //!
-//! Built so far: the pure parts of launching, [`hosts`] (host lists and hostfiles)
-//! and [`layout`] (which rank runs where), and the [`config`] file format. The
-//! launcher and the rendezvous server that use them come next; until then the
-//! runnable entry point of the project is `collbench` (see `examples/`).
+//! Static jobs run through [`job`] (place ranks with [`layout`], start workers
+//! with [`launch`], hand out assignments with [`rendezvous`] and [`server`]);
+//! elastic jobs through [`elastic`], whose decisions come from the membership
+//! core of the `elastic` crate.
 
 pub mod config;
+pub mod elastic;
 pub mod hosts;
 pub mod job;
 pub mod launch;

@@ -26,7 +26,8 @@ use crate::stall::Beat;
 /// How long one connection may take to authenticate and register.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-type Link = CoordinatorLink<TcpStream>;
+/// A worker's authenticated control connection.
+pub type Link = CoordinatorLink<TcpStream>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -51,9 +52,10 @@ fn list(slots: &[SlotKey]) -> String {
 }
 
 /// A worker that reached the rendezvous loop: authenticated and registered.
-struct Arrival {
-    registration: Registration,
-    link: Link,
+#[derive(Debug)]
+pub struct Arrival {
+    pub registration: Registration,
+    pub link: Link,
 }
 
 /// Listening coordinator.
@@ -86,6 +88,12 @@ impl Server {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The next authenticated, registered worker (elastic jobs take them as
+    /// they come); `None` once the listener has stopped.
+    pub async fn next_arrival(&mut self) -> Option<Arrival> {
+        self.arrivals.recv().await
     }
 
     /// Waits until every slot of `rv` has registered (or `start_timeout` passes),

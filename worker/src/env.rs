@@ -12,6 +12,8 @@ pub(crate) const SECRET: &str = "ELASTICRUN_SECRET";
 pub(crate) const HOST: &str = "ELASTICRUN_HOST";
 pub(crate) const SLOT: &str = "ELASTICRUN_SLOT";
 pub(crate) const START_TIMEOUT: &str = "ELASTICRUN_START_TIMEOUT";
+/// Set for elastic jobs: how long the coordinator may wait for enough workers.
+pub(crate) const ELASTIC_TIMEOUT: &str = "ELASTICRUN_ELASTIC_TIMEOUT";
 
 /// Where this worker's coordinator is and who this worker is.
 #[derive(Debug)]
@@ -21,6 +23,23 @@ pub(crate) struct Launch {
     pub(crate) host: String,
     pub(crate) slot: u32,
     pub(crate) start_timeout: Duration,
+    /// `Some` in an elastic job.
+    pub(crate) elastic_timeout: Option<Duration>,
+}
+
+impl Launch {
+    /// How long to wait for an assignment after registering: an elastic job
+    /// may wait up to its elastic timeout for enough workers.
+    pub(crate) fn assignment_wait(&self) -> Duration {
+        self.start_timeout + self.elastic_timeout.unwrap_or_default()
+    }
+}
+
+fn seconds(s: &str) -> Option<Duration> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 /// `None` when the program was not started by elasticrun.
@@ -42,13 +61,17 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         .parse()
         .map_err(|_| bad(SLOT, "is not a slot number"))?;
     let start_timeout = match get(START_TIMEOUT) {
-        Some(s) => s
-            .parse::<f64>()
-            .ok()
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .map(Duration::from_secs_f64)
-            .ok_or_else(|| bad(START_TIMEOUT, "is not a positive number of seconds"))?,
+        Some(s) => {
+            seconds(&s).ok_or_else(|| bad(START_TIMEOUT, "is not a positive number of seconds"))?
+        }
         None => Duration::from_secs(30),
+    };
+    let elastic_timeout = match get(ELASTIC_TIMEOUT) {
+        Some(s) => Some(
+            seconds(&s)
+                .ok_or_else(|| bad(ELASTIC_TIMEOUT, "is not a positive number of seconds"))?,
+        ),
+        None => None,
     };
     Ok(Some(Launch {
         coordinator,
@@ -56,6 +79,7 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         host,
         slot,
         start_timeout,
+        elastic_timeout,
     }))
 }
 
@@ -94,6 +118,19 @@ mod tests {
             (4000, "a", 3)
         );
         assert_eq!(l.start_timeout, Duration::from_secs(30));
+        assert_eq!(l.elastic_timeout, None);
+        assert_eq!(l.assignment_wait(), Duration::from_secs(30));
+        let l = read(env(&[
+            (COORDINATOR, "127.0.0.1:4000"),
+            (SECRET, &k),
+            (HOST, "a"),
+            (SLOT, "0"),
+            (ELASTIC_TIMEOUT, "600"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(l.elastic_timeout, Some(Duration::from_secs(600)));
+        assert_eq!(l.assignment_wait(), Duration::from_secs(630));
     }
 
     #[test]

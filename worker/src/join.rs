@@ -1,21 +1,18 @@
 //! Joining a job: authenticate to the coordinator, register, receive the
-//! assignment, build the data-plane mesh, keep heartbeating.
+//! assignment, build the data-plane mesh (the control task in
+//! [`crate::control_link`] takes the connection from there).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use collectives::{Generation, TcpConfig, TcpEndpoint, TcpTransport};
-use control::{Assignment, CoordinatorMsg, PendingReport, Registration, WorkerLink, WorkerMsg};
+use control::{Assignment, CoordinatorMsg, Registration, WorkerLink, WorkerMsg};
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::InitError;
-use crate::engine::PendingBoard;
 use crate::env::Launch;
-
-/// How often a worker tells the coordinator it is alive.
-pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 
 async fn dial(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, InitError> {
     let mut backoff = Duration::from_millis(10);
@@ -37,6 +34,9 @@ pub(crate) struct Joined {
     pub(crate) assignment: Assignment,
     pub(crate) transport: TcpTransport,
     pub(crate) link: WorkerLink<TcpStream>,
+    /// The address this host reaches the coordinator from; the data plane
+    /// listens there.
+    pub(crate) local_ip: IpAddr,
 }
 
 pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
@@ -61,7 +61,9 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
     link.send(WorkerMsg::Register(registration))
         .await
         .map_err(|e| InitError::Io(e.to_string()))?;
-    let assignment = match tokio::time::timeout_at(deadline, link.next()).await {
+    // An elastic job may wait for enough workers before the first assignment.
+    let assigned_by = Instant::now() + launch.assignment_wait();
+    let assignment = match tokio::time::timeout_at(assigned_by, link.next()).await {
         Ok(Some(Ok(CoordinatorMsg::Assign(a)))) => a,
         Ok(Some(Ok(CoordinatorMsg::Stop { reason }))) => return Err(InitError::Refused(reason)),
         Ok(Some(Ok(_))) => {
@@ -75,17 +77,19 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
                 "the coordinator closed the connection".into(),
             ));
         }
-        Err(_) => return Err(InitError::NoAssignment(launch.start_timeout)),
+        Err(_) => return Err(InitError::NoAssignment(launch.assignment_wait())),
     };
-    let transport = connect_mesh(endpoint, &assignment, deadline).await?;
+    let mesh_by = Instant::now() + launch.start_timeout;
+    let transport = connect_mesh(endpoint, &assignment, mesh_by).await?;
     Ok(Joined {
         assignment,
         transport,
         link,
+        local_ip,
     })
 }
 
-async fn connect_mesh(
+pub(crate) async fn connect_mesh(
     mut endpoint: TcpEndpoint,
     a: &Assignment,
     deadline: Instant,
@@ -97,40 +101,4 @@ async fn connect_mesh(
     Ok(endpoint
         .connect(a.rank as usize, Generation(a.generation), &a.peers)
         .await?)
-}
-
-/// Sends heartbeats (listing the tensors on `pending`, when the stall check is
-/// on) and obeys `Stop`; a lost coordinator ends the process, so that no
-/// worker outlives its job.
-pub(crate) async fn keep_alive(
-    mut link: WorkerLink<TcpStream>,
-    generation: u64,
-    pending: Option<PendingBoard>,
-) {
-    let mut tick = tokio::time::interval(HEARTBEAT);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                let pending = pending
-                    .as_ref()
-                    .map_or_else(PendingReport::default, |b| b.report(std::time::Instant::now()));
-                let beat = WorkerMsg::Heartbeat { generation, pending };
-                let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(beat)).await;
-                if !matches!(sent, Ok(Ok(()))) {
-                    exit("lost the coordinator (heartbeat could not be sent)");
-                }
-            }
-            m = link.next() => match m {
-                Some(Ok(CoordinatorMsg::Stop { reason })) => exit(&format!("stopped by the coordinator: {reason}")),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => exit(&format!("control connection failed: {e}")),
-                None => exit("lost the coordinator (connection closed)"),
-            }
-        }
-    }
-}
-
-fn exit(why: &str) -> ! {
-    eprintln!("elasticrun worker: {why}; exiting");
-    std::process::exit(1)
 }

@@ -7,11 +7,13 @@
 //! builds on this next.
 
 mod api;
+mod control_link;
 pub mod engine;
 mod env;
 mod hierarchy;
 mod join;
 mod optimizer;
+mod rejoin;
 
 use std::time::Duration;
 
@@ -19,13 +21,14 @@ use collectives::{
     CollectiveOptions, Communicator, Generation, TcpConfig, TcpEndpoint, TcpTransport, Transport,
     TransportError,
 };
-use control::{HandshakeError, Knobs};
+use control::{Assignment, HandshakeError, Knobs};
 
 pub use api::GroupHandle;
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
 pub use engine::{Engine, EngineConfig, EngineError, EngineStats, Handle, Tensor, TimelineConfig};
 pub use hierarchy::{CollectivePath, CollectivePaths};
 pub use optimizer::{Compression, DistributedOptimizer, Gradients, OptimizerOptions};
+pub use rejoin::RejoinError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
@@ -70,6 +73,18 @@ pub struct Worker {
     knobs: Option<Knobs>,
     paths: CollectivePaths,
     names: api::Names,
+    /// The coordinator connection (`None` when running alone).
+    link: Option<Link>,
+}
+
+/// A launched worker's tie to its coordinator.
+#[derive(Debug)]
+struct Link {
+    control: control_link::Control,
+    local_ip: std::net::IpAddr,
+    start_timeout: Duration,
+    /// `Some` in an elastic job.
+    elastic_timeout: Option<Duration>,
 }
 
 /// Joins the job described by the environment `elasticrun` set, or makes a world
@@ -96,7 +111,31 @@ pub fn init() -> Result<Worker, InitError> {
         return Ok(Worker::start(rt, comm, place, None));
     };
     let joined = rt.block_on(join::join(&launch))?;
-    let a = &joined.assignment;
+    let control = control_link::spawn(rt.handle(), joined.link);
+    let link = Link {
+        control,
+        local_ip: joined.local_ip,
+        start_timeout: launch.start_timeout,
+        elastic_timeout: launch.elastic_timeout,
+    };
+    Ok(Worker::launched(
+        rt,
+        joined.assignment,
+        joined.transport,
+        link,
+    ))
+}
+
+/// What a worker runs with in the generation of assignment `a`.
+fn generation_parts(
+    a: Assignment,
+    transport: TcpTransport,
+) -> (
+    Place,
+    Communicator<TcpTransport>,
+    CollectivePaths,
+    collectives::Breaker,
+) {
     let place = Place {
         rank: a.rank as usize,
         size: a.size as usize,
@@ -106,18 +145,10 @@ pub fn init() -> Result<Worker, InitError> {
         cross_size: a.cross_size as usize,
         generation: a.generation,
     };
-    let knobs = Some(a.knobs.clone());
-    let (generation, stall_check) = (a.generation, a.knobs.stall_warning_ms.is_some());
     let (options, paths) = hierarchy::options(&a.knobs, &a.hosts);
     hierarchy::log_fallbacks(&paths, place.rank);
-    let comm = Communicator::new(joined.transport, options);
-    let mut worker = Worker::start(rt, comm, place, knobs);
-    worker.paths = paths;
-    let pending = stall_check.then(|| worker.engine.pending());
-    worker
-        .rt
-        .spawn(join::keep_alive(joined.link, generation, pending));
-    Ok(worker)
+    let breaker = transport.breaker();
+    (place, Communicator::new(transport, options), paths, breaker)
 }
 
 async fn alone() -> Result<Communicator<TcpTransport>, InitError> {
@@ -150,10 +181,7 @@ impl Worker {
         place: Place,
         knobs: Option<Knobs>,
     ) -> Worker {
-        let cfg = engine_config(knobs.as_ref());
-        let engine = Engine::start(rt.handle(), comm, cfg, |comm| async move {
-            comm.into_transport().shutdown().await;
-        });
+        let engine = Worker::engine_for(rt.handle(), comm, knobs.as_ref());
         Worker {
             rt,
             engine,
@@ -161,7 +189,47 @@ impl Worker {
             knobs,
             paths: CollectivePaths::default(),
             names: api::Names::default(),
+            link: None,
         }
+    }
+
+    fn engine_for(
+        rt: &tokio::runtime::Handle,
+        comm: Communicator<TcpTransport>,
+        knobs: Option<&Knobs>,
+    ) -> Engine {
+        Engine::start(rt, comm, engine_config(knobs), |comm| async move {
+            comm.into_transport().shutdown().await;
+        })
+    }
+
+    /// A worker placed by its coordinator's assignment `a`.
+    fn launched(
+        rt: tokio::runtime::Runtime,
+        a: Assignment,
+        transport: TcpTransport,
+        link: Link,
+    ) -> Worker {
+        let (place, comm, paths, breaker) = generation_parts(a.clone(), transport);
+        let mut worker = Worker::start(rt, comm, place, Some(a.knobs.clone()));
+        worker.paths = paths;
+        worker.link = Some(link);
+        worker.publish_generation(breaker);
+        worker
+    }
+
+    /// Tells the control task about the current generation: heartbeats carry
+    /// it, a `Reset` ends its data plane, the stall check sees its engine.
+    fn publish_generation(&self, breaker: collectives::Breaker) {
+        let Some(link) = &self.link else { return };
+        let stall_check = self
+            .knobs
+            .as_ref()
+            .is_some_and(|k| k.stall_warning_ms.is_some());
+        let pending = stall_check.then(|| self.engine.pending());
+        link.control
+            .shared
+            .set_generation(self.place.generation, breaker, pending);
     }
 
     pub fn place(&self) -> Place {

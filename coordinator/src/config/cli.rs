@@ -15,7 +15,7 @@ use clap::{ArgAction, Parser};
     after_help = "Every option can also come from an ELASTICRUN_<OPTION> environment variable \
 (e.g. ELASTICRUN_CYCLE_TIME_MS=2) or the YAML --config-file; Horovod's HOROVOD_* variables are \
 accepted too. Precedence: command line > environment > config file > default.",
-    override_usage = "elasticrun [OPTIONS] -np N [-H HOSTS | --hostfile FILE] COMMAND [ARGS]..."
+    override_usage = "elasticrun [OPTIONS] -np N [-H HOSTS | --hostfile FILE | --host-discovery-script FILE] COMMAND [ARGS]..."
 )]
 pub struct Cli {
     /// Number of worker processes [default: the total slots of the hosts].
@@ -110,6 +110,55 @@ pub struct Cli {
     )]
     pub no_hierarchical_allgather: bool,
 
+    /// Script printing the hosts available now, one `host` or `host:slots` per line (run through the shell, so it may carry arguments); makes the job elastic [default: none].
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["hosts", "hostfile"],
+        help_heading = "Elastic"
+    )]
+    pub host_discovery_script: Option<PathBuf>,
+    /// Fewest processes training continues with; with fewer it waits for hosts [default: -np].
+    #[arg(
+        long = "min-np",
+        visible_alias = "min-num-proc",
+        value_name = "N",
+        help_heading = "Elastic"
+    )]
+    pub min_np: Option<usize>,
+    /// Most processes; further slots stay unused [default: no limit].
+    #[arg(
+        long = "max-np",
+        visible_alias = "max-num-proc",
+        value_name = "N",
+        help_heading = "Elastic"
+    )]
+    pub max_np: Option<usize>,
+    /// Slots of a discovered host printed without a count [default: 1].
+    #[arg(long, value_name = "N", help_heading = "Elastic")]
+    pub slots_per_host: Option<usize>,
+    /// Seconds to wait for at least --min-np processes, at the start and after hosts are lost [default: 600].
+    #[arg(long, value_name = "SECONDS", help_heading = "Elastic")]
+    pub elastic_timeout: Option<f64>,
+    /// Times the workers may be reset (hosts added or lost) before the job ends; 0 = none [default: unlimited].
+    #[arg(long, value_name = "N", help_heading = "Elastic")]
+    pub reset_limit: Option<u32>,
+    /// Seconds a failing host stays blacklisted: MIN, doubling with each blacklisting up to MAX [default: none, blacklisted hosts stay out].
+    #[arg(
+        long,
+        num_args = 2,
+        value_names = ["MIN", "MAX"],
+        action = ArgAction::Set,
+        help_heading = "Elastic"
+    )]
+    pub blacklist_cooldown_range: Option<Vec<f64>>,
+    /// Seconds between runs of the discovery script [default: 1].
+    #[arg(long, value_name = "SECONDS", help_heading = "Elastic")]
+    pub discovery_interval: Option<f64>,
+    /// Seconds a discovery run may take; a slower run is killed and counts as failed [default: 10].
+    #[arg(long, value_name = "SECONDS", help_heading = "Elastic")]
+    pub discovery_timeout: Option<f64>,
+
     /// Write a Chrome-trace timeline of every tensor to FILE [default: none].
     #[arg(long, value_name = "FILE", help_heading = "Timeline")]
     pub timeline_filename: Option<PathBuf>,
@@ -162,15 +211,19 @@ impl Cli {
 /// own options: nothing from the training command onwards is touched.
 fn rewrite_np(mut args: Vec<String>) -> Vec<String> {
     use clap::CommandFactory;
-    let cmd = Cli::command();
-    let takes_value = |flag: &str| {
-        cmd.get_arguments().any(|a| {
-            let named = a.get_long().is_some_and(|l| flag == format!("--{l}"))
-                || a.get_short().is_some_and(|s| flag == format!("-{s}"))
-                || a.get_all_aliases()
-                    .is_some_and(|al| al.iter().any(|l| flag == format!("--{l}")));
-            named && a.get_action().takes_values()
-        })
+    let mut cmd = Cli::command();
+    cmd.build();
+    // How many values follow `flag` (`--blacklist-cooldown-range` takes two).
+    let values_after = |flag: &str| {
+        cmd.get_arguments()
+            .find(|a| {
+                a.get_long().is_some_and(|l| flag == format!("--{l}"))
+                    || a.get_short().is_some_and(|s| flag == format!("-{s}"))
+                    || a.get_all_aliases()
+                        .is_some_and(|al| al.iter().any(|l| flag == format!("--{l}")))
+            })
+            .filter(|a| a.get_action().takes_values())
+            .map_or(0, |a| a.get_num_args().map_or(1, |n| n.min_values()))
     };
     let mut i = 1;
     while i < args.len() {
@@ -180,10 +233,10 @@ fn rewrite_np(mut args: Vec<String>) -> Vec<String> {
             i += 2;
         } else if a == "--" || !a.starts_with('-') {
             break;
-        } else if !a.contains('=') && (takes_value(a) || a == "--np") {
-            i += 2;
-        } else {
+        } else if a.contains('=') {
             i += 1;
+        } else {
+            i += 1 + values_after(a);
         }
     }
     args
@@ -247,6 +300,7 @@ mod tests {
             "Launching:",
             "SSH:",
             "Tuneable parameters:",
+            "Elastic:",
             "Timeline:",
             "Stall check:",
             "Output:",
@@ -255,5 +309,64 @@ mod tests {
             assert!(help.contains(heading), "{heading} missing from\n{help}");
         }
         assert!(help.contains("[default: 64]"), "defaults are stated");
+        for stated in [
+            "--host-discovery-script <FILE>",
+            "--min-np <N>",
+            "--max-np <N>",
+            "min-num-proc",
+            "max-num-proc",
+            "--blacklist-cooldown-range <MIN> <MAX>",
+            "[default: 600]",
+            "[default: 10]",
+        ] {
+            assert!(help.contains(stated), "{stated} missing from\n{help}");
+        }
+        let elastic = &help[help.find("Elastic:").unwrap()..help.find("Timeline:").unwrap()];
+        for flag in [
+            "--host-discovery-script",
+            "--min-np",
+            "--max-np",
+            "--slots-per-host",
+            "--elastic-timeout",
+            "--reset-limit",
+            "--blacklist-cooldown-range",
+            "--discovery-interval",
+            "--discovery-timeout",
+        ] {
+            assert!(elastic.contains(flag), "{flag} not under Elastic:\n{help}");
+        }
+    }
+
+    #[test]
+    fn elastic_options_as_horovodrun_spells_them() {
+        let c = parse(
+            "--host-discovery-script ./d.sh --min-num-proc 2 --max-num-proc 8 -np 4 \
+             --blacklist-cooldown-range 10 100 --reset-limit 3 ./t -np 9",
+        )
+        .unwrap();
+        assert_eq!(c.host_discovery_script, Some(PathBuf::from("./d.sh")));
+        assert_eq!((c.min_np, c.max_np, c.np), (Some(2), Some(8), Some(4)));
+        assert_eq!(c.blacklist_cooldown_range, Some(vec![10.0, 100.0]));
+        assert_eq!(c.reset_limit, Some(3));
+        assert_eq!(c.command, ["./t", "-np", "9"]);
+        // `-np` after the two values of the range is still ours.
+        let c = parse("--blacklist-cooldown-range 1 2 -np 3 ./t").unwrap();
+        assert_eq!(c.np, Some(3));
+        assert_eq!(c.command, ["./t"]);
+    }
+
+    #[test]
+    fn a_discovery_script_conflicts_with_hosts() {
+        for args in [
+            "--host-discovery-script d -H a:1 ./t",
+            "--hostfile h --host-discovery-script d ./t",
+        ] {
+            let e = parse(args).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{args}");
+            assert!(e.to_string().contains("--host-discovery-script"), "{e}");
+        }
+        // The range takes exactly two numbers.
+        assert!(parse("--blacklist-cooldown-range 5 ./t").is_err());
+        assert!(parse("--blacklist-cooldown-range 5 x ./t").is_err());
     }
 }

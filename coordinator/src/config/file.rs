@@ -12,7 +12,13 @@
 //! timeline:    { filename: timeline.json, mark_cycles: true }
 //! stall_check: { enabled: true, warning_time_seconds: 60, shutdown_time_seconds: 0 }
 //! logging:     { level: info, hide_timestamp: false }
+//! elastic:     { host_discovery_script: ./discover.sh, min_np: 2, max_np: 8,
+//!                slots_per_host: 4, elastic_timeout: 600, reset_limit: 10,
+//!                blacklist_cooldown_range: [60, 300], discovery_interval: 1,
+//!                discovery_timeout: 10 }
 //! ```
+//! (horovodrun's file has no elastic options; the `elastic` section uses the
+//! command line's names, as `launch` does.)
 //! Unknown keys are errors (with line and column), so a typo is never ignored.
 
 use serde::Deserialize;
@@ -30,6 +36,8 @@ pub struct ConfigFile {
     pub stall_check: StallCheck,
     #[serde(default)]
     pub logging: Logging,
+    #[serde(default)]
+    pub elastic: Elastic,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -79,6 +87,21 @@ pub struct Logging {
     pub hide_timestamp: Option<bool>,
 }
 
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Elastic {
+    pub host_discovery_script: Option<String>,
+    pub min_np: Option<usize>,
+    pub max_np: Option<usize>,
+    pub slots_per_host: Option<usize>,
+    pub elastic_timeout: Option<f64>,
+    pub reset_limit: Option<u32>,
+    /// `[MIN, MAX]` seconds.
+    pub blacklist_cooldown_range: Option<(f64, f64)>,
+    pub discovery_interval: Option<f64>,
+    pub discovery_timeout: Option<f64>,
+}
+
 /// Parses the file's text; the error names line and column.
 pub fn parse(text: &str) -> Result<ConfigFile, String> {
     if text.trim().is_empty() {
@@ -109,6 +132,36 @@ mod tests {
         assert_eq!(f.logging.level.as_deref(), Some("debug"));
         assert_eq!(f.launch.np, Some(4));
         assert_eq!(f.launch.hosts.as_deref(), Some("a:2,b:2"));
+    }
+
+    #[test]
+    fn elastic_section_parses() {
+        let f = parse(
+            "elastic:\n  host_discovery_script: ./d.sh\n  min_np: 2\n  max_np: 8\n  \
+             slots_per_host: 4\n  elastic_timeout: 60\n  reset_limit: 3\n  \
+             blacklist_cooldown_range: [10, 100.5]\n  discovery_interval: 0.5\n  \
+             discovery_timeout: 5\n",
+        )
+        .unwrap();
+        assert_eq!(
+            f.elastic,
+            Elastic {
+                host_discovery_script: Some("./d.sh".into()),
+                min_np: Some(2),
+                max_np: Some(8),
+                slots_per_host: Some(4),
+                elastic_timeout: Some(60.0),
+                reset_limit: Some(3),
+                blacklist_cooldown_range: Some((10.0, 100.5)),
+                discovery_interval: Some(0.5),
+                discovery_timeout: Some(5.0),
+            }
+        );
+        let e = parse("elastic:\n  min_num_proc: 2\n").unwrap_err();
+        assert!(e.contains("min_num_proc"), "{e}");
+        assert!(parse("elastic:\n  blacklist_cooldown_range: [10]\n").is_err());
+        assert!(parse("elastic:\n  blacklist_cooldown_range: [1, 2, 3]\n").is_err());
+        assert!(parse("elastic:\n  reset_limit: -1\n").is_err());
     }
 
     #[test]

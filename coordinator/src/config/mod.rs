@@ -115,12 +115,41 @@ impl FromStr for LogLevel {
     }
 }
 
+/// An elastic job (`--host-discovery-script`): the hosts come and go, and the
+/// number of processes moves between `min_np` and `max_np`. Validated:
+/// `1 <= min_np <= initial_np <= max_np`, every count and duration positive.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElasticConfig {
+    /// Run every `discovery_interval`; prints one `host` or `host:slots` per line.
+    pub discovery_script: PathBuf,
+    /// `--min-np`; default `-np`.
+    pub min_np: usize,
+    /// `--max-np`; `None` = no cap.
+    pub max_np: Option<usize>,
+    /// `-np`; default `min_np`.
+    pub initial_np: usize,
+    /// Slots of a discovered host printed without a count; default 1.
+    pub slots_per_host: usize,
+    /// Default 600 s.
+    pub elastic_timeout: Duration,
+    /// `None` (the default) = unlimited; 0 = the first reset ends the job.
+    pub reset_limit: Option<u32>,
+    /// `(MIN, MAX)`, `MIN <= MAX`; `None` (the default) = blacklisted for good.
+    pub blacklist_cooldown: Option<(Duration, Duration)>,
+    /// Default 1 s.
+    pub discovery_interval: Duration,
+    /// A run taking longer is killed and counts as failed; default 10 s.
+    pub discovery_timeout: Duration,
+}
+
 /// Everything `elasticrun` needs to run a job, resolved and validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobConfig {
     pub command: Vec<String>,
-    /// `None`: as many processes as the hosts have slots.
+    /// `None`: as many processes as the hosts have slots. In an elastic job,
+    /// the initial target (`Some(initial_np)`).
     pub np: Option<usize>,
+    /// [`HostSpec::Localhost`] (unused) in an elastic job.
     pub hosts: HostSpec,
     /// Default 30 s.
     pub start_timeout: Duration,
@@ -136,6 +165,8 @@ pub struct JobConfig {
     /// Default warning.
     pub log_level: LogLevel,
     pub log_timestamps: bool,
+    /// `None` unless a host discovery script is given.
+    pub elastic: Option<ElasticConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::cli::Cli;
 use super::file::ConfigFile;
 use super::{
-    ConfigError, HostSpec, JobConfig, LogLevel, Source, Sourced, StallCheck, Timeline, Tuning,
+    ConfigError, ElasticConfig, HostSpec, JobConfig, LogLevel, Source, Sourced, StallCheck,
+    Timeline, Tuning,
 };
 use crate::hosts::parse_host_list;
 
@@ -75,6 +76,25 @@ fn port(s: &str) -> Result<u16, String> {
         .map_err(|_| "expected a port number (1-65535)".to_owned())
 }
 
+fn reset_count(s: &str) -> Result<Option<u32>, String> {
+    s.parse()
+        .map(Some)
+        .map_err(|_| format!("expected an integer from 0 to {}", u32::MAX))
+}
+
+/// `MIN,MAX` or `MIN MAX`, in seconds.
+fn range(s: &str) -> Result<Option<(f64, f64)>, String> {
+    let parts: Vec<&str> = if s.contains(',') {
+        s.split(',').map(str::trim).collect()
+    } else {
+        s.split_whitespace().collect()
+    };
+    match parts[..] {
+        [min, max] => Ok(Some((number(min)?, number(max)?))),
+        _ => Err("expected MIN,MAX (two numbers of seconds)".to_owned()),
+    }
+}
+
 fn text(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
@@ -110,6 +130,14 @@ fn positive(option: &'static str, v: f64) -> Result<f64, ConfigError> {
             why: format!("{v} is not a positive number"),
         })
     }
+}
+
+/// A positive number of seconds that fits a [`Duration`].
+fn positive_seconds(option: &'static str, v: f64) -> Result<Duration, ConfigError> {
+    Duration::try_from_secs_f64(positive(option, v)?).map_err(|_| ConfigError::Invalid {
+        option,
+        why: format!("{v} seconds is too long"),
+    })
 }
 
 fn non_negative(option: &'static str, v: f64) -> Result<f64, ConfigError> {
@@ -191,10 +219,17 @@ pub fn resolve(
             .map(|p| Some(PathBuf::from(p))),
         None,
     )?;
+    let (hosts, elastic) = match hosts(cli, &l, f)? {
+        Hosts::Static(spec) => (spec, elastic(cli, &l, f, None, np.value)?),
+        Hosts::Discovered(script) => (
+            HostSpec::Localhost,
+            elastic(cli, &l, f, Some(script), np.value)?,
+        ),
+    };
     Ok(JobConfig {
         command: cli.command.clone(),
-        np: np.value,
-        hosts: hosts(cli, &l, f)?,
+        np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),
+        hosts,
         start_timeout: seconds(positive("start-timeout", start_timeout.value)?),
         network_interface: network_interface.value,
         ssh_port: ssh_port.value,
@@ -233,31 +268,60 @@ pub fn resolve(
                 false,
             )?
             .value,
+        elastic,
     })
 }
 
-fn hosts(cli: &Cli, l: &Layers<'_>, f: &ConfigFile) -> Result<HostSpec, ConfigError> {
-    let layer = |list: Option<String>, file: Option<PathBuf>, what: &str| match (list, file) {
-        (Some(_), Some(_)) => Err(ConfigError::Invalid {
+/// Where the workers' hosts come from.
+enum Hosts {
+    Static(HostSpec),
+    /// `--host-discovery-script`: an elastic job.
+    Discovered(PathBuf),
+}
+
+/// The highest layer that names hosts, a hostfile or a discovery script wins;
+/// one layer naming two of them is an error.
+fn hosts(cli: &Cli, l: &Layers<'_>, f: &ConfigFile) -> Result<Hosts, ConfigError> {
+    let layer = |list: Option<String>,
+                 file: Option<PathBuf>,
+                 script: Option<PathBuf>,
+                 what: &str| match (list, file, script) {
+        (Some(_), Some(_), _) => Err(ConfigError::Invalid {
             option: "hosts",
             why: format!("{what} gives both hosts and a hostfile"),
         }),
-        (Some(h), None) => parse_host_list(&h)
-            .map(|v| Some(HostSpec::List(v)))
+        (Some(_), None, Some(_)) | (None, Some(_), Some(_)) => Err(ConfigError::Invalid {
+            option: "host-discovery-script",
+            why: format!(
+                "{what} gives both a discovery script and hosts (-H or --hostfile); \
+                 the script finds the hosts of an elastic job, so give one or the other"
+            ),
+        }),
+        (Some(h), None, None) => parse_host_list(&h)
+            .map(|v| Some(Hosts::Static(HostSpec::List(v))))
             .map_err(ConfigError::Hosts),
-        (None, Some(p)) => Ok(Some(HostSpec::File(p))),
-        (None, None) => Ok(None),
+        (None, Some(p), None) => Ok(Some(Hosts::Static(HostSpec::File(p)))),
+        (None, None, Some(s)) => Ok(Some(Hosts::Discovered(s))),
+        (None, None, None) => Ok(None),
     };
     let from_env = (
         l.env(&[("ELASTICRUN_HOSTS", text)])?.map(|(v, _)| v),
         l.env(&[("ELASTICRUN_HOSTFILE", path)])?.map(|(v, _)| v),
+        l.env(&[("ELASTICRUN_HOST_DISCOVERY_SCRIPT", path)])?
+            .map(|(v, _)| v),
     );
     let candidates = [
-        layer(cli.hosts.clone(), cli.hostfile.clone(), "the command line")?,
-        layer(from_env.0, from_env.1, "the environment")?,
+        layer(
+            cli.hosts.clone(),
+            cli.hostfile.clone(),
+            cli.host_discovery_script.clone(),
+            "the command line",
+        )?,
+        layer(from_env.0, from_env.1, from_env.2, "the environment")?,
         layer(
             f.launch.hosts.clone(),
             f.launch.hostfile.clone().map(PathBuf::from),
+            f.elastic.host_discovery_script.clone().map(PathBuf::from),
             "the config file",
         )?,
     ];
@@ -265,7 +329,185 @@ fn hosts(cli: &Cli, l: &Layers<'_>, f: &ConfigFile) -> Result<HostSpec, ConfigEr
         .into_iter()
         .flatten()
         .next()
-        .unwrap_or(HostSpec::Localhost))
+        .unwrap_or(Hosts::Static(HostSpec::Localhost)))
+}
+
+fn given(source: Source) -> String {
+    match source {
+        Source::CommandLine => "on the command line".into(),
+        Source::Environment(var) => format!("by {var}"),
+        Source::ConfigFile => "in the config file".into(),
+        Source::Default => "by default".into(),
+    }
+}
+
+/// The elastic options: `Some` with a discovery `script`, validated against
+/// `np` (`-np`, the initial target); without one, any of them given is an error.
+fn elastic(
+    cli: &Cli,
+    l: &Layers<'_>,
+    f: &ConfigFile,
+    script: Option<PathBuf>,
+    np: Option<usize>,
+) -> Result<Option<ElasticConfig>, ConfigError> {
+    let e = &f.elastic;
+    let min_np = l.pick(
+        cli.min_np.map(Some),
+        &[("ELASTICRUN_MIN_NP", |s| count(s).map(Some))],
+        e.min_np.map(Some),
+        None,
+    )?;
+    let max_np = l.pick(
+        cli.max_np.map(Some),
+        &[("ELASTICRUN_MAX_NP", |s| count(s).map(Some))],
+        e.max_np.map(Some),
+        None,
+    )?;
+    let slots_per_host = l.pick(
+        cli.slots_per_host,
+        &[("ELASTICRUN_SLOTS_PER_HOST", count)],
+        e.slots_per_host,
+        1,
+    )?;
+    // Like horovodrun, HOROVOD_ELASTIC_TIMEOUT only counts in elastic jobs (a
+    // static one ignores it rather than failing on a stray export).
+    let timeout_vars: &[(&'static str, Parse<f64>)] = if script.is_some() {
+        &[
+            ("ELASTICRUN_ELASTIC_TIMEOUT", number),
+            ("HOROVOD_ELASTIC_TIMEOUT", number),
+        ]
+    } else {
+        &[("ELASTICRUN_ELASTIC_TIMEOUT", number)]
+    };
+    let elastic_timeout = l.pick(cli.elastic_timeout, timeout_vars, e.elastic_timeout, 600.0)?;
+    let reset_limit = l.pick(
+        cli.reset_limit.map(Some),
+        &[("ELASTICRUN_RESET_LIMIT", reset_count)],
+        e.reset_limit.map(Some),
+        None,
+    )?;
+    let cli_cooldown = match cli.blacklist_cooldown_range.as_deref() {
+        None => None,
+        Some(&[min, max]) => Some(Some((min, max))),
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                option: "blacklist-cooldown-range",
+                why: format!("expected MIN MAX, got {} numbers", other.len()),
+            });
+        }
+    };
+    let cooldown = l.pick(
+        cli_cooldown,
+        &[("ELASTICRUN_BLACKLIST_COOLDOWN_RANGE", range)],
+        e.blacklist_cooldown_range.map(Some),
+        None,
+    )?;
+    let discovery_interval = l.pick(
+        cli.discovery_interval,
+        &[("ELASTICRUN_DISCOVERY_INTERVAL", number)],
+        e.discovery_interval,
+        1.0,
+    )?;
+    let discovery_timeout = l.pick(
+        cli.discovery_timeout,
+        &[("ELASTICRUN_DISCOVERY_TIMEOUT", number)],
+        e.discovery_timeout,
+        10.0,
+    )?;
+
+    let Some(discovery_script) = script else {
+        let sources = [
+            ("min-np", min_np.source),
+            ("max-np", max_np.source),
+            ("slots-per-host", slots_per_host.source),
+            ("elastic-timeout", elastic_timeout.source),
+            ("reset-limit", reset_limit.source),
+            ("blacklist-cooldown-range", cooldown.source),
+            ("discovery-interval", discovery_interval.source),
+            ("discovery-timeout", discovery_timeout.source),
+        ];
+        return match sources.into_iter().find(|(_, s)| *s != Source::Default) {
+            Some((option, source)) => Err(ConfigError::Invalid {
+                option,
+                why: format!(
+                    "only elastic jobs use it, and it needs --host-discovery-script \
+                     (it was given {})",
+                    given(source)
+                ),
+            }),
+            None => Ok(None),
+        };
+    };
+
+    let at_least_one = |option: &'static str, v: Option<usize>| match v {
+        Some(0) => Err(ConfigError::Invalid {
+            option,
+            why: "at least one process is needed".into(),
+        }),
+        v => Ok(v),
+    };
+    let max_np = at_least_one("max-np", max_np.value)?;
+    let min_given = at_least_one("min-np", min_np.value)?;
+    let min_np = min_given.or(np).ok_or(ConfigError::Invalid {
+        option: "min-np",
+        why: "an elastic job needs -np or --min-np (the fewest processes to train with)".into(),
+    })?;
+    let initial_np = np.unwrap_or(min_np);
+    if initial_np < min_np {
+        return Err(ConfigError::Invalid {
+            option: "min-np",
+            why: format!("{min_np} is above -np {initial_np} (the processes to start with)"),
+        });
+    }
+    if let Some(max) = max_np {
+        if min_given.is_some() && max < min_np {
+            return Err(ConfigError::Invalid {
+                option: "max-np",
+                why: format!("{max} is below --min-np {min_np}"),
+            });
+        }
+        if max < initial_np {
+            return Err(ConfigError::Invalid {
+                option: "max-np",
+                why: format!("{max} is below -np {initial_np}"),
+            });
+        }
+    }
+    if slots_per_host.value == 0 {
+        return Err(ConfigError::Invalid {
+            option: "slots-per-host",
+            why: "a host needs at least one slot".into(),
+        });
+    }
+    let blacklist_cooldown = match cooldown.value {
+        None => None,
+        Some((min, max)) => {
+            let option = "blacklist-cooldown-range";
+            let (lo, hi) = (
+                positive_seconds(option, min)?,
+                positive_seconds(option, max)?,
+            );
+            if lo > hi {
+                return Err(ConfigError::Invalid {
+                    option,
+                    why: format!("MIN {min} is above MAX {max}"),
+                });
+            }
+            Some((lo, hi))
+        }
+    };
+    Ok(Some(ElasticConfig {
+        discovery_script,
+        min_np,
+        max_np,
+        initial_np,
+        slots_per_host: slots_per_host.value,
+        elastic_timeout: positive_seconds("elastic-timeout", elastic_timeout.value)?,
+        reset_limit: reset_limit.value,
+        blacklist_cooldown,
+        discovery_interval: positive_seconds("discovery-interval", discovery_interval.value)?,
+        discovery_timeout: positive_seconds("discovery-timeout", discovery_timeout.value)?,
+    }))
 }
 
 fn tuning(cli: &Cli, l: &Layers<'_>, f: &ConfigFile) -> Result<Tuning, ConfigError> {

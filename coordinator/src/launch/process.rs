@@ -97,11 +97,16 @@ impl WorkerProcess {
 
     /// "rank 2 on node1 was killed by signal 9 (SIGKILL)".
     pub fn describe(&self, status: ExitStatus) -> String {
-        let how = match (self.remote, status.code()) {
+        format!("rank {} on {} {}", self.rank, self.host, self.how(status))
+    }
+
+    /// "exited with code 3", "was killed by signal 9 (SIGKILL)", or for a
+    /// remote worker what ssh's exit code says.
+    pub fn how(&self, status: ExitStatus) -> String {
+        match (self.remote, status.code()) {
             (true, Some(code)) => super::ssh::describe_code(code),
             _ => describe(status),
-        };
-        format!("rank {} on {} {how}", self.rank, self.host)
+        }
     }
 
     /// Asks the worker to stop: SIGTERM to a local one; a remote one is

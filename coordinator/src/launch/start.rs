@@ -42,80 +42,116 @@ pub struct StartError {
 }
 
 /// What elasticrun tells a worker about the job (the secret aside).
-fn job_env(plan: &Plan<'_>, p: &Placement) -> Vec<(String, String)> {
-    let coordinator = SocketAddr::new(plan.addresses.advertised[p.host], plan.coordinator_port);
-    vec![
-        ("ELASTICRUN_COORDINATOR".into(), coordinator.to_string()),
-        ("ELASTICRUN_HOST".into(), plan.hosts[p.host].host.clone()),
-        ("ELASTICRUN_SLOT".into(), p.local_rank.to_string()),
+fn job_env(cfg: &JobConfig, w: &One<'_>) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("ELASTICRUN_COORDINATOR".into(), w.coordinator.to_string()),
+        ("ELASTICRUN_HOST".into(), w.host.to_owned()),
+        ("ELASTICRUN_SLOT".into(), w.slot.to_string()),
         (
             "ELASTICRUN_START_TIMEOUT".into(),
-            plan.cfg.start_timeout.as_secs_f64().to_string(),
+            cfg.start_timeout.as_secs_f64().to_string(),
         ),
-    ]
+    ];
+    if let Some(e) = &cfg.elastic {
+        env.push((
+            "ELASTICRUN_ELASTIC_TIMEOUT".into(),
+            e.elastic_timeout.as_secs_f64().to_string(),
+        ));
+    }
+    env
 }
 
 /// Starts every worker into `into`; on an error the workers started so far
 /// are left there for the caller to stop.
 pub async fn start_all(plan: &Plan<'_>, into: &mut Started) -> Result<(), StartError> {
-    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    let ssh_opts = SshOptions {
-        port: plan.cfg.ssh_port,
-        identity_file: plan.cfg.ssh_identity_file.clone(),
-    };
     for p in plan.placements {
-        let host = plan.hosts[p.host].host.as_str();
-        let mut env = job_env(plan, p);
-        let (argv, stdin_line) = if is_this_machine(host) {
-            // In the environment, never on a command line: not visible in ps.
-            env.push(("ELASTICRUN_SECRET".into(), plan.secret.to_hex()));
-            (plan.cfg.command.clone(), None)
-        } else {
-            let mut all: Vec<(String, String)> = std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .filter(|(k, _)| ssh::forwarded(k) && !k.starts_with("ELASTICRUN_"))
-                .collect();
-            all.append(&mut env);
-            (
-                ssh::command(host, &ssh_opts, &cwd, &all, &plan.cfg.command),
-                Some(plan.secret.to_hex()),
-            )
+        let one = One {
+            label: p.rank,
+            host: plan.hosts[p.host].host.as_str(),
+            slot: p.local_rank as u32,
+            coordinator: SocketAddr::new(plan.addresses.advertised[p.host], plan.coordinator_port),
         };
-        let spec = Spec {
-            rank: p.rank,
-            host,
-            argv: &argv,
-            env: &env,
-            stdin_line,
-        };
-        let (w, pipes) = process::spawn(spec).await.map_err(|e| StartError {
-            rank: p.rank,
-            host: host.to_owned(),
-            program: argv.first().cloned().unwrap_or_default(),
-            why: e.to_string(),
-        })?;
-        let file = |s| {
-            plan.cfg
-                .output_dir
-                .as_ref()
-                .map(|d| output::rank_file(d, p.rank, s))
-        };
-        let ts = plan.cfg.output_timestamps;
-        into.forwarders.push(tokio::spawn(output::forward(
-            pipes.stdout,
-            p.rank,
-            Stream::Stdout,
-            ts,
-            file(Stream::Stdout),
-        )));
-        into.forwarders.push(tokio::spawn(output::forward(
-            pipes.stderr,
-            p.rank,
-            Stream::Stderr,
-            ts,
-            file(Stream::Stderr),
-        )));
+        let (w, mut forwarders) = start_one(plan.cfg, plan.secret, &one).await?;
+        into.forwarders.append(&mut forwarders);
         into.workers.push(w);
     }
     Ok(())
+}
+
+/// One worker to start.
+#[derive(Debug)]
+pub struct One<'a> {
+    /// The number its output lines carry (`[N]`): its rank in a static job,
+    /// its worker id in an elastic one.
+    pub label: usize,
+    pub host: &'a str,
+    pub slot: u32,
+    /// The coordinator address this host dials.
+    pub coordinator: SocketAddr,
+}
+
+/// Starts one worker, with its output forwarded by the returned tasks.
+pub async fn start_one(
+    cfg: &JobConfig,
+    secret: &Secret,
+    one: &One<'_>,
+) -> Result<(WorkerProcess, Vec<JoinHandle<std::io::Result<()>>>), StartError> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let ssh_opts = SshOptions {
+        port: cfg.ssh_port,
+        identity_file: cfg.ssh_identity_file.clone(),
+    };
+    let host = one.host;
+    let mut env = job_env(cfg, one);
+    let (argv, stdin_line) = if is_this_machine(host) {
+        // In the environment, never on a command line: not visible in ps.
+        env.push(("ELASTICRUN_SECRET".into(), secret.to_hex()));
+        (cfg.command.clone(), None)
+    } else {
+        let mut all: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, _)| ssh::forwarded(k) && !k.starts_with("ELASTICRUN_"))
+            .collect();
+        all.append(&mut env);
+        (
+            ssh::command(host, &ssh_opts, &cwd, &all, &cfg.command),
+            Some(secret.to_hex()),
+        )
+    };
+    let spec = Spec {
+        rank: one.label,
+        host,
+        argv: &argv,
+        env: &env,
+        stdin_line,
+    };
+    let (w, pipes) = process::spawn(spec).await.map_err(|e| StartError {
+        rank: one.label,
+        host: host.to_owned(),
+        program: argv.first().cloned().unwrap_or_default(),
+        why: e.to_string(),
+    })?;
+    let file = |s| {
+        cfg.output_dir
+            .as_ref()
+            .map(|d| output::rank_file(d, one.label, s))
+    };
+    let ts = cfg.output_timestamps;
+    let forwarders = vec![
+        tokio::spawn(output::forward(
+            pipes.stdout,
+            one.label,
+            Stream::Stdout,
+            ts,
+            file(Stream::Stdout),
+        )),
+        tokio::spawn(output::forward(
+            pipes.stderr,
+            one.label,
+            Stream::Stderr,
+            ts,
+            file(Stream::Stderr),
+        )),
+    ];
+    Ok((w, forwarders))
 }

@@ -193,6 +193,35 @@ impl TcpTransport {
     }
 }
 
+/// Ends a transport's generation from outside it: every waiting and later
+/// call fails with [`TransportError::Ended`] at once (an elastic worker does
+/// this when the coordinator says peers failed, instead of waiting for its
+/// own sockets or timeouts to notice).
+#[derive(Clone, Debug)]
+pub struct Breaker {
+    generation: Generation,
+    mailbox: Arc<TcpMailbox>,
+}
+
+impl Breaker {
+    pub fn end(&self, why: &str) {
+        self.mailbox.fail(TransportError::Ended {
+            generation: self.generation,
+            why: why.into(),
+        });
+    }
+}
+
+impl TcpTransport {
+    /// A handle that ends this transport's generation (see [`Breaker`]).
+    pub fn breaker(&self) -> Breaker {
+        Breaker {
+            generation: self.generation,
+            mailbox: self.mailbox.clone(),
+        }
+    }
+}
+
 /// Breaks the generation if a send is abandoned half-written: the peer would
 /// otherwise read the next frame's header from the middle of this payload.
 struct AbandonGuard<'a> {

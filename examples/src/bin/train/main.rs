@@ -8,6 +8,14 @@
 //! floating-point summation order. `--backward-passes-per-step K` sums K
 //! batches locally per exchange; `--fp16-allreduce` halves the bytes on the
 //! wire. Run it alone (`train`) or under `elasticrun -np 4 train`.
+//!
+//! The training state (weights, epoch, batch, step count, loss sums) is an
+//! elastic [`State`]: committed every `--commit-every` steps, so that under
+//! `elasticrun --host-discovery-script` training survives workers failing
+//! (back to the last commit) and hosts coming and going (no rollback). Each
+//! global batch is split by the current rank and size, so data is resharded
+//! whenever the world changes. Every rank prints a final `done` line with
+//! the step count, the resets it lived through and a checksum of its weights.
 
 mod data;
 mod model;
@@ -16,9 +24,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use elastic::{ElasticError, Interrupt, State};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
 use worker::{Compression, DistributedOptimizer, OptimizerOptions, ReduceOp, Worker};
 
 use data::{DataSet, Sample};
@@ -53,14 +63,19 @@ struct Args {
     /// Exchange gradients as 16-bit floats.
     #[arg(long)]
     fp16_allreduce: bool,
+    /// Optimizer steps between commits of the training state (it is also
+    /// committed at the end of every epoch); 0: only then. After workers fail,
+    /// training goes on from the last commit.
+    #[arg(long, default_value_t = 10)]
+    commit_every: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
 enum TrainError {
     #[error("cannot join the job: {0}")]
     Init(#[from] worker::InitError),
-    #[error("collective failed: {0}")]
-    Collective(#[from] worker::Error),
+    #[error("{0}")]
+    Elastic(#[from] ElasticError),
     #[error("{0}")]
     Args(String),
 }
@@ -69,6 +84,10 @@ fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(TrainError::Elastic(ElasticError::Left(why))) => {
+            eprintln!("train: {why}; leaving");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("train: {e}");
             ExitCode::FAILURE
@@ -82,9 +101,22 @@ fn share(batch: &[u64], rank: usize, size: usize) -> &[u64] {
     &batch[rank * n / size..(rank + 1) * n / size]
 }
 
+/// Everything training needs to go on from where it was: committed every
+/// `--commit-every` steps and at each epoch's end, synced from rank 0 into
+/// every new generation. Loss sums are over all ranks, so they mean the
+/// same on every rank.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Progress {
+    params: Vec<f32>,
+    /// The epoch under way (from 1) and its next batch.
+    epoch: usize,
+    batch: usize,
     steps: u64,
+    /// Sum of the batch losses of this epoch, and their samples.
+    loss_sum: f64,
+    loss_samples: f64,
     train_loss: f32,
+    accuracy: f32,
 }
 
 fn run(args: &Args) -> Result<(), TrainError> {
@@ -93,29 +125,67 @@ fn run(args: &Args) -> Result<(), TrainError> {
             "--epochs, --batch-size and --samples must be positive".into(),
         ));
     }
-    let w = worker::init()?;
-    let (rank, size) = (w.rank(), w.size());
-    if rank == 0 {
+    let mut w = worker::init()?;
+    if w.rank() == 0 {
         println!(
-            "training on {size} rank(s): {} samples, batch {}, lr {}",
-            args.samples, args.batch_size, args.lr
+            "training on {} rank(s): {} samples, batch {}, lr {}",
+            w.size(),
+            args.samples,
+            args.batch_size,
+            args.lr
         );
     }
     let data = DataSet::new(args.seed);
-    let mut params = if rank == 0 {
-        model::initial_params(args.seed)
-    } else {
-        vec![0.0; PARAMS]
-    };
-    w.broadcast(&mut params, 0)?;
-    let mut order: Vec<u64> = (0..args.samples).collect();
-    let mut p = Progress {
+    // Rank 0's initial weights reach every rank through the first sync.
+    let mut state = State::new(Progress {
+        params: model::initial_params(args.seed),
+        epoch: 1,
+        batch: 0,
         steps: 0,
+        loss_sum: 0.0,
+        loss_samples: 0.0,
         train_loss: f32::NAN,
-    };
-    let mut accuracy = 0.0;
+        accuracy: 0.0,
+    });
+    let outcome = elastic::run(&mut w, &mut state, |w, st| train(w, args, &data, st))?;
+    let p = state.get();
+    let done = serde_json::json!({
+        "event": "done",
+        "rank": w.rank(),
+        "world_size": w.size(),
+        "epochs": args.epochs,
+        "steps": p.steps,
+        "loss": p.train_loss,
+        "accuracy": p.accuracy,
+        "resets": outcome.resets,
+        "committed_steps": state.committed().steps,
+        "state": format!("{:016x}", checksum(&p.params)),
+    });
+    println!("{done}");
+    w.shutdown();
+    Ok(())
+}
+
+/// FNV-1a over the weights' bits: equal on every rank that holds the same
+/// model.
+fn checksum(params: &[f32]) -> u64 {
+    params.iter().fold(0xcbf2_9ce4_8422_2325, |h, p| {
+        p.to_bits()
+            .to_le_bytes()
+            .iter()
+            .fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
+    })
+}
+
+/// Trains from wherever `st` stands to the last epoch.
+fn train(
+    w: &Worker,
+    args: &Args,
+    data: &DataSet,
+    st: &mut State<Progress>,
+) -> Result<(), Interrupt> {
     let mut opt = DistributedOptimizer::new(
-        &w,
+        w,
         OptimizerOptions {
             backward_passes_per_step: args.backward_passes_per_step,
             compression: if args.fp16_allreduce {
@@ -125,15 +195,19 @@ fn run(args: &Args) -> Result<(), TrainError> {
             },
         },
     )?;
-    for epoch in 1..=args.epochs {
-        let started = Instant::now();
+    let mut order: Vec<u64> = (0..args.samples).collect();
+    while st.get().epoch <= args.epochs {
+        let (epoch, started) = (st.get().epoch, Instant::now());
+        order.sort_unstable();
         order.shuffle(&mut StdRng::seed_from_u64(
             args.seed.wrapping_add(epoch as u64),
         ));
-        p.train_loss = epoch_pass(&w, args, &data, &order, &mut params, &mut opt, &mut p.steps)?;
-        let (test_loss, acc) = test(&w, args, &data, &params)?;
-        accuracy = acc;
-        if rank == 0 {
+        epoch_pass(w, args, data, &order, st, &mut opt)?;
+        let (test_loss, acc) = test(w, args, data, &st.get().params)?;
+        let p = st.get_mut();
+        p.train_loss = (p.loss_sum / p.loss_samples.max(1.0)) as f32;
+        p.accuracy = acc;
+        if w.rank() == 0 {
             println!(
                 "epoch {epoch}/{}: train loss {:.4}, test loss {test_loss:.4}, accuracy {acc:.4} ({:.2} s)",
                 args.epochs,
@@ -141,42 +215,35 @@ fn run(args: &Args) -> Result<(), TrainError> {
                 started.elapsed().as_secs_f64()
             );
         }
+        (p.epoch, p.batch, p.loss_sum, p.loss_samples) = (epoch + 1, 0, 0.0, 0.0);
+        st.commit(w)?;
     }
-    if rank == 0 {
-        let done = serde_json::json!({
-            "event": "done",
-            "world_size": size,
-            "epochs": args.epochs,
-            "steps": p.steps,
-            "loss": p.train_loss,
-            "accuracy": accuracy,
-        });
-        println!("{done}");
-    }
-    w.shutdown();
     Ok(())
 }
 
-/// One pass over the training set in `order`; returns the mean training loss.
+/// The rest of the epoch's batches in `order`, from the state's next batch.
 fn epoch_pass(
     w: &Worker,
     args: &Args,
     data: &DataSet,
     order: &[u64],
-    params: &mut [f32],
+    st: &mut State<Progress>,
     opt: &mut DistributedOptimizer<'_>,
-    steps: &mut u64,
-) -> Result<f32, TrainError> {
+) -> Result<(), Interrupt> {
     let mut grad = vec![0.0f32; PARAMS];
-    let (mut loss, mut seen) = (0.0f64, 0usize);
-    for batch in order.chunks(args.batch_size) {
+    let batches: Vec<&[u64]> = order.chunks(args.batch_size).collect();
+    for (i, batch) in batches.iter().enumerate().skip(st.get().batch) {
         grad.fill(0.0);
         let mine: Vec<Sample> = share(batch, w.rank(), w.size())
             .iter()
             .map(|&i| data.sample(i))
             .collect();
-        loss += f64::from(model::accumulate_gradient(params, &mine, &mut grad));
-        seen += mine.len();
+        let loss = model::accumulate_gradient(&st.get().params, &mine, &mut grad);
+        let loss = w.allreduce_async(
+            Some("train.loss"),
+            vec![loss, mine.len() as f32],
+            ReduceOp::Sum,
+        );
         if args.step_delay_ms > 0 {
             std::thread::sleep(Duration::from_millis(args.step_delay_ms));
         }
@@ -187,36 +254,42 @@ fn epoch_pass(
             let g: Vec<f32> = grad[range].iter().map(|g| g * scale).collect();
             opt.submit(name, &g)?;
         }
-        if let Some(averaged) = opt.step()? {
-            for ((_, range), (_, g)) in LAYERS.iter().zip(&averaged) {
-                for (p, g) in params[range.clone()].iter_mut().zip(g) {
+        let stepped = opt.step()?;
+        let loss = loss.wait()?.data;
+        let p = st.get_mut();
+        if let Some(averaged) = &stepped {
+            for ((_, range), (_, g)) in LAYERS.iter().zip(averaged) {
+                for (p, g) in p.params[range.clone()].iter_mut().zip(g) {
                     *p -= args.lr * g;
                 }
             }
-            *steps += 1;
+            p.steps += 1;
+        }
+        p.loss_sum += f64::from(loss[0]);
+        p.loss_samples += f64::from(loss[1]);
+        p.batch = i + 1;
+        if stepped.is_some() && args.commit_every > 0 && p.steps.is_multiple_of(args.commit_every) {
+            st.commit(w)?;
         }
     }
-    let sums = [
-        ("loss".to_owned(), loss),
-        ("samples".to_owned(), seen as f64),
-    ]
-    .into();
-    let avg = w.average_metrics(&sums)?;
-    Ok((avg["loss"] / avg["samples"]) as f32)
+    Ok(())
 }
 
 /// (mean loss, accuracy) on the held-out samples, each rank taking every
 /// size-th one.
-fn test(w: &Worker, args: &Args, data: &DataSet, params: &[f32]) -> Result<(f32, f32), TrainError> {
+fn test(w: &Worker, args: &Args, data: &DataSet, params: &[f32]) -> Result<(f32, f32), Interrupt> {
     let held_out = (args.samples / 5).max(200);
     let mine = (args.samples + w.rank() as u64..args.samples + held_out).step_by(w.size());
     let (loss, right) = model::evaluate(params, mine.map(|i| data.sample(i)));
-    let mut sums = [f64::from(loss), right as f64];
-    w.allreduce(&mut sums, ReduceOp::Sum)?;
-    Ok((
-        (sums[0] / held_out as f64) as f32,
-        (sums[1] / held_out as f64) as f32,
-    ))
+    let sums = [
+        ("loss".to_owned(), f64::from(loss)),
+        ("right".to_owned(), right as f64),
+    ]
+    .into();
+    // The mean over ranks, times the ranks, is the sum over the held-out set.
+    let avg = w.average_metrics(&sums)?;
+    let total = |k: &str| avg[k] * w.size() as f64 / held_out as f64;
+    Ok((total("loss") as f32, total("right") as f32))
 }
 
 #[cfg(test)]

@@ -1,0 +1,127 @@
+//! Assignments of an elastic generation from the membership core's rank
+//! order: local and cross ranks as in [`crate::layout`] (hosts numbered by
+//! their first rank), every rank's data-plane address. Pure.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use control::{Assignment, Knobs};
+use elastic::membership::SlotId;
+
+/// What every assignment of a generation shares.
+#[derive(Debug)]
+pub struct Generation<'a> {
+    pub generation: u64,
+    pub knobs: &'a Knobs,
+    pub data_token: u64,
+}
+
+/// One assignment per rank of `ranks`, in rank order; `Err` names a rank
+/// with no known data-plane address.
+pub fn assignments(
+    g: &Generation<'_>,
+    ranks: &[SlotId],
+    addrs: &HashMap<SlotId, SocketAddr>,
+) -> Result<Vec<Assignment>, SlotId> {
+    let peers = ranks
+        .iter()
+        .map(|s| addrs.get(s).copied().ok_or_else(|| s.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut host_names: Vec<&str> = Vec::new();
+    let hosts: Vec<u32> = ranks
+        .iter()
+        .map(|s| {
+            let at = host_names.iter().position(|h| *h == s.host);
+            at.unwrap_or_else(|| {
+                host_names.push(&s.host);
+                host_names.len() - 1
+            }) as u32
+        })
+        .collect();
+    // Ranks of each host, in rank order.
+    let on_host = |h: u32| hosts.iter().filter(move |&&x| x == h).count();
+    let size = ranks.len() as u32;
+    Ok((0..ranks.len())
+        .map(|rank| {
+            let h = hosts[rank];
+            let local_rank = hosts[..rank].iter().filter(|&&x| x == h).count();
+            // Hosts that have a rank with this local rank, in host order.
+            let with_local: Vec<u32> = (0..host_names.len() as u32)
+                .filter(|&x| on_host(x) > local_rank)
+                .collect();
+            Assignment {
+                generation: g.generation,
+                rank: rank as u32,
+                size,
+                local_rank: local_rank as u32,
+                local_size: on_host(h) as u32,
+                cross_rank: with_local.iter().position(|&x| x == h).unwrap_or(0) as u32,
+                cross_size: with_local.len() as u32,
+                peers: peers.clone(),
+                hosts: hosts.clone(),
+                data_token: g.data_token,
+                knobs: g.knobs.clone(),
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn knobs() -> Knobs {
+        Knobs {
+            fusion_threshold_bytes: 1,
+            cycle_time_us: 1000,
+            cache_capacity: 8,
+            hierarchical_allreduce: false,
+            hierarchical_allgather: false,
+            timeline: None,
+            timeline_mark_cycles: false,
+            stall_warning_ms: None,
+            stall_shutdown_ms: None,
+        }
+    }
+
+    fn slot(host: &str, slot: u32) -> SlotId {
+        SlotId {
+            host: host.into(),
+            slot,
+        }
+    }
+
+    #[test]
+    fn ranks_keep_the_given_order_and_hosts_number_by_first_rank() {
+        // Survivors a/0, b/0, a/1, then a newcomer on c.
+        let ranks = vec![slot("a", 0), slot("b", 0), slot("a", 1), slot("c", 0)];
+        let addrs: HashMap<SlotId, SocketAddr> = ranks
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                (
+                    s.clone(),
+                    SocketAddr::from(([127, 0, 0, 1], 9000 + i as u16)),
+                )
+            })
+            .collect();
+        let k = knobs();
+        let g = Generation {
+            generation: 3,
+            knobs: &k,
+            data_token: 7,
+        };
+        let a = assignments(&g, &ranks, &addrs).unwrap();
+        assert!(a.iter().all(|x| x.hosts == [0, 1, 0, 2] && x.size == 4));
+        let t: Vec<(u32, u32, u32, u32)> = a
+            .iter()
+            .map(|x| (x.local_rank, x.local_size, x.cross_rank, x.cross_size))
+            .collect();
+        assert_eq!(t, [(0, 2, 0, 3), (0, 1, 1, 3), (1, 2, 0, 1), (0, 1, 2, 3)]);
+        assert_eq!(a[3].peers[3].port(), 9003);
+        assert!(a.iter().all(|x| x.generation == 3 && x.data_token == 7));
+        let mut short = addrs.clone();
+        short.remove(&slot("b", 0));
+        assert_eq!(assignments(&g, &ranks, &short).unwrap_err(), slot("b", 0));
+    }
+}

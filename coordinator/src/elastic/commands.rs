@@ -1,0 +1,133 @@
+//! Carrying out the membership core's commands.
+
+use control::CoordinatorMsg;
+use elastic::membership::{Command, SlotId};
+
+use super::assign::{Generation, assignments};
+use super::driver::Driver;
+use crate::job::Ending;
+use crate::stall::Inspector;
+
+impl Driver {
+    /// Carries out `cmds`, and whatever the core answers to what happens
+    /// while doing so (a spawn that fails is a failure of that slot).
+    pub(super) async fn carry_out(&mut self, cmds: Vec<Command>) {
+        let mut queue: std::collections::VecDeque<Command> = cmds.into();
+        while let Some(cmd) = queue.pop_front() {
+            queue.extend(self.one(cmd).await);
+        }
+    }
+
+    async fn one(&mut self, cmd: Command) -> Vec<Command> {
+        match cmd {
+            Command::Spawn(slot) => {
+                if let Err(why) = self.spawn(&slot).await {
+                    eprintln!("elasticrun: cannot start a worker on {slot}: {why}");
+                    let now = self.started.elapsed();
+                    return self.core.failed(now, &slot, &why);
+                }
+            }
+            Command::Stop { slot, why } => {
+                tracing::info!(%slot, %why, "stopping worker");
+                self.tell(&slot, CoordinatorMsg::Stop { reason: why });
+                self.retire(&slot);
+            }
+            Command::Reset { generation } => {
+                self.tell_all(&CoordinatorMsg::Reset { generation });
+            }
+            Command::HostsUpdated { generation } => {
+                eprintln!(
+                    "elasticrun: hosts changed; workers move to generation {generation} at their next commit"
+                );
+                self.tell_all(&CoordinatorMsg::HostsUpdated { generation });
+            }
+            Command::Assign { generation, ranks } => return self.assign(generation, &ranks),
+            Command::Leave { slot } => {
+                if let Some(live) = self.workers.get_mut(&slot) {
+                    live.leaving = true;
+                }
+                let reason = format!("{slot} has no place in the new generation");
+                self.tell(&slot, CoordinatorMsg::Leave { reason });
+            }
+            Command::Blacklisted { host, until } => match until {
+                Some(t) => eprintln!(
+                    "elasticrun: host {host} is blacklisted for {:.0} s (its workers keep failing)",
+                    t.saturating_sub(self.started.elapsed()).as_secs_f64()
+                ),
+                None => eprintln!(
+                    "elasticrun: host {host} is blacklisted for the rest of the job (its workers keep failing)"
+                ),
+            },
+            Command::Readmitted { host } => {
+                eprintln!("elasticrun: host {host} is back from the blacklist");
+            }
+            Command::Finish => self.ending = Some(Ending::Success),
+            Command::Fail(f) => {
+                eprintln!("elasticrun: {f}; stopping every worker");
+                self.ending = Some(Ending::Failed);
+            }
+        }
+        Vec::new()
+    }
+
+    fn assign(&mut self, generation: u64, ranks: &[SlotId]) -> Vec<Command> {
+        let g = Generation {
+            generation,
+            knobs: &self.knobs,
+            data_token: self.data_token,
+        };
+        let all = match assignments(&g, ranks, &self.addrs) {
+            Ok(a) => a,
+            Err(slot) => {
+                // Cannot happen for a worker that registered or rejoined.
+                let why = "no data-plane address is known for it";
+                eprintln!("elasticrun: worker on {slot}: {why}");
+                self.retire(&slot);
+                let now = self.started.elapsed();
+                return self.core.failed(now, &slot, why);
+            }
+        };
+        eprintln!(
+            "elasticrun: generation {generation}: {} workers ({})",
+            ranks.len(),
+            summary(ranks)
+        );
+        for (slot, a) in ranks.iter().zip(all) {
+            self.tell(slot, CoordinatorMsg::Assign(a));
+        }
+        self.inspector = self.stall.map(Inspector::new);
+        Vec::new()
+    }
+
+    /// Sends `msg` to the worker on `slot`, if it is connected. A full channel
+    /// means a stuck connection, which its task reports.
+    fn tell(&self, slot: &SlotId, msg: CoordinatorMsg) {
+        if let Some(link) = self.workers.get(slot).and_then(|l| l.link.as_ref()) {
+            let _ = link.try_send(msg);
+        }
+    }
+
+    fn tell_all(&self, msg: &CoordinatorMsg) {
+        for live in self.workers.values().filter(|l| !l.leaving) {
+            if let Some(link) = &live.link {
+                let _ = link.try_send(msg.clone());
+            }
+        }
+    }
+}
+
+/// "a:3, b:1": workers per host, in rank order of the hosts.
+fn summary(ranks: &[SlotId]) -> String {
+    let mut per_host: Vec<(&str, usize)> = Vec::new();
+    for s in ranks {
+        match per_host.iter_mut().find(|(h, _)| *h == s.host) {
+            Some((_, n)) => *n += 1,
+            None => per_host.push((&s.host, 1)),
+        }
+    }
+    per_host
+        .iter()
+        .map(|(h, n)| format!("{h}:{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

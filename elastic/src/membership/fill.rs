@@ -1,0 +1,113 @@
+//! Slot accounting: which slots are usable, how many workers are live, and spawning
+//! on free usable slots up to the target world size.
+
+use std::time::Duration;
+
+use super::machine::{Membership, Phase, Worker, WorkerState};
+use super::{Command, SlotId};
+
+impl Membership {
+    /// The slot belongs to a discovered, non-blacklisted host that offers it.
+    pub(super) fn usable(&self, slot: &SlotId) -> bool {
+        !self.blacklist.is_blacklisted(&slot.host)
+            && self
+                .host_slots
+                .get(&slot.host)
+                .is_some_and(|&n| (slot.slot as usize) < n)
+    }
+
+    /// Usable slots in spawn preference order: hosts in discovery order, then slot
+    /// index.
+    fn usable_slots(&self) -> impl Iterator<Item = SlotId> + '_ {
+        self.hosts
+            .iter()
+            .filter(|h| !self.blacklist.is_blacklisted(&h.host))
+            .flat_map(|h| {
+                let n = u32::try_from(h.slots).unwrap_or(u32::MAX);
+                (0..n).map(|i| SlotId::new(h.host.clone(), i))
+            })
+    }
+
+    fn usable_count(&self) -> usize {
+        self.hosts
+            .iter()
+            .filter(|h| !self.blacklist.is_blacklisted(&h.host))
+            .fold(0usize, |n, h| n.saturating_add(h.slots))
+    }
+
+    /// Live workers on usable slots: those the next generation may place.
+    pub(super) fn placeable_live(&self) -> usize {
+        self.workers
+            .iter()
+            .filter(|(s, w)| w.state != WorkerState::Finished && self.usable(s))
+            .count()
+    }
+
+    /// Spawns pending registration.
+    pub(super) fn pending_spawns(&self) -> impl Iterator<Item = (&SlotId, Duration)> + '_ {
+        self.workers.iter().filter_map(|(s, w)| match w.state {
+            WorkerState::Spawned { since } => Some((s, since)),
+            _ => None,
+        })
+    }
+
+    /// How many workers generation `next` waits for: `initial_np` for the first,
+    /// `min_np` after.
+    pub(super) fn threshold(&self, next: u64) -> usize {
+        if next == 1 {
+            self.policy.initial_np
+        } else {
+            self.policy.min_np
+        }
+    }
+
+    /// Spawns on free usable slots, `prefer` (slots just vacated) first, until the
+    /// target world size, `min(usable slots, max_np)`, is live on usable slots.
+    /// Members on slots that left discovery do not count: they leave at the next
+    /// `Assign`. Not while finishing or done.
+    pub(super) fn fill(&mut self, now: Duration, prefer: &[SlotId], out: &mut Vec<Command>) {
+        if !matches!(self.phase, Phase::Stable | Phase::Gathering(_)) {
+            return;
+        }
+        for slot in self.pick_free_slots(prefer) {
+            let order = self.next_order;
+            self.next_order += 1;
+            let state = WorkerState::Spawned { since: now };
+            self.workers.insert(slot.clone(), Worker { state, order });
+            if let Phase::Gathering(g) = &mut self.phase {
+                g.tried.insert(slot.clone());
+            }
+            out.push(Command::Spawn(slot));
+        }
+    }
+
+    fn pick_free_slots(&self, prefer: &[SlotId]) -> Vec<SlotId> {
+        let target = self.usable_count().min(self.policy.max_np);
+        let mut placeable = self.placeable_live();
+        let mut picks: Vec<SlotId> = Vec::new();
+        let preferred = prefer.iter().filter(|s| self.usable(s)).cloned();
+        for slot in preferred.chain(self.usable_slots()) {
+            if placeable >= target {
+                break;
+            }
+            if self.workers.contains_key(&slot) || picks.contains(&slot) {
+                continue;
+            }
+            if self.held(&slot, placeable) {
+                continue;
+            }
+            picks.push(slot);
+            placeable += 1;
+        }
+        picks
+    }
+
+    /// Within one gathering a slot is spawned once, unless fewer workers than the
+    /// gathering waits for are live (the elastic timeout bounds that wait).
+    fn held(&self, slot: &SlotId, placeable: usize) -> bool {
+        match &self.phase {
+            Phase::Gathering(g) => g.tried.contains(slot) && placeable >= self.threshold(g.next),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! Gathering the next generation: starting it, losing workers, assigning ranks, and
+//! finishing.
+//!
+//! ```text
+//!            Reset / HostsUpdated                all rejoined, spawns registered
+//!  Stable ───────────────────────► Gathering ───────────────────────────────► Stable
+//!    │  (failure, early rejoin,     │  ▲ failures shrink it;                  (Assign g+1)
+//!    │   registration, host gone)   │  └ too few live: wait ≤ elastic timeout ─► Fail
+//!    └─ a member exits 0 ─► Finishing ─ all members exited 0 ─► Finish
+//! ```
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::machine::{Gathering, Membership, Phase, Worker, WorkerState};
+use super::{Command, JobFailure, SlotId};
+
+/// Why a new generation is gathered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cause {
+    /// Workers failed: members drop the generation now (`Reset`).
+    Failure,
+    /// Hosts came or went: members rejoin at their next commit (`HostsUpdated`).
+    HostsChanged,
+}
+
+impl Membership {
+    /// Announces generation `g+1` to the members, or fails the job when that would
+    /// pass the reset limit.
+    pub(super) fn begin_gathering(&mut self, now: Duration, cause: Cause, out: &mut Vec<Command>) {
+        if let Some(limit) = self.policy.reset_limit
+            && self.resets >= limit
+        {
+            self.end(Command::Fail(JobFailure::ResetLimit { limit }), out);
+            return;
+        }
+        let next = self.generation + 1;
+        out.push(match cause {
+            Cause::Failure => Command::Reset { generation: next },
+            Cause::HostsChanged => Command::HostsUpdated { generation: next },
+        });
+        let tried = self.pending_spawns().map(|(s, _)| s.clone()).collect();
+        self.phase = Phase::Gathering(Gathering {
+            next,
+            cause,
+            started: now,
+            rejoined: BTreeSet::new(),
+            tried,
+            short_since: None,
+            overdue: false,
+        });
+    }
+
+    /// A member failed: the others must drop the generation now. From `Stable` that
+    /// starts a gathering; a gathering begun by `HostsUpdated` (members still train
+    /// towards their next commit, which they can no longer reach) becomes a `Reset`
+    /// for the same generation; a `Reset` gathering just shrinks.
+    pub(super) fn member_lost(&mut self, now: Duration, out: &mut Vec<Command>) {
+        match &mut self.phase {
+            Phase::Stable => self.begin_gathering(now, Cause::Failure, out),
+            Phase::Gathering(g) if g.cause == Cause::HostsChanged && g.next > 1 => {
+                g.cause = Cause::Failure;
+                out.push(Command::Reset { generation: g.next });
+            }
+            _ => {}
+        }
+    }
+
+    /// Forgets the failed worker on `slot` (`stop`: why the driver must stop it) and
+    /// counts the failure against its host, which may blacklist the host and stop its
+    /// other workers. Returns whether a member was lost.
+    pub(super) fn lose(
+        &mut self,
+        now: Duration,
+        slot: &SlotId,
+        stop: Option<String>,
+        out: &mut Vec<Command>,
+    ) -> bool {
+        let Some(worker) = self.forget(slot) else {
+            return false;
+        };
+        if let Some(why) = stop {
+            out.push(Command::Stop {
+                slot: slot.clone(),
+                why,
+            });
+        }
+        let mut lost_member = worker.state == WorkerState::Member;
+        let host = &slot.host;
+        if let Some(until) = self.blacklist.record_failure(now, host) {
+            out.push(Command::Blacklisted {
+                host: host.clone(),
+                until,
+            });
+            let why = format!("host {host} is blacklisted");
+            let on_host: Vec<SlotId> = self
+                .workers
+                .keys()
+                .filter(|s| &s.host == host)
+                .cloned()
+                .collect();
+            for other in on_host {
+                if let Some(w) = self.forget(&other) {
+                    lost_member |= w.state == WorkerState::Member;
+                    let why = why.clone();
+                    out.push(Command::Stop { slot: other, why });
+                }
+            }
+        }
+        lost_member
+    }
+
+    fn forget(&mut self, slot: &SlotId) -> Option<Worker> {
+        let worker = self.workers.remove(slot)?;
+        self.members.retain(|s| s != slot);
+        if let Phase::Gathering(g) = &mut self.phase {
+            g.rejoined.remove(slot);
+        }
+        Some(worker)
+    }
+
+    /// Stops workers that are not members and whose slot is no longer usable.
+    pub(super) fn stop_unusable_newcomers(&mut self, out: &mut Vec<Command>) {
+        let gone: Vec<SlotId> = self
+            .workers
+            .iter()
+            .filter(|(s, w)| w.state != WorkerState::Member && !self.usable(s))
+            .map(|(s, _)| s.clone())
+            .collect();
+        for slot in gone {
+            let why = match self.host_slots.get(&slot.host) {
+                Some(n) => format!("host {} now offers {n} slots", slot.host),
+                None => format!("host {} left discovery", slot.host),
+            };
+            self.forget(&slot);
+            out.push(Command::Stop { slot, why });
+        }
+    }
+
+    /// A member exited 0: no new generation from now on. Pending spawns and
+    /// newcomers are stopped; a member already waiting for the next generation
+    /// cannot finish any more, which fails the job.
+    pub(super) fn begin_finishing(&mut self, out: &mut Vec<Command>) {
+        let waiting = match &self.phase {
+            Phase::Gathering(g) => self
+                .members
+                .iter()
+                .find(|s| g.rejoined.contains(*s) && self.is_member(s))
+                .map(|s| (s.clone(), g.next)),
+            _ => None,
+        };
+        self.phase = Phase::Finishing;
+        let newcomers: Vec<SlotId> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| {
+                matches!(
+                    w.state,
+                    WorkerState::Spawned { .. } | WorkerState::Registered
+                )
+            })
+            .map(|(s, _)| s.clone())
+            .collect();
+        for slot in newcomers {
+            self.forget(&slot);
+            let why = "training finished".to_owned();
+            out.push(Command::Stop { slot, why });
+        }
+        if let Some((slot, next)) = waiting {
+            let why = format!("it was waiting for generation {next}");
+            self.end(
+                Command::Fail(JobFailure::FailedAfterFinish { slot, why }),
+                out,
+            );
+        }
+    }
+
+    /// After every event: spawn what is missing, note when too few are live, and
+    /// assign (or fail) when the gathering is over.
+    pub(super) fn settle(&mut self, now: Duration, prefer: &[SlotId], out: &mut Vec<Command>) {
+        self.fill(now, prefer, out);
+        let short = self.placeable_live() < self.policy.min_np;
+        if let Phase::Gathering(g) = &mut self.phase
+            && short
+            && g.short_since.is_none()
+        {
+            g.short_since = Some(now);
+        }
+        self.try_assign(now, out);
+    }
+
+    fn try_assign(&mut self, now: Duration, out: &mut Vec<Command>) {
+        let Phase::Gathering(g) = &self.phase else {
+            return;
+        };
+        let pending_members = self
+            .members
+            .iter()
+            .filter(|s| self.usable(s) && !g.rejoined.contains(*s))
+            .count();
+        let ready = self.ready(g);
+        let no_spawns = self.pending_spawns().next().is_none();
+        let min_np = self.policy.min_np;
+        let enough = ready.len() >= self.threshold(g.next);
+        if pending_members == 0 && ((no_spawns && enough) || (g.overdue && ready.len() >= min_np)) {
+            let next = g.next;
+            self.assign(now, next, ready, out);
+        } else if g.overdue && ready.len() + pending_members < min_np {
+            let waited = now.saturating_sub(g.short_since.unwrap_or_default());
+            let have = ready.len();
+            let failure = JobFailure::TooFewWorkers {
+                have,
+                min_np,
+                waited,
+            };
+            self.end(Command::Fail(failure), out);
+        }
+    }
+
+    /// Rejoined members on usable slots in rank order, then newcomers in spawn order
+    /// (at most `max_np` are placed, see [`Membership::assign`]).
+    fn ready(&self, g: &Gathering) -> Vec<SlotId> {
+        let survivors = self
+            .members
+            .iter()
+            .filter(|s| self.usable(s) && g.rejoined.contains(*s))
+            .cloned();
+        let mut newcomers: Vec<(&SlotId, u64)> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.state == WorkerState::Registered)
+            .map(|(s, w)| (s, w.order))
+            .collect();
+        newcomers.sort_by_key(|&(_, order)| order);
+        survivors
+            .chain(newcomers.into_iter().map(|(s, _)| s.clone()))
+            .collect()
+    }
+
+    /// Starts generation `next` with the first `max_np` of `ready`. Members not
+    /// placed (their slot left discovery) and newcomers over `max_np` (possible when
+    /// a host comes back while its replacement was spawned) get `Leave`.
+    fn assign(&mut self, now: Duration, next: u64, mut ranks: Vec<SlotId>, out: &mut Vec<Command>) {
+        let surplus = ranks.split_off(ranks.len().min(self.policy.max_np));
+        let mut leavers: Vec<SlotId> = self
+            .members
+            .iter()
+            .filter(|s| !ranks.contains(s))
+            .cloned()
+            .collect();
+        leavers.extend(surplus.into_iter().filter(|s| !self.members.contains(s)));
+        for slot in &ranks {
+            if let Some(w) = self.workers.get_mut(slot) {
+                w.state = WorkerState::Member;
+            }
+        }
+        if next > 1 {
+            self.resets += 1;
+        }
+        self.generation = next;
+        self.members = ranks.clone();
+        self.phase = Phase::Stable;
+        out.push(Command::Assign {
+            generation: next,
+            ranks,
+        });
+        for slot in leavers {
+            self.workers.remove(&slot);
+            out.push(Command::Leave { slot });
+        }
+        self.fill(now, &[], out);
+    }
+}

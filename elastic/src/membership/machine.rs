@@ -1,0 +1,268 @@
+//! [`Membership`]: the state, the events the driver feeds it, and its accessors.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::blacklist::Blacklist;
+use super::gather::Cause;
+use super::policy::Policy;
+use super::{Command, JobFailure, SlotId};
+use crate::hosts::HostSlots;
+
+/// The membership state machine of one elastic job; see the [module
+/// docs](super) for the policy it follows.
+#[derive(Debug)]
+pub struct Membership {
+    pub(super) policy: Policy,
+    /// The last discovered hosts, in discovery order.
+    pub(super) hosts: Vec<HostSlots>,
+    /// The same, by name: how many slots each offers.
+    pub(super) host_slots: BTreeMap<String, usize>,
+    pub(super) blacklist: Blacklist,
+    /// Every live worker, by slot.
+    pub(super) workers: BTreeMap<SlotId, Worker>,
+    /// Live members of the current generation, in rank order.
+    pub(super) members: Vec<SlotId>,
+    pub(super) phase: Phase,
+    /// Generation of the last `Assign` (0 before the first).
+    pub(super) generation: u64,
+    pub(super) resets: u32,
+    /// Spawn counter: newcomers are ranked in spawn order.
+    pub(super) next_order: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Worker {
+    pub(super) state: WorkerState,
+    /// Position in spawn order.
+    pub(super) order: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum WorkerState {
+    /// `Spawn` was emitted at `since`; not registered yet.
+    Spawned { since: Duration },
+    /// Registered; waits to be placed in a generation.
+    Registered,
+    /// In the current generation.
+    Member,
+    /// A member that exited 0.
+    Finished,
+}
+
+#[derive(Debug)]
+pub(super) enum Phase {
+    /// Forming generation `next` (the first one too).
+    Gathering(Gathering),
+    /// The current generation runs.
+    Stable,
+    /// A member finished: no new generation; waiting for the others to finish.
+    Finishing,
+    /// `Finish` or `Fail` was emitted; every event is ignored.
+    Done,
+}
+
+#[derive(Debug)]
+pub(super) struct Gathering {
+    /// The generation being formed.
+    pub(super) next: u64,
+    /// What members were told: `HostsUpdated` until a member is lost.
+    pub(super) cause: Cause,
+    /// When `Reset`/`HostsUpdated` was sent: the rejoin timeout counts from here.
+    pub(super) started: Duration,
+    /// Members that have rejoined for `next`.
+    pub(super) rejoined: BTreeSet<SlotId>,
+    /// Slots spawned during this gathering (or pending when it began).
+    pub(super) tried: BTreeSet<SlotId>,
+    /// Since when fewer than `min_np` workers are live (job start for the first).
+    pub(super) short_since: Option<Duration>,
+    /// The elastic timeout has passed since `short_since`.
+    pub(super) overdue: bool,
+}
+
+impl Membership {
+    /// A job with no hosts yet: feed it [`Membership::discovered`] first (a static
+    /// `-H` list or hostfile is discovered once, at time zero).
+    pub fn new(policy: Policy) -> Self {
+        let policy = policy.normalized();
+        Self {
+            blacklist: Blacklist::new(policy.blacklist.clone()),
+            policy,
+            hosts: Vec::new(),
+            host_slots: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            members: Vec::new(),
+            phase: Phase::Gathering(Gathering {
+                next: 1,
+                cause: Cause::HostsChanged,
+                started: Duration::ZERO,
+                rejoined: BTreeSet::new(),
+                tried: BTreeSet::new(),
+                short_since: Some(Duration::ZERO),
+                overdue: false,
+            }),
+            generation: 0,
+            resets: 0,
+            next_order: 0,
+        }
+    }
+
+    /// The current host set from discovery (replaces the previous set; a host listed
+    /// twice counts once).
+    pub fn discovered(&mut self, now: Duration, hosts: &[HostSlots]) -> Vec<Command> {
+        let mut out = Vec::new();
+        if matches!(self.phase, Phase::Done) {
+            return out;
+        }
+        self.hosts.clear();
+        self.host_slots.clear();
+        for h in hosts {
+            if !self.host_slots.contains_key(&h.host) {
+                self.host_slots.insert(h.host.clone(), h.slots);
+                self.hosts.push(h.clone());
+            }
+        }
+        if matches!(self.phase, Phase::Finishing) {
+            return out;
+        }
+        self.stop_unusable_newcomers(&mut out);
+        if matches!(self.phase, Phase::Stable) && self.members.iter().any(|s| !self.usable(s)) {
+            self.begin_gathering(now, Cause::HostsChanged, &mut out);
+        }
+        self.settle(now, &[], &mut out);
+        out
+    }
+
+    /// A spawned worker on `slot` connected and is ready to be placed.
+    pub fn registered(&mut self, now: Duration, slot: &SlotId) -> Vec<Command> {
+        let mut out = Vec::new();
+        if matches!(self.phase, Phase::Done) {
+            return out;
+        }
+        let Some(w) = self.workers.get_mut(slot) else {
+            return out;
+        };
+        if !matches!(w.state, WorkerState::Spawned { .. }) {
+            return out;
+        }
+        w.state = WorkerState::Registered;
+        if matches!(self.phase, Phase::Stable) {
+            self.begin_gathering(now, Cause::HostsChanged, &mut out);
+        }
+        self.settle(now, &[], &mut out);
+        out
+    }
+
+    /// A member of the current generation asks to join generation `generation` (it
+    /// saw a peer fail, was told to `Reset`, or reached a commit after
+    /// `HostsUpdated`).
+    pub fn rejoined(&mut self, now: Duration, slot: &SlotId, generation: u64) -> Vec<Command> {
+        let mut out = Vec::new();
+        if !self.is_member(slot) || generation != self.generation + 1 {
+            return out;
+        }
+        match self.phase {
+            Phase::Done => return out,
+            Phase::Gathering(_) => {}
+            Phase::Stable => self.begin_gathering(now, Cause::Failure, &mut out),
+            Phase::Finishing => {
+                let why = format!("it asked to rejoin for generation {generation}");
+                self.fail_after_finish(slot, why, &mut out);
+            }
+        }
+        if let Phase::Gathering(g) = &mut self.phase {
+            g.rejoined.insert(slot.clone());
+        }
+        self.settle(now, &[], &mut out);
+        out
+    }
+
+    /// The worker on `slot` failed (exited non-zero, lost its control connection,
+    /// went silent, stalled).
+    pub fn failed(&mut self, now: Duration, slot: &SlotId, why: &str) -> Vec<Command> {
+        let mut out = Vec::new();
+        match self.phase {
+            Phase::Done => {}
+            Phase::Finishing if self.is_member(slot) => {
+                self.fail_after_finish(slot, why.to_owned(), &mut out);
+            }
+            Phase::Finishing => {}
+            Phase::Stable | Phase::Gathering(_) => {
+                if self.lose(now, slot, None, &mut out) {
+                    self.member_lost(now, &mut out);
+                }
+                self.settle(now, std::slice::from_ref(slot), &mut out);
+            }
+        }
+        out
+    }
+
+    /// The worker on `slot` exited 0 (finished training). One that was not placed in
+    /// a generation yet has failed.
+    pub fn finished(&mut self, now: Duration, slot: &SlotId) -> Vec<Command> {
+        match self.workers.get(slot).map(|w| w.state) {
+            Some(WorkerState::Member) if !matches!(self.phase, Phase::Done) => {}
+            Some(WorkerState::Spawned { .. } | WorkerState::Registered) => {
+                return self.failed(now, slot, "exited 0 before it was placed in a generation");
+            }
+            _ => return Vec::new(),
+        }
+        let mut out = Vec::new();
+        if let Some(w) = self.workers.get_mut(slot) {
+            w.state = WorkerState::Finished;
+        }
+        if !matches!(self.phase, Phase::Finishing) {
+            self.begin_finishing(&mut out);
+        }
+        let all_done = self.members.iter().all(|s| {
+            self.workers
+                .get(s)
+                .is_some_and(|w| w.state == WorkerState::Finished)
+        });
+        if all_done && matches!(self.phase, Phase::Finishing) {
+            self.end(Command::Finish, &mut out);
+        }
+        out
+    }
+
+    /// Generation of the last `Assign` (0 before the first).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// `Assign`s after the first.
+    pub fn resets(&self) -> u32 {
+        self.resets
+    }
+
+    /// Members of the current generation, in rank order, less those lost since (a
+    /// member that finished stays).
+    pub fn members(&self) -> &[SlotId] {
+        &self.members
+    }
+
+    /// `Finish` or `Fail` was emitted: the job is over.
+    pub fn is_over(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    pub(super) fn is_member(&self, slot: &SlotId) -> bool {
+        self.workers
+            .get(slot)
+            .is_some_and(|w| w.state == WorkerState::Member)
+    }
+
+    /// Emits `Finish` or `Fail` and ignores everything after.
+    pub(super) fn end(&mut self, last: Command, out: &mut Vec<Command>) {
+        out.push(last);
+        self.phase = Phase::Done;
+    }
+
+    fn fail_after_finish(&mut self, slot: &SlotId, why: String, out: &mut Vec<Command>) {
+        let slot = slot.clone();
+        self.end(
+            Command::Fail(JobFailure::FailedAfterFinish { slot, why }),
+            out,
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! Unit tests of the state machine's invariants. The readable scenarios are in
+//! `elastic/tests/scenarios/*.txt`.
+
+use std::time::Duration;
+
+use super::machine::WorkerState;
+use super::*;
+use crate::hosts::HostSlots;
+
+fn s(secs: u64) -> Duration {
+    Duration::from_secs(secs)
+}
+
+fn slot(host: &str, n: u32) -> SlotId {
+    SlotId::new(host, n)
+}
+
+fn hosts(list: &[(&str, usize)]) -> Vec<HostSlots> {
+    list.iter()
+        .map(|&(host, slots)| HostSlots {
+            host: host.into(),
+            slots,
+        })
+        .collect()
+}
+
+/// A job of `n` workers on host `a`, assigned generation 1.
+fn started(n: usize) -> Membership {
+    let mut m = Membership::new(Policy::new(1, n, n));
+    m.discovered(s(0), &hosts(&[("a", n)]));
+    for i in 0..n {
+        m.registered(s(1), &slot("a", i as u32));
+    }
+    assert_eq!(m.generation(), 1);
+    m
+}
+
+#[test]
+fn slot_display() {
+    assert_eq!(slot("node-1", 3).to_string(), "node-1 slot 3");
+}
+
+#[test]
+fn unknown_slots_and_stale_generations_are_ignored() {
+    let mut m = started(2);
+    let ghost = slot("zz", 9);
+    assert!(m.registered(s(2), &ghost).is_empty());
+    assert!(m.rejoined(s(2), &ghost, 2).is_empty());
+    assert!(m.failed(s(2), &ghost, "x").is_empty());
+    assert!(m.finished(s(2), &ghost).is_empty());
+    // A member registering twice, and rejoins for the current or a far generation.
+    assert!(m.registered(s(2), &slot("a", 0)).is_empty());
+    assert!(m.rejoined(s(2), &slot("a", 0), 1).is_empty());
+    assert!(m.rejoined(s(2), &slot("a", 0), 3).is_empty());
+    assert_eq!(m.members(), &[slot("a", 0), slot("a", 1)]);
+}
+
+#[test]
+fn nothing_happens_after_the_job_ends() {
+    let mut m = started(2);
+    m.finished(s(5), &slot("a", 0));
+    assert_eq!(m.finished(s(5), &slot("a", 1)), vec![Command::Finish]);
+    assert!(m.is_over());
+    assert!(m.failed(s(6), &slot("a", 0), "late").is_empty());
+    assert!(m.discovered(s(6), &hosts(&[("b", 2)])).is_empty());
+    assert!(m.tick(s(10_000)).is_empty());
+    assert_eq!(m.next_deadline(), None);
+}
+
+#[test]
+fn new_normalizes_an_impossible_policy() {
+    let mut m = Membership::new(Policy::new(0, 0, 5));
+    let out = m.discovered(s(0), &hosts(&[("a", 4)]));
+    assert_eq!(out, vec![Command::Spawn(slot("a", 0))]);
+    assert_eq!(
+        m.registered(s(1), &slot("a", 0)),
+        vec![Command::Assign {
+            generation: 1,
+            ranks: vec![slot("a", 0)]
+        }]
+    );
+}
+
+/// Deterministic pseudo-random numbers (a 64-bit LCG), so failures reproduce.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % n.max(1)
+    }
+}
+
+/// Drives random events and checks the invariants after each one.
+fn random_run(seed: u64) {
+    let mut rng = Lcg(seed);
+    let mut policy = Policy::new(1 + rng.below(3), 2 + rng.below(6), 1 + rng.below(6));
+    policy.reset_limit = [None, Some(5)][rng.below(2)];
+    policy.blacklist.cooldown = Some((s(5), s(40)));
+    let min_np = policy.clone().normalized().min_np;
+    let max_np = policy.clone().normalized().max_np;
+    let mut m = Membership::new(policy);
+    let names = ["a", "b", "c"];
+    let mut now = Duration::ZERO;
+    let mut last_gen = 0;
+    for _ in 0..400 {
+        now += Duration::from_millis(rng.below(20_000) as u64);
+        let sl = pick_slot(&m, &mut rng, names);
+        let out = match rng.below(8) {
+            0 => {
+                let mut list = Vec::new();
+                for h in names {
+                    if rng.below(3) > 0 {
+                        list.push((h, 1 + rng.below(4)));
+                    }
+                }
+                m.discovered(now, &hosts(&list))
+            }
+            1 | 2 => m.registered(now, &sl),
+            3 | 4 => m.rejoined(now, &sl, m.generation() + 1),
+            5 => m.failed(now, &sl, "random"),
+            6 if rng.below(10) == 0 => m.finished(now, &sl),
+            _ => m.tick(now),
+        };
+        check(&m, &out, max_np, min_np, &mut last_gen);
+        if m.is_over() {
+            return;
+        }
+    }
+}
+
+/// Mostly a slot with a worker (so that events matter), sometimes any slot.
+fn pick_slot(m: &Membership, rng: &mut Lcg, names: [&str; 3]) -> SlotId {
+    let known: Vec<&SlotId> = m.workers.keys().collect();
+    if known.is_empty() || rng.below(5) == 0 {
+        slot(names[rng.below(3)], rng.below(4) as u32)
+    } else {
+        known[rng.below(known.len())].clone()
+    }
+}
+
+fn check(m: &Membership, out: &[Command], max_np: usize, min_np: usize, last_gen: &mut u64) {
+    let placeable = m.placeable_live();
+    if out.iter().any(|c| matches!(c, Command::Spawn(_))) {
+        assert!(
+            placeable <= max_np,
+            "spawned up to {placeable} > max_np {max_np}"
+        );
+    }
+    let mut sorted = m.members().to_vec();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), m.members().len(), "a member listed twice");
+    for s in m.members() {
+        let state = m.workers.get(s).map(|w| w.state);
+        assert!(matches!(
+            state,
+            Some(WorkerState::Member | WorkerState::Finished)
+        ));
+    }
+    for c in out {
+        if let Command::Assign { generation, ranks } = c {
+            assert_eq!(*generation, *last_gen + 1);
+            assert!(ranks.len() >= min_np && ranks.len() <= max_np);
+            *last_gen = *generation;
+        }
+    }
+    assert_eq!(m.generation(), *last_gen);
+    assert_eq!(u64::from(m.resets()), last_gen.saturating_sub(1));
+}
+
+#[test]
+fn random_event_streams_keep_the_invariants() {
+    for seed in 0..300 {
+        random_run(seed);
+    }
+}

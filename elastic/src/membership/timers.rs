@@ -1,0 +1,96 @@
+//! Timers: start and rejoin timeouts, cooldown expiry and the elastic timeout. They
+//! fire only in [`Membership::tick`]; [`Membership::next_deadline`] says when.
+
+use std::time::Duration;
+
+use super::machine::{Membership, Phase};
+use super::{Command, SlotId, fmt_secs};
+
+impl Membership {
+    /// Timers: start and rejoin timeouts, cooldown expiry, the elastic timeout.
+    pub fn tick(&mut self, now: Duration) -> Vec<Command> {
+        let mut out = Vec::new();
+        if matches!(self.phase, Phase::Done) {
+            return out;
+        }
+        let mut vacated = self.start_timeouts(now);
+        vacated.extend(self.rejoin_timeouts(now));
+        let mut lost_member = false;
+        for (slot, why) in &vacated {
+            lost_member |= self.lose(now, slot, Some(why.clone()), &mut out);
+        }
+        if lost_member {
+            self.member_lost(now, &mut out);
+        }
+        for host in self.blacklist.readmit_expired(now) {
+            out.push(Command::Readmitted { host });
+        }
+        let elastic = self.policy.elastic_timeout;
+        if let Phase::Gathering(g) = &mut self.phase
+            && g.short_since
+                .is_some_and(|s| now >= s.saturating_add(elastic))
+        {
+            g.overdue = true;
+        }
+        let vacated: Vec<SlotId> = vacated.into_iter().map(|(s, _)| s).collect();
+        self.settle(now, &vacated, &mut out);
+        out
+    }
+
+    fn start_timeouts(&self, now: Duration) -> Vec<(SlotId, String)> {
+        let limit = self.policy.start_timeout;
+        let why = format!("did not register within {}", fmt_secs(limit));
+        self.pending_spawns()
+            .filter(|&(_, since)| now >= since.saturating_add(limit))
+            .map(|(s, _)| (s.clone(), why.clone()))
+            .collect()
+    }
+
+    fn rejoin_timeouts(&self, now: Duration) -> Vec<(SlotId, String)> {
+        let limit = self.policy.rejoin_timeout;
+        let Phase::Gathering(g) = &self.phase else {
+            return Vec::new();
+        };
+        if now < g.started.saturating_add(limit) {
+            return Vec::new();
+        }
+        let why = format!(
+            "did not rejoin for generation {} within {}",
+            g.next,
+            fmt_secs(limit)
+        );
+        self.members
+            .iter()
+            .filter(|s| self.usable(s) && !g.rejoined.contains(*s))
+            .map(|s| (s.clone(), why.clone()))
+            .collect()
+    }
+
+    /// When [`Membership::tick`] next has something to do (`None`: nothing timed).
+    pub fn next_deadline(&self) -> Option<Duration> {
+        if matches!(self.phase, Phase::Done) {
+            return None;
+        }
+        let p = &self.policy;
+        let spawns = self
+            .pending_spawns()
+            .map(|(_, since)| since.saturating_add(p.start_timeout));
+        let mut gathering = Vec::new();
+        if let Phase::Gathering(g) = &self.phase {
+            if self
+                .members
+                .iter()
+                .any(|s| self.usable(s) && !g.rejoined.contains(s))
+            {
+                gathering.push(g.started.saturating_add(p.rejoin_timeout));
+            }
+            if let (Some(s), false) = (g.short_since, g.overdue) {
+                gathering.push(s.saturating_add(p.elastic_timeout));
+            }
+        }
+        spawns
+            .chain(gathering)
+            .chain(self.blacklist.next_expiry())
+            .min()
+    }
+}

@@ -1,0 +1,87 @@
+//! The elastic run loop.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use worker::{RejoinError, Worker};
+
+use super::state::{Interrupt, State};
+
+/// Why [`run`] gave up.
+#[derive(Debug, thiserror::Error)]
+pub enum ElasticError {
+    /// The training function failed for a reason other than membership.
+    #[error("{0}")]
+    Train(String),
+    /// Workers failed in a job that is not elastic: nothing to recover with.
+    #[error("{0} (not an elastic job, so this is final)")]
+    NotElastic(String),
+    /// This worker has no place in the job any more (its host was removed):
+    /// the process should exit cleanly.
+    #[error("{0}")]
+    Left(String),
+    #[error("cannot rejoin the job: {0}")]
+    Rejoin(RejoinError),
+}
+
+/// What a completed [`run`] hands back.
+#[derive(Debug)]
+pub struct Outcome<R> {
+    pub value: R,
+    /// Generations this worker moved through after its first (each failure
+    /// or host update it lived through).
+    pub resets: u32,
+}
+
+/// Runs `train` until it returns a value: first syncs `state` from rank 0;
+/// on [`Interrupt::WorkersFailed`] restores the last commit, joins the next
+/// generation and syncs again; on [`Interrupt::HostsUpdated`] joins the next
+/// generation and syncs with no rollback. `train` gets the worker of the
+/// current generation each time (rank and size may have changed).
+pub fn run<T, R, F>(
+    w: &mut Worker,
+    state: &mut State<T>,
+    mut train: F,
+) -> Result<Outcome<R>, ElasticError>
+where
+    T: Clone + Serialize + DeserializeOwned,
+    F: FnMut(&Worker, &mut State<T>) -> Result<R, Interrupt>,
+{
+    let mut resets = 0;
+    loop {
+        let attempt = state.sync(w).and_then(|()| train(w, state));
+        match attempt {
+            Ok(value) => return Ok(Outcome { value, resets }),
+            Err(Interrupt::Fatal(why)) => return Err(ElasticError::Train(why)),
+            Err(Interrupt::WorkersFailed(why)) => {
+                if !w.is_elastic() {
+                    return Err(ElasticError::NotElastic(why));
+                }
+                tracing::info!(rank = w.rank(), %why, "workers failed; restoring the last commit");
+                state.restore();
+            }
+            Err(Interrupt::HostsUpdated) => {
+                tracing::info!(
+                    rank = w.rank(),
+                    "hosts updated; moving to the next generation"
+                );
+            }
+        }
+        resets += 1;
+        rejoin(w)?;
+    }
+}
+
+/// Joins the next generation, again as long as its data plane fails to come
+/// up (a peer failing in between makes the coordinator start another).
+fn rejoin(w: &mut Worker) -> Result<(), ElasticError> {
+    loop {
+        match w.rejoin() {
+            Ok(()) => return Ok(()),
+            Err(RejoinError::Mesh { generation, source }) => {
+                tracing::info!(generation, %source, "data plane did not come up; rejoining");
+            }
+            Err(RejoinError::Left(why)) => return Err(ElasticError::Left(why)),
+            Err(e) => return Err(ElasticError::Rejoin(e)),
+        }
+    }
+}

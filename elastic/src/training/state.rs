@@ -1,0 +1,126 @@
+//! Training state that survives membership changes: committed in memory,
+//! restored after a failure, synced from rank 0 into every new generation.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use worker::{EngineError, ObjectError, ReduceOp, Worker};
+
+/// Why a training function stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum Interrupt {
+    /// A peer failed (or the coordinator said so): roll back to the last
+    /// commit and carry on in the next generation.
+    #[error("workers failed: {0}")]
+    WorkersFailed(String),
+    /// Hosts were added or removed: carry on in the next generation from
+    /// here, with no rollback. Raised by [`State::commit`].
+    #[error("hosts were updated")]
+    HostsUpdated,
+    /// Anything else: the run ends with this error.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+impl From<EngineError> for Interrupt {
+    fn from(e: EngineError) -> Self {
+        match e {
+            // The data plane broke: a peer died, timed out or the generation
+            // was ended.
+            EngineError::Collective(_) | EngineError::ShutDown => {
+                Interrupt::WorkersFailed(e.to_string())
+            }
+            other => Interrupt::Fatal(other.to_string()),
+        }
+    }
+}
+
+impl From<ObjectError> for Interrupt {
+    fn from(e: ObjectError) -> Self {
+        match e {
+            ObjectError::Collective(c) => c.into(),
+            other => Interrupt::Fatal(other.to_string()),
+        }
+    }
+}
+
+/// A training state (model, optimizer state, epoch, batch: any serde value)
+/// with a committed copy. Read and change it through [`State::get`] and
+/// [`State::get_mut`].
+#[derive(Clone, Debug)]
+pub struct State<T> {
+    current: T,
+    committed: T,
+    commits: u64,
+}
+
+/// Name of the tensor in which ranks agree on host updates.
+const HOST_UPDATES: &str = "elastic.host_updates";
+
+impl<T: Clone + Serialize + DeserializeOwned> State<T> {
+    pub fn new(value: T) -> Self {
+        Self {
+            committed: value.clone(),
+            current: value,
+            commits: 0,
+        }
+    }
+
+    pub fn get(&self) -> &T {
+        &self.current
+    }
+
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.current
+    }
+
+    /// The last committed value.
+    pub fn committed(&self) -> &T {
+        &self.committed
+    }
+
+    /// How many times this rank committed (syncs included).
+    pub fn commits(&self) -> u64 {
+        self.commits
+    }
+
+    /// Keeps the current value as the one to come back to, then
+    /// [`State::check_host_updates`].
+    pub fn commit(&mut self, w: &Worker) -> Result<(), Interrupt> {
+        self.save();
+        self.check_host_updates(w)
+    }
+
+    fn save(&mut self) {
+        self.committed = self.current.clone();
+        self.commits += 1;
+    }
+
+    /// Goes back to the last commit.
+    pub fn restore(&mut self) {
+        self.current = self.committed.clone();
+    }
+
+    /// Makes every rank's state rank 0's (and commits it).
+    pub fn sync(&mut self, w: &Worker) -> Result<(), Interrupt> {
+        self.current = w.broadcast_object(&self.current, 0)?;
+        self.save();
+        Ok(())
+    }
+
+    /// [`Interrupt::HostsUpdated`] when the coordinator announced a host
+    /// update to any rank; every rank decides the same (they take the
+    /// maximum of their flags), so all of them leave at the same commit.
+    pub fn check_host_updates(&self, w: &Worker) -> Result<(), Interrupt> {
+        if !w.is_elastic() {
+            return Ok(());
+        }
+        let flag = vec![u8::from(w.hosts_updated())];
+        let any = w
+            .allreduce_async(Some(HOST_UPDATES), flag, ReduceOp::Max)
+            .wait()?;
+        if any.data.first().copied().unwrap_or(0) > 0 {
+            return Err(Interrupt::HostsUpdated);
+        }
+        Ok(())
+    }
+}
