@@ -6,7 +6,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use collectives::{Generation, TcpConfig, TcpEndpoint, TcpTransport};
-use control::{Assignment, CoordinatorMsg, Registration, WorkerLink, WorkerMsg};
+use control::{
+    Assignment, CoordinatorMsg, PendingReport, Registration, WorkerLink, WorkerMsg,
+};
+
+use crate::control_link::HEARTBEAT;
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -63,22 +67,9 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
         .map_err(|e| InitError::Io(e.to_string()))?;
     // An elastic job may wait for enough workers before the first assignment.
     let assigned_by = Instant::now() + launch.assignment_wait();
-    let assignment = match tokio::time::timeout_at(assigned_by, link.next()).await {
-        Ok(Some(Ok(CoordinatorMsg::Assign(a)))) => a,
-        Ok(Some(Ok(CoordinatorMsg::Stop { reason }))) => return Err(InitError::Refused(reason)),
-        Ok(Some(Ok(_))) => {
-            return Err(InitError::Io(
-                "unexpected message before the assignment".into(),
-            ));
-        }
-        Ok(Some(Err(e))) => return Err(InitError::Io(e.to_string())),
-        Ok(None) => {
-            return Err(InitError::Io(
-                "the coordinator closed the connection".into(),
-            ));
-        }
-        Err(_) => return Err(InitError::NoAssignment(launch.assignment_wait())),
-    };
+    let assignment = first_assignment(&mut link, assigned_by)
+        .await?
+        .ok_or(InitError::NoAssignment(launch.assignment_wait()))?;
     let mesh_by = Instant::now() + launch.start_timeout;
     let transport = connect_mesh(endpoint, &assignment, mesh_by).await?;
     Ok(Joined {
@@ -101,4 +92,41 @@ pub(crate) async fn connect_mesh(
     Ok(endpoint
         .connect(a.rank as usize, Generation(a.generation), &a.peers)
         .await?)
+}
+
+/// Waits for the first assignment until `until` (`None` then), heartbeating
+/// meanwhile: an elastic job may keep a newcomer waiting for a while. Notices
+/// meant for the workers already placed are skipped.
+async fn first_assignment(
+    link: &mut WorkerLink<TcpStream>,
+    until: Instant,
+) -> Result<Option<Assignment>, InitError> {
+    let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
+    loop {
+        let m = tokio::select! {
+            m = link.next() => m,
+            _ = beat.tick() => {
+                let hb = WorkerMsg::Heartbeat { generation: 0, pending: PendingReport::default() };
+                let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(hb)).await;
+                if !matches!(sent, Ok(Ok(()))) {
+                    return Err(InitError::Io("the coordinator stopped answering".into()));
+                }
+                continue;
+            }
+            _ = tokio::time::sleep_until(until) => return Ok(None),
+        };
+        match m {
+            Some(Ok(CoordinatorMsg::Assign(a))) => return Ok(Some(a)),
+            Some(Ok(CoordinatorMsg::Stop { reason } | CoordinatorMsg::Leave { reason })) => {
+                return Err(InitError::Refused(reason));
+            }
+            Some(Ok(other)) => tracing::debug!(?other, "ignored before the first assignment"),
+            Some(Err(e)) => return Err(InitError::Io(e.to_string())),
+            None => {
+                return Err(InitError::Io(
+                    "the coordinator closed the connection".into(),
+                ));
+            }
+        }
+    }
 }

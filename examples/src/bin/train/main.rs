@@ -68,6 +68,10 @@ struct Args {
     /// training goes on from the last commit.
     #[arg(long, default_value_t = 10)]
     commit_every: u64,
+    /// Rank 0 prints a JSON line per optimizer step: the step, the wall clock
+    /// in milliseconds since the Unix epoch, its process id and the world size.
+    #[arg(long)]
+    log_steps: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -268,11 +272,28 @@ fn epoch_pass(
         p.loss_sum += f64::from(loss[0]);
         p.loss_samples += f64::from(loss[1]);
         p.batch = i + 1;
+        if args.log_steps && stepped.is_some() && w.rank() == 0 {
+            log_step(p.steps, w.size());
+        }
         if stepped.is_some() && args.commit_every > 0 && p.steps.is_multiple_of(args.commit_every) {
             st.commit(w)?;
         }
     }
     Ok(())
+}
+
+fn log_step(step: u64, size: usize) {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let line = serde_json::json!({
+        "event": "step",
+        "step": step,
+        "ms": ms as u64,
+        "pid": std::process::id(),
+        "world_size": size,
+    });
+    println!("{line}");
 }
 
 /// (mean loss, accuracy) on the held-out samples, each rank taking every
