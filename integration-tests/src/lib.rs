@@ -8,12 +8,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod collectives_check;
+pub mod elastic;
+pub mod netns;
 pub mod sshd;
 
 use std::collections::BTreeSet;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -41,12 +44,15 @@ pub fn train() -> PathBuf {
     binary("train")
 }
 
-/// A started process whose output is collected in the background.
+/// A started process whose output is collected in the background, line by
+/// line: [`Running::stdout_so_far`] shows what it printed until now.
 #[derive(Debug)]
 pub struct Running {
     pub child: Child,
     stdout: JoinHandle<String>,
     stderr: JoinHandle<String>,
+    out_so_far: Arc<Mutex<String>>,
+    err_so_far: Arc<Mutex<String>>,
 }
 
 /// How a process ended, with everything it printed.
@@ -57,11 +63,19 @@ pub struct Finished {
     pub stderr: String,
 }
 
-fn drain(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
+/// Reads `r` to its end, a whole line at a time into `into`; hands back
+/// everything read.
+fn drain(r: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> JoinHandle<String> {
     std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = r.read_to_string(&mut s);
-        s
+        let mut r = BufReader::new(r);
+        let mut line = Vec::new();
+        while matches!(r.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&line));
+            line.clear();
+        }
+        into.lock().unwrap().clone()
     })
 }
 
@@ -73,12 +87,15 @@ pub fn start(mut cmd: Command) -> Running {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start process");
-    let stdout = drain(child.stdout.take().unwrap());
-    let stderr = drain(child.stderr.take().unwrap());
+    let (out_so_far, err_so_far) = (Arc::default(), Arc::default());
+    let stdout = drain(child.stdout.take().unwrap(), Arc::clone(&out_so_far));
+    let stderr = drain(child.stderr.take().unwrap(), Arc::clone(&err_so_far));
     Running {
         child,
         stdout,
         stderr,
+        out_so_far,
+        err_so_far,
     }
 }
 
@@ -92,6 +109,16 @@ pub fn launch(args: &[&str]) -> Running {
 impl Running {
     pub fn pid(&self) -> i32 {
         i32::try_from(self.child.id()).expect("pid")
+    }
+
+    /// The whole lines it printed on its standard output until now.
+    pub fn stdout_so_far(&self) -> String {
+        self.out_so_far.lock().unwrap().clone()
+    }
+
+    /// The whole lines it printed on its standard error until now.
+    pub fn stderr_so_far(&self) -> String {
+        self.err_so_far.lock().unwrap().clone()
     }
 
     /// Waits for the exit within `limit`; kills the process and fails the test

@@ -23,7 +23,7 @@ pub struct TestSshd {
     pub identity: PathBuf,
 }
 
-fn keygen(path: &Path) {
+pub(crate) fn keygen(path: &Path) {
     let st = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
         .arg(path)
@@ -133,7 +133,7 @@ impl TestSshd {
     }
 }
 
-fn config_text(dir: &Path, ips: &[&str], port: u16) -> String {
+pub(crate) fn config_text(dir: &Path, ips: &[&str], port: u16) -> String {
     let listen: String = ips
         .iter()
         .map(|ip| format!("ListenAddress {ip}\n"))

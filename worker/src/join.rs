@@ -6,9 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use collectives::{Generation, TcpConfig, TcpEndpoint, TcpTransport};
-use control::{
-    Assignment, CoordinatorMsg, PendingReport, Registration, WorkerLink, WorkerMsg,
-};
+use control::{Assignment, CoordinatorMsg, PendingReport, Registration, WorkerLink, WorkerMsg};
 
 use crate::control_link::HEARTBEAT;
 use futures::{SinkExt, StreamExt};

@@ -117,8 +117,12 @@ fn bytes_as_mb(s: &str) -> Result<f64, String> {
     number(s).map(|b| b / (1024.0 * 1024.0))
 }
 
-fn seconds(v: f64) -> Duration {
-    Duration::from_secs_f64(v)
+/// A non-negative number of seconds that fits a [`Duration`].
+fn seconds(option: &'static str, v: f64) -> Result<Duration, ConfigError> {
+    Duration::try_from_secs_f64(non_negative(option, v)?).map_err(|_| ConfigError::Invalid {
+        option,
+        why: format!("{v} seconds is too long"),
+    })
 }
 
 fn positive(option: &'static str, v: f64) -> Result<f64, ConfigError> {
@@ -230,7 +234,7 @@ pub fn resolve(
         command: cli.command.clone(),
         np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),
         hosts,
-        start_timeout: seconds(positive("start-timeout", start_timeout.value)?),
+        start_timeout: positive_seconds("start-timeout", start_timeout.value)?,
         network_interface: network_interface.value,
         ssh_port: ssh_port.value,
         ssh_identity_file: ssh_identity_file.value,
@@ -633,13 +637,10 @@ fn stall_check(cli: &Cli, l: &Layers<'_>, f: &ConfigFile) -> Result<StallCheck, 
         s.shutdown_time_seconds,
         0.0,
     )?;
-    let shutdown = non_negative("stall-check-shutdown-time-seconds", shutdown.value)?;
+    let shutdown = seconds("stall-check-shutdown-time-seconds", shutdown.value)?;
     Ok(StallCheck::On {
-        warning: seconds(non_negative(
-            "stall-check-warning-time-seconds",
-            warning.value,
-        )?),
-        shutdown: (shutdown > 0.0).then(|| seconds(shutdown)),
+        warning: seconds("stall-check-warning-time-seconds", warning.value)?,
+        shutdown: (!shutdown.is_zero()).then_some(shutdown),
     })
 }
 

@@ -106,6 +106,14 @@ pub fn command(
         "StrictHostKeyChecking=no",
         "-o",
         "LogLevel=ERROR",
+        // A host that is down or vanishes ends ssh (and so that worker) in
+        // seconds rather than at TCP's timeouts.
+        "-o",
+        "ConnectTimeout=10",
+        "-o",
+        "ServerAliveInterval=5",
+        "-o",
+        "ServerAliveCountMax=3",
     ]
     .iter()
     .map(|s| (*s).to_owned())

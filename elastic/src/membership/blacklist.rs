@@ -38,8 +38,14 @@ impl Blacklist {
     }
 
     /// Records a failure of one of `host`'s workers at `now`. Returns `Some(until)`
-    /// when this failure blacklists the host (`until` = `None`: for good).
-    pub(crate) fn record_failure(&mut self, now: Duration, host: &str) -> Option<Option<Duration>> {
+    /// when this failure blacklists the host (`until` = `None`: for good); never
+    /// when `may_ban` is false (the other hosts could not run the job).
+    pub(crate) fn record_failure(
+        &mut self,
+        now: Duration,
+        host: &str,
+        may_ban: bool,
+    ) -> Option<Option<Duration>> {
         let window = self.policy.window;
         let rec = self.hosts.entry(host.to_owned()).or_default();
         if rec.banned.is_some() {
@@ -47,7 +53,7 @@ impl Blacklist {
         }
         rec.failures.retain(|&t| now.saturating_sub(t) < window);
         rec.failures.push(now);
-        if rec.failures.len() < self.policy.failures as usize {
+        if rec.failures.len() < self.policy.failures as usize || !may_ban {
             return None;
         }
         rec.failures.clear();
@@ -117,16 +123,21 @@ mod tests {
     #[test]
     fn failures_within_the_window_blacklist() {
         let mut b = Blacklist::new(policy(None));
-        assert_eq!(b.record_failure(s(0), "a"), None);
-        assert_eq!(b.record_failure(s(50), "a"), None);
+        assert_eq!(b.record_failure(s(0), "a", true), None);
+        assert_eq!(b.record_failure(s(50), "a", true), None);
         // The failure at 0 s is 60 s old: out of the window.
-        assert_eq!(b.record_failure(s(60), "a"), None);
+        assert_eq!(b.record_failure(s(60), "a", true), None);
         assert!(!b.is_blacklisted("a"));
-        assert_eq!(b.record_failure(s(61), "b"), None);
-        assert_eq!(b.record_failure(s(70), "a"), Some(None));
+        assert_eq!(b.record_failure(s(61), "b", true), None);
+        assert_eq!(b.record_failure(s(70), "a", true), Some(None));
         assert!(b.is_blacklisted("a"));
         assert!(!b.is_blacklisted("b"));
-        assert_eq!(b.record_failure(s(71), "a"), None);
+        assert_eq!(b.record_failure(s(71), "a", true), None);
+        // A host the job cannot do without is never blacklisted.
+        for t in [80, 81, 82, 83] {
+            assert_eq!(b.record_failure(s(t), "b", false), None);
+        }
+        assert!(!b.is_blacklisted("b"));
         assert_eq!(b.readmit_expired(s(1_000_000)), Vec::<String>::new());
         assert_eq!(b.next_expiry(), None);
     }
@@ -137,9 +148,12 @@ mod tests {
         let mut now = s(0);
         for expected in [10, 20, 25, 25] {
             for _ in 0..2 {
-                assert_eq!(b.record_failure(now, "a"), None);
+                assert_eq!(b.record_failure(now, "a", true), None);
             }
-            assert_eq!(b.record_failure(now, "a"), Some(Some(now + s(expected))));
+            assert_eq!(
+                b.record_failure(now, "a", true),
+                Some(Some(now + s(expected)))
+            );
             assert_eq!(b.next_expiry(), Some(now + s(expected)));
             assert!(b.readmit_expired(now + s(expected - 1)).is_empty());
             now += s(expected);

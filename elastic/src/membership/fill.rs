@@ -28,6 +28,14 @@ impl Membership {
             })
     }
 
+    /// Usable slots on hosts other than `host`.
+    pub(super) fn usable_count_without(&self, host: &str) -> usize {
+        self.hosts
+            .iter()
+            .filter(|h| h.host != host && !self.blacklist.is_blacklisted(&h.host))
+            .fold(0usize, |n, h| n.saturating_add(h.slots))
+    }
+
     fn usable_count(&self) -> usize {
         self.hosts
             .iter()

@@ -87,7 +87,11 @@ impl Membership {
         }
         let mut lost_member = worker.state == WorkerState::Member;
         let host = &slot.host;
-        if let Some(until) = self.blacklist.record_failure(now, host) {
+        // Blacklisting the host the job cannot do without (a single machine)
+        // would only end the job later: its workers are replaced instead.
+        let elsewhere = self.usable_count_without(host);
+        let may_ban = elsewhere >= self.policy.min_np;
+        if let Some(until) = self.blacklist.record_failure(now, host, may_ban) {
             out.push(Command::Blacklisted {
                 host: host.clone(),
                 until,

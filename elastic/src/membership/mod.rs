@@ -39,7 +39,11 @@
 //!   failure is seen (a ring error) starts the same gathering. Failures while
 //!   gathering only shrink the gathering, except that the first member lost in a
 //!   `HostsUpdated` gathering sends `Reset` for the same generation (members still
-//!   training could not reach their commit). Within one gathering a slot is spawned
+//!   training could not reach their commit). So does a `HostsUpdated` gathering in
+//!   which members on usable slots have not rejoined within `rejoin_timeout`
+//!   (they may wait in a collective on the members of a host that left discovery
+//!   because it vanished from the network): the rejoin timeout then starts again
+//!   instead of failing them. Within one gathering a slot is spawned
 //!   at most once (a host that cannot start workers cannot hold the gathering open)
 //!   unless fewer than `min_np` workers (`initial_np` for the first generation) are
 //!   live, a wait that the elastic timeout bounds.

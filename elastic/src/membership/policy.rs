@@ -10,8 +10,10 @@ pub const DEFAULT_ELASTIC_TIMEOUT: Duration = Duration::from_secs(600);
 /// failed (Horovod's `--start-timeout` is also 30 s).
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default rejoin timeout: a member that has not rejoined a new generation by then
-/// has failed. After `HostsUpdated` members rejoin at their next commit, so this must
-/// exceed the time between two commits.
+/// has failed. After `HostsUpdated` members rejoin at their next commit, so this should
+/// exceed the time between two commits: members that have not reached theirs by then
+/// are told to `Reset` (back to their last commit), and fail only if they do not
+/// rejoin within a further rejoin timeout.
 pub const DEFAULT_REJOIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Membership policy of an elastic job.

@@ -1,8 +1,10 @@
-//! Timers: start and rejoin timeouts, cooldown expiry and the elastic timeout. They
-//! fire only in [`Membership::tick`]; [`Membership::next_deadline`] says when.
+//! Timers: start and rejoin timeouts (a `HostsUpdated` gathering's first one
+//! turns it into a `Reset`), cooldown expiry and the elastic timeout. They fire
+//! only in [`Membership::tick`]; [`Membership::next_deadline`] says when.
 
 use std::time::Duration;
 
+use super::gather::Cause;
 use super::machine::{Membership, Phase};
 use super::{Command, SlotId, fmt_secs};
 
@@ -14,7 +16,9 @@ impl Membership {
             return out;
         }
         let mut vacated = self.start_timeouts(now);
-        vacated.extend(self.rejoin_timeouts(now));
+        if !self.escalate_overdue_update(now, &mut out) {
+            vacated.extend(self.rejoin_timeouts(now));
+        }
         let mut lost_member = false;
         for (slot, why) in &vacated {
             lost_member |= self.lose(now, slot, Some(why.clone()), &mut out);
@@ -44,6 +48,34 @@ impl Membership {
             .filter(|&(_, since)| now >= since.saturating_add(limit))
             .map(|(s, _)| (s.clone(), why.clone()))
             .collect()
+    }
+
+    /// Members told `HostsUpdated` that have not reached their commit within the
+    /// rejoin timeout may be waiting in a collective on workers that will never
+    /// get there (on a host that left discovery because it vanished from the
+    /// network): they are told to `Reset` for the same generation, and the rejoin
+    /// timeout starts again, instead of failing. Whether that happened.
+    fn escalate_overdue_update(&mut self, now: Duration, out: &mut Vec<Command>) -> bool {
+        let limit = self.policy.rejoin_timeout;
+        let Phase::Gathering(g) = &self.phase else {
+            return false;
+        };
+        let overdue = g.cause == Cause::HostsChanged
+            && g.next > 1
+            && now >= g.started.saturating_add(limit)
+            && self
+                .members
+                .iter()
+                .any(|s| self.usable(s) && !g.rejoined.contains(s));
+        if !overdue {
+            return false;
+        }
+        if let Phase::Gathering(g) = &mut self.phase {
+            g.cause = Cause::Failure;
+            g.started = now;
+            out.push(Command::Reset { generation: g.next });
+        }
+        true
     }
 
     fn rejoin_timeouts(&self, now: Duration) -> Vec<(SlotId, String)> {

@@ -1,0 +1,386 @@
+//! The harness of the elastic chaos tests: a scratch directory holding the
+//! host list that `discovery-scripts/hosts-from-file.sh` prints, an elastic
+//! job of `train --log-steps` whose output and `train` processes are
+//! followed while it runs, and checks of what every rank printed at the end.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+use crate::{Finished, Running, alive, assert_all_gone, descendants, env_of, launch, wait_for};
+
+/// `train`'s default global batch.
+const BATCH: u64 = 64;
+
+/// A directory of its own for one test, removed when dropped.
+#[derive(Debug)]
+pub struct Scratch {
+    pub dir: PathBuf,
+}
+
+impl Scratch {
+    /// `$TMPDIR/elasticrun-TEST-PID`, empty.
+    pub fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("elasticrun-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the scratch directory");
+        Self { dir }
+    }
+
+    /// Replaces file `name` atomically: a reader sees the old or the new text.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let (tmp, path) = (self.dir.join(format!(".{name}.tmp")), self.dir.join(name));
+        std::fs::write(&tmp, text).expect("write a scratch file");
+        std::fs::rename(&tmp, &path).expect("rename a scratch file");
+        path
+    }
+
+    /// Sets the host list the file discovery script prints.
+    pub fn set_hosts(&self, text: &str) {
+        self.write("hosts.txt", text);
+    }
+
+    /// The `--host-discovery-script` that prints the host list.
+    pub fn file_discovery(&self) -> String {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../discovery-scripts/hosts-from-file.sh");
+        format!(
+            "{} {}",
+            script.display(),
+            self.dir.join("hosts.txt").display()
+        )
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What `train` is asked to do.
+#[derive(Clone, Copy, Debug)]
+pub struct Train {
+    pub epochs: u64,
+    pub samples: u64,
+    pub step_delay_ms: u64,
+    pub commit_every: u64,
+}
+
+impl Train {
+    fn args(&self) -> Vec<String> {
+        let mut v = vec![crate::train().to_str().unwrap().to_owned()];
+        for (k, n) in [
+            ("--epochs", self.epochs),
+            ("--samples", self.samples),
+            ("--step-delay-ms", self.step_delay_ms),
+            ("--commit-every", self.commit_every),
+        ] {
+            v.extend([k.to_owned(), n.to_string()]);
+        }
+        v.push("--log-steps".into());
+        v
+    }
+
+    /// The checksum of the weights after an undisturbed static run
+    /// (`elasticrun -np NP`, no step delay). Rank r always computes share r
+    /// of every batch and the sums go round the same ring, so an elastic run
+    /// that had `np` ranks at every step ends with the same bits, whichever
+    /// processes held the ranks; one that lost a committed step, or applied
+    /// one twice, does not.
+    pub fn undisturbed_state(&self, np: u64) -> String {
+        let mut args = vec!["-np".to_owned(), np.to_string()];
+        args.extend(
+            Train {
+                step_delay_ms: 0,
+                ..*self
+            }
+            .args(),
+        );
+        let run = launch(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            .finish(Duration::from_secs(30));
+        run.expect_code(0);
+        check_done(&run, np, self.expected_steps())
+    }
+
+    /// Optimizer steps of the whole run, whoever runs it.
+    pub fn expected_steps(&self) -> u64 {
+        self.epochs * self.samples.div_ceil(BATCH)
+    }
+}
+
+/// A `{"event":"step",...}` line of rank 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub step: u64,
+    pub pid: i32,
+    pub world_size: u64,
+}
+
+/// A live `train` process of the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerProc {
+    pub pid: i32,
+    pub host: String,
+    pub slot: u32,
+}
+
+/// A running elastic job of `train`, with every `train` process it started
+/// recorded by a watcher thread.
+#[derive(Debug)]
+pub struct Job {
+    run: Option<Running>,
+    trains: Arc<Mutex<BTreeSet<i32>>>,
+    stop: Arc<AtomicBool>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+/// The `train` processes below `root` (its workers; `comm` is the name).
+fn train_pids(root: i32) -> impl Iterator<Item = i32> {
+    descendants(root).into_iter().filter(|p| {
+        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "train")
+    })
+}
+
+impl Job {
+    /// `elasticrun OPTIONS --discovery-interval 0.2 train ARGS --log-steps`.
+    pub fn start(options: &[&str], train: &Train) -> Self {
+        let mut args: Vec<String> = options.iter().map(|s| (*s).to_owned()).collect();
+        args.extend(["--discovery-interval".into(), "0.2".into()]);
+        args.extend(train.args());
+        let run = launch(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let root = run.pid();
+        let trains: Arc<Mutex<BTreeSet<i32>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (seen, done) = (Arc::clone(&trains), Arc::clone(&stop));
+        let watcher = std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                seen.lock().unwrap().extend(train_pids(root));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Self {
+            run: Some(run),
+            trains,
+            stop,
+            watcher: Some(watcher),
+        }
+    }
+
+    fn running(&self) -> &Running {
+        self.run.as_ref().expect("the job runs")
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.running().pid()
+    }
+
+    pub fn stdout_so_far(&self) -> String {
+        self.running().stdout_so_far()
+    }
+
+    pub fn stderr_so_far(&self) -> String {
+        self.running().stderr_so_far()
+    }
+
+    /// Rank 0's step lines so far.
+    pub fn steps(&self) -> Vec<Step> {
+        steps(&self.stdout_so_far())
+    }
+
+    /// The first step line that `pick` accepts.
+    pub fn wait_for_step(&self, what: &str, pick: impl Fn(&Step) -> bool) -> Step {
+        wait_for(what, Duration::from_secs(30), || {
+            self.steps().into_iter().find(|s| pick(s))
+        })
+    }
+
+    /// Waits for rank 0 to log step `n` (or a later one).
+    pub fn wait_for_step_at_least(&self, n: u64) -> Step {
+        self.wait_for_step(&format!("step {n}"), |s| s.step >= n)
+    }
+
+    /// Waits for a line of elasticrun's standard error that contains `needle`.
+    pub fn wait_for_stderr(&self, needle: &str, limit: Duration) -> String {
+        wait_for(&format!("`{needle}` from elasticrun"), limit, || {
+            self.stderr_so_far()
+                .lines()
+                .find(|l| l.contains(needle))
+                .map(str::to_owned)
+        })
+    }
+
+    /// The live (not zombie) workers, by host and slot.
+    pub fn workers(&self) -> Vec<WorkerProc> {
+        let mut v: Vec<WorkerProc> = train_pids(self.pid())
+            .filter(|&pid| alive(pid))
+            .filter_map(|pid| {
+                let host = env_of(pid, "ELASTICRUN_HOST")?;
+                let slot = env_of(pid, "ELASTICRUN_SLOT")?.parse().ok()?;
+                Some(WorkerProc { pid, host, slot })
+            })
+            .collect();
+        v.sort_by(|a, b| (&a.host, a.slot).cmp(&(&b.host, b.slot)));
+        v
+    }
+
+    /// Waits until exactly `n` workers run, and hands them back.
+    pub fn wait_for_workers(&self, n: usize) -> Vec<WorkerProc> {
+        wait_for(&format!("{n} workers"), Duration::from_secs(30), || {
+            Some(self.workers()).filter(|w| w.len() == n)
+        })
+    }
+
+    /// SIGKILLs worker `pid`.
+    pub fn kill(&self, pid: i32) {
+        kill(Pid::from_raw(pid), Signal::SIGKILL).expect("kill a worker");
+    }
+
+    /// Waits for elasticrun to exit within `limit`, then checks that none of
+    /// the `train` processes it started is left.
+    pub fn finish(mut self, limit: Duration) -> Finished {
+        let started = Instant::now();
+        let run = self.run.take().expect("the job runs").finish(limit);
+        if std::env::var_os("ELASTIC_TEST_SHOW").is_some() {
+            eprintln!("--- stderr\n{}--- stdout\n{}---", run.stderr, run.stdout);
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = self.watcher.take() {
+            w.join().unwrap();
+        }
+        let trains = self.trains.lock().unwrap().clone();
+        assert!(
+            !trains.is_empty(),
+            "no train process was seen\n{}",
+            run.stderr
+        );
+        assert_all_gone(&trains, Duration::from_secs(5));
+        eprintln!(
+            "job over {:?} after finish() was called; {} train processes in all",
+            started.elapsed(),
+            trains.len()
+        );
+        run
+    }
+}
+
+impl Drop for Job {
+    /// A test that failed half-way: ends elasticrun and whatever it started.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let Some(mut run) = self.run.take() else {
+            return;
+        };
+        if std::thread::panicking() {
+            eprintln!(
+                "elasticrun's stderr until then:\n{}stdout:\n{}",
+                run.stderr_so_far(),
+                run.stdout_so_far()
+            );
+        }
+        let _ = kill(Pid::from_raw(run.pid()), Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && matches!(run.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = run.child.kill();
+        let _ = run.child.wait();
+        for &p in self.trains.lock().unwrap().iter() {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
+    }
+}
+
+/// The text after `[ID]<stdout>:`, or the whole line.
+fn payload(line: &str) -> &str {
+    line.split_once("]<stdout>:").map_or(line, |(_, rest)| rest)
+}
+
+fn events<'a>(stdout: &'a str, kind: &'a str) -> impl Iterator<Item = Value> + 'a {
+    let tag = format!("\"event\":\"{kind}\"");
+    stdout
+        .lines()
+        .map(payload)
+        .filter(move |l| l.starts_with('{') && l.contains(&tag))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+}
+
+/// Every step line in `stdout`, in order.
+pub fn steps(stdout: &str) -> Vec<Step> {
+    events(stdout, "step")
+        .map(|v| Step {
+            step: v["step"].as_u64().unwrap(),
+            pid: i32::try_from(v["pid"].as_i64().unwrap()).unwrap(),
+            world_size: v["world_size"].as_u64().unwrap(),
+        })
+        .collect()
+}
+
+/// Every done line in `stdout`.
+pub fn done_lines(stdout: &str) -> Vec<Value> {
+    events(stdout, "done").collect()
+}
+
+/// (generation, workers) of every `elasticrun: generation G: N workers` line.
+pub fn generations(stderr: &str) -> Vec<(u64, u64)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("elasticrun: generation ")?;
+            let (g, rest) = rest.split_once(": ")?;
+            let n = rest.split(' ').next()?;
+            Some((g.parse().ok()?, n.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Checks the end of a successful run: its last generation has `world_size`
+/// workers, one done line per rank of it, and every rank holds the same
+/// weights after exactly `steps` optimizer steps, all committed. Returns the
+/// checksum of the weights.
+pub fn check_done(run: &Finished, world_size: u64, steps: u64) -> String {
+    let ctx = || format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    if let Some(last) = generations(&run.stderr).last() {
+        assert_eq!(last.1, world_size, "{}", ctx());
+    }
+    let done = done_lines(&run.stdout);
+    let mut ranks: Vec<u64> = done.iter().map(|d| d["rank"].as_u64().unwrap()).collect();
+    ranks.sort_unstable();
+    assert_eq!(ranks, (0..world_size).collect::<Vec<_>>(), "{}", ctx());
+    let state = done[0]["state"].as_str().unwrap().to_owned();
+    for d in &done {
+        assert_eq!(d["world_size"].as_u64(), Some(world_size), "{d}\n{}", ctx());
+        assert_eq!(d["steps"].as_u64(), Some(steps), "{d}\n{}", ctx());
+        assert_eq!(d["committed_steps"].as_u64(), Some(steps), "{d}\n{}", ctx());
+        assert_eq!(d["state"].as_str(), Some(state.as_str()), "{d}\n{}", ctx());
+    }
+    state
+}
+
+/// Checks that rank 0's step numbers go up by one from line to line: no step
+/// was undone (as a rollback to the last commit would) or repeated.
+pub fn check_no_rollback(stdout: &str) {
+    let s = steps(stdout);
+    for w in s.windows(2) {
+        assert_eq!(
+            w[1].step,
+            w[0].step + 1,
+            "{:?} then {:?}\n{stdout}",
+            w[0],
+            w[1]
+        );
+    }
+}
+
+/// A number in `0..n` that changes from run to run.
+pub fn random_below(n: u64) -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(Instant::now()) % n
+}

@@ -1,0 +1,147 @@
+//! Chaos on top of chaos: failures during a host update, a replacement that
+//! dies at once, rank 0's host removed, slots flapping, a blacklisted host
+//! coming back, elasticrun itself killed.
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::*;
+
+/// `train` on the hosts `hosts` with `--min-np 2 --max-np MAX`.
+fn start(scratch: &Scratch, hosts: &str, max_np: &str, train: &Train) -> (String, Job) {
+    scratch.set_hosts(hosts);
+    let discovery = scratch.file_discovery();
+    let job = Job::start(
+        &elastic(&discovery, &["--min-np", "2", "--max-np", max_np]),
+        train,
+    );
+    (discovery, job)
+}
+
+#[test]
+fn a_member_killed_during_a_host_update_is_replaced_with_the_newcomers() {
+    let scratch = Scratch::new("grow-kill");
+    // Commits far apart: the kill lands before the members reach the
+    // commit at which they would move, so the update becomes a reset.
+    let train = Train {
+        commit_every: 20,
+        ..LONGER
+    };
+    let (_, job) = start(&scratch, "localhost:2\n", "4", &train);
+    let w = job.wait_for_workers(2);
+    job.wait_for_step_at_least(21);
+    scratch.set_hosts("localhost:4\n");
+    job.wait_for_stderr("elasticrun: hosts changed", Duration::from_secs(10));
+    job.kill(w[1].pid);
+    let run = job.finish(JOB);
+    run.expect_code(0);
+    assert_eq!(failure_lines(&run.stderr).len(), 1, "{}", run.stderr);
+    check_done(&run, 4, train.expected_steps());
+}
+
+#[test]
+fn a_replacement_killed_at_once_is_replaced_again() {
+    let scratch = Scratch::new("kill-replacement");
+    let (_, job) = start(&scratch, "localhost:3\n", "3", &SHORT);
+    let w = job.wait_for_workers(3);
+    job.wait_for_step_at_least(15);
+    job.kill(w[1].pid);
+    let first: Vec<i32> = w.iter().map(|w| w.pid).collect();
+    let replacement = wait_for("a replacement", JOB, || {
+        job.workers().into_iter().find(|x| !first.contains(&x.pid))
+    });
+    job.kill(replacement.pid);
+    let run = job.finish(JOB);
+    run.expect_code(0);
+    assert_eq!(failure_lines(&run.stderr).len(), 2, "{}", run.stderr);
+    let state = check_done(&run, 3, SHORT.expected_steps());
+    assert_eq!(state, SHORT.undisturbed_state(3), "{}", run.stdout);
+}
+
+#[test]
+fn removing_the_host_of_rank_0_hands_rank_0_on_without_rollback() {
+    let scratch = Scratch::new("rank0-host");
+    let (_, job) = start(&scratch, "localhost:2\n127.0.0.1:2\n", "4", &LONGER);
+    let w = job.wait_for_workers(4);
+    let at = job.wait_for_step_at_least(15);
+    let on_localhost: Vec<i32> = w
+        .iter()
+        .filter(|w| w.host == "localhost")
+        .map(|w| w.pid)
+        .collect();
+    assert!(on_localhost.contains(&at.pid), "rank 0 is on localhost");
+    scratch.set_hosts("127.0.0.1:2\n");
+    let after = job.wait_for_step("a step on 2 ranks", |s| s.world_size == 2);
+    assert!(!on_localhost.contains(&after.pid), "{after:?}");
+    let run = job.finish(JOB);
+    run.expect_code(0);
+    assert!(failure_lines(&run.stderr).is_empty(), "{}", run.stderr);
+    check_no_rollback(&run.stdout);
+    check_done(&run, 2, LONGER.expected_steps());
+}
+
+#[test]
+fn flapping_slots_lose_no_step() {
+    let scratch = Scratch::new("flapping");
+    let train = Train {
+        epochs: 20,
+        ..SHORT
+    };
+    let (_, job) = start(&scratch, "localhost:2\n", "4", &train);
+    job.wait_for_workers(2);
+    job.wait_for_step_at_least(10);
+    for i in 0..10 {
+        let g = generations(&job.stderr_so_far()).len();
+        scratch.set_hosts(["localhost:4\n", "localhost:2\n"][i % 2]);
+        // Every other change waits for its generation, the others come on
+        // top of one still forming.
+        if i % 4 < 2 {
+            wait_for("a new generation", JOB, || {
+                (generations(&job.stderr_so_far()).len() > g).then_some(())
+            });
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let run = job.finish(JOB);
+    run.expect_code(0);
+    assert!(failure_lines(&run.stderr).is_empty(), "{}", run.stderr);
+    assert!(generations(&run.stderr).len() >= 6, "{}", run.stderr);
+    check_no_rollback(&run.stdout);
+    check_done(&run, 2, train.expected_steps());
+}
+
+#[test]
+fn a_blacklisted_host_comes_back_after_its_cooldown() {
+    let scratch = Scratch::new("cooldown");
+    let train = Train {
+        epochs: 20,
+        ..SHORT
+    };
+    let options = ["--blacklist-cooldown-range", "1", "10"];
+    let blacklisted = "elasticrun: host 127.0.0.1 is blacklisted for 1 s";
+    let job = kill_until_blacklisted(&scratch, &options, &train, blacklisted);
+    let back = "elasticrun: host 127.0.0.1 is back from the blacklist";
+    job.wait_for_stderr(back, Duration::from_secs(10));
+    let run = job.finish(JOB);
+    run.expect_code(0);
+    let last = "elasticrun: generation 5: 3 workers (localhost:2, 127.0.0.1:1)";
+    assert!(run.stderr.contains(last), "{}", run.stderr);
+    check_done(&run, 3, train.expected_steps());
+}
+
+#[test]
+fn elasticrun_killed_with_a_worker_leaves_no_process() {
+    let scratch = Scratch::new("coordinator-killed");
+    let (_, job) = start(&scratch, "localhost:3\n", "3", &SHORT);
+    let w = job.wait_for_workers(3);
+    job.wait_for_step_at_least(15);
+    // The survivors lose a peer and the coordinator at once.
+    job.kill(w[1].pid);
+    kill(Pid::from_raw(job.pid()), Signal::SIGKILL).unwrap();
+    let run = job.finish(JOB);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&run.status),
+        Some(9)
+    );
+}

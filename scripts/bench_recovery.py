@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Time from `kill -9` of a worker to the next completed training step, on one
+machine: elasticrun (elastic mode, the worker replaced, survivors roll back to
+their last commit and go on) beside torchrun (its agent restarts every worker,
+which reload the last checkpoint). Kills a random non-zero rank KILLS times,
+waiting for training to resume in between; prints median and max per launcher.
+
+Usage: scripts/bench_recovery.py [--np 4] [--kills 10] [--delay-ms 10]
+       (torchrun from $PEERS_VENV, see ../shared/peers; skipped when unset)
+Build first: cargo build --release --bins"""
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Job:
+    """A running launcher whose output lines are timestamped as they arrive."""
+
+    def __init__(self, argv, env=None):
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env, start_new_session=True,
+        )
+        self.lines = []  # (arrival time, stream, line)
+        self.lock = threading.Lock()
+        for stream, pipe in (("out", self.proc.stdout), ("err", self.proc.stderr)):
+            threading.Thread(target=self._read, args=(stream, pipe), daemon=True).start()
+
+    def _read(self, stream, pipe):
+        for line in pipe:
+            with self.lock:
+                self.lines.append((time.time(), stream, line.rstrip("\n")))
+
+    def since(self, t):
+        with self.lock:
+            return [l for l in self.lines if l[0] >= t]
+
+    def steps(self, t):
+        """Step events that arrived at or after t: (arrival, step, pid)."""
+        out = []
+        for at, _, line in self.since(t):
+            body = line.split(":", 1)[1] if line.startswith("[") else line
+            if '"event": "step"' in body or '"event":"step"' in body:
+                e = json.loads(body)
+                out.append((at, e["step"], e["pid"]))
+        return out
+
+    def stop(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def descendants(pid):
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def comm(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def wait_steps(job, t, n, limit):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        s = job.steps(t)
+        if len(s) >= n:
+            return s
+        time.sleep(0.005)
+    raise SystemExit(f"no training progress within {limit}s:\n" + "\n".join(l[2] for l in job.lines[-20:]))
+
+
+def measure(job, is_worker, resumed, kills, rng):
+    """Kills a random non-zero rank `kills` times; seconds until training resumed."""
+    times = []
+    wait_steps(job, 0, 20, 120)
+    for _ in range(kills):
+        t0 = time.time()
+        rank0 = wait_steps(job, t0, 1, 30)[-1][2]
+        victims = [p for p in descendants(job.proc.pid) if is_worker(p) and p != rank0]
+        victim = rng.choice(victims)
+        t_kill = time.time()
+        os.kill(victim, signal.SIGKILL)
+        deadline = t_kill + 120
+        while True:
+            r = resumed(job, t_kill, rank0)
+            if r is not None:
+                times.append(r - t_kill)
+                break
+            if time.time() > deadline:
+                raise SystemExit("training did not resume within 120 s")
+            time.sleep(0.002)
+        wait_steps(job, time.time(), 20, 60)  # let it settle before the next kill
+    return times
+
+
+def elasticrun(args, rng):
+    tmp = tempfile.mkdtemp(prefix="bench-recovery-")
+    hosts = os.path.join(tmp, "hosts.txt")
+    with open(hosts, "w") as f:
+        f.write(f"localhost:{args.np}\n")
+    rel = os.path.join(ROOT, "target", "release")
+    job = Job([
+        os.path.join(rel, "elasticrun"), "--min-np", "2", "--max-np", str(args.np),
+        "--host-discovery-script", f"{ROOT}/discovery-scripts/hosts-from-file.sh {hosts}",
+        os.path.join(rel, "train"), "--epochs", "100000", "--samples", "4096",
+        "--step-delay-ms", str(args.delay_ms), "--commit-every", "10", "--log-steps",
+    ])
+
+    def resumed(job, t_kill, _rank0):
+        # The first step completed in a generation assigned after the kill.
+        gens = [at for at, s, l in job.since(t_kill) if s == "err" and "generation" in l]
+        if not gens:
+            return None
+        s = job.steps(gens[0])
+        return s[0][0] if s else None
+
+    try:
+        return measure(job, lambda p: comm(p).startswith(os.path.join(rel, "train")), resumed, args.kills, rng)
+    finally:
+        job.stop()
+
+
+def torchrun(args, rng):
+    venv = os.environ.get("PEERS_VENV")
+    if not venv:
+        return None
+    tmp = tempfile.mkdtemp(prefix="bench-recovery-torch-")
+    port = rng.randint(20000, 40000)
+    job = Job([
+        os.path.join(venv, "bin", "torchrun"), "--nnodes", "1", "--nproc-per-node", str(args.np),
+        "--max-restarts", "1000", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+        os.path.join(ROOT, "scripts", "torchrun_elastic_peer.py"), os.path.join(tmp, "ckpt.pt"),
+        "100000000", str(args.delay_ms),
+    ], env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    def resumed(job, t_kill, rank0):
+        # torchrun restarts every worker: the first step of a new rank 0.
+        s = [x for x in job.steps(t_kill) if x[2] != rank0]
+        return s[0][0] if s else None
+
+    try:
+        return measure(job, lambda p: "torchrun_elastic_peer.py" in comm(p) and "torchrun " not in comm(p)
+                       and "/torchrun" not in comm(p).split(" ")[0], resumed, args.kills, rng)
+    finally:
+        job.stop()
+
+
+def report(name, times):
+    ms = [t * 1000 for t in times]
+    print(f"{name}: kills {len(ms)}, median {statistics.median(ms):.0f} ms, max {max(ms):.0f} ms, "
+          f"all {[round(m) for m in ms]}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--np", type=int, default=4)
+    p.add_argument("--kills", type=int, default=10)
+    p.add_argument("--delay-ms", type=int, default=10)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    rng = random.Random(args.seed)
+    ours = elasticrun(args, rng)
+    report(f"elasticrun -np {args.np}", ours)
+    theirs = torchrun(args, rng)
+    if theirs:
+        report(f"torchrun --nproc-per-node {args.np}", theirs)
+        print(f"median ratio torchrun/elasticrun: {statistics.median(theirs) / statistics.median(ours):.1f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
