@@ -72,6 +72,11 @@ struct Args {
     /// in milliseconds since the Unix epoch, its process id and the world size.
     #[arg(long)]
     log_steps: bool,
+    /// Testing aid: at this optimizer step, rank 1 stops submitting (sleeps
+    /// for good) if FILE does not exist yet, creating it first; so the stall
+    /// happens once per FILE, not again in the worker that replaces it.
+    #[arg(long, num_args = 2, value_names = ["STEP", "FILE"])]
+    hang_once_at: Option<Vec<String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -275,11 +280,32 @@ fn epoch_pass(
         if args.log_steps && stepped.is_some() && w.rank() == 0 {
             log_step(p.steps, w.size());
         }
+        if stepped.is_some() && w.rank() == 1 {
+            hang_once(args.hang_once_at.as_deref(), p.steps);
+        }
         if stepped.is_some() && args.commit_every > 0 && p.steps.is_multiple_of(args.commit_every) {
             st.commit(w)?;
         }
     }
     Ok(())
+}
+
+/// See `--hang-once-at`.
+fn hang_once(at: Option<&[String]>, step: u64) {
+    let Some([when, file]) = at else { return };
+    if when.parse() != Ok(step) {
+        return;
+    }
+    let new = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(file);
+    if new.is_ok() {
+        eprintln!("train: hanging at step {step} (--hang-once-at)");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
 }
 
 fn log_step(step: u64, size: usize) {
