@@ -2,6 +2,8 @@
 //! host list that `discovery-scripts/hosts-from-file.sh` prints, an elastic
 //! job of `train --log-steps` whose output and `train` processes are
 //! followed while it runs, and checks of what every rank printed at the end.
+//! A test that fails mid-run prints the job's output so far; with
+//! `ELASTIC_TEST_SHOW=1` every finished job's output is printed too.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -12,9 +14,14 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use serde_json::Value;
 
-use crate::{Finished, Running, alive, assert_all_gone, descendants, env_of, launch, wait_for};
+use crate::{Finished, Running, descendants, env_of, launch, wait_for};
+
+mod checks;
+pub use checks::{
+    Step, check_done, check_no_rollback, done_lines, final_world_sizes, generations, random_below,
+    steps,
+};
 
 /// `train`'s default global batch.
 const BATCH: u64 = 64;
@@ -116,14 +123,6 @@ impl Train {
     }
 }
 
-/// A `{"event":"step",...}` line of rank 0.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Step {
-    pub step: u64,
-    pub pid: i32,
-    pub world_size: u64,
-}
-
 /// A live `train` process of the job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerProc {
@@ -132,12 +131,37 @@ pub struct WorkerProc {
     pub slot: u32,
 }
 
+/// A process: its pid and its start time (clock ticks after boot), which
+/// tell it apart from a later process that reuses the pid (`pid_max` may
+/// be as low as 32768, and the pids of a test's jobs go fast).
+type Proc = (i32, u64);
+
+/// The start time of `pid`, if it runs (is not a zombie).
+fn live_start_time(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the parenthesised name: state (field 3) ... starttime (22).
+    let fields: Vec<&str> = text[text.rfind(')')? + 2..].split(' ').collect();
+    let state = fields.first()?.chars().next()?;
+    (state != 'Z' && state != 'X')
+        .then(|| fields.get(19)?.parse().ok())
+        .flatten()
+}
+
+/// Those of `procs` that still run.
+fn still_running(procs: &BTreeSet<Proc>) -> Vec<i32> {
+    procs
+        .iter()
+        .filter(|&&(pid, start)| live_start_time(pid) == Some(start))
+        .map(|&(pid, _)| pid)
+        .collect()
+}
+
 /// A running elastic job of `train`, with every `train` process it started
 /// recorded by a watcher thread.
 #[derive(Debug)]
 pub struct Job {
     run: Option<Running>,
-    trains: Arc<Mutex<BTreeSet<i32>>>,
+    trains: Arc<Mutex<BTreeSet<Proc>>>,
     stop: Arc<AtomicBool>,
     watcher: Option<JoinHandle<()>>,
 }
@@ -157,13 +181,14 @@ impl Job {
         args.extend(train.args());
         let run = launch(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let root = run.pid();
-        let trains: Arc<Mutex<BTreeSet<i32>>> = Arc::default();
+        let trains: Arc<Mutex<BTreeSet<Proc>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (seen, done) = (Arc::clone(&trains), Arc::clone(&stop));
         let watcher = std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
-                seen.lock().unwrap().extend(train_pids(root));
-                std::thread::sleep(Duration::from_millis(10));
+                let now = train_pids(root).filter_map(|p| Some((p, live_start_time(p)?)));
+                seen.lock().unwrap().extend(now);
+                std::thread::sleep(Duration::from_millis(20));
             }
         });
         Self {
@@ -217,10 +242,15 @@ impl Job {
         })
     }
 
-    /// The live (not zombie) workers, by host and slot.
+    /// The live (not zombie) workers, by host and slot; recorded with the
+    /// watcher's, which may not have seen them yet.
     pub fn workers(&self) -> Vec<WorkerProc> {
         let mut v: Vec<WorkerProc> = train_pids(self.pid())
-            .filter(|&pid| alive(pid))
+            .filter_map(|pid| {
+                let start = live_start_time(pid)?;
+                self.trains.lock().unwrap().insert((pid, start));
+                Some(pid)
+            })
             .filter_map(|pid| {
                 let host = env_of(pid, "ELASTICRUN_HOST")?;
                 let slot = env_of(pid, "ELASTICRUN_SLOT")?.parse().ok()?;
@@ -261,7 +291,19 @@ impl Job {
             "no train process was seen\n{}",
             run.stderr
         );
-        assert_all_gone(&trains, Duration::from_secs(5));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut left = still_running(&trains);
+        while !left.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            left = still_running(&trains);
+        }
+        for &p in &left {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
+        assert!(
+            left.is_empty(),
+            "train processes outlived the job: {left:?}"
+        );
         eprintln!(
             "job over {:?} after finish() was called; {} train processes in all",
             started.elapsed(),
@@ -292,95 +334,8 @@ impl Drop for Job {
         }
         let _ = run.child.kill();
         let _ = run.child.wait();
-        for &p in self.trains.lock().unwrap().iter() {
+        for p in still_running(&self.trains.lock().unwrap()) {
             let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
         }
     }
-}
-
-/// The text after `[ID]<stdout>:`, or the whole line.
-fn payload(line: &str) -> &str {
-    line.split_once("]<stdout>:").map_or(line, |(_, rest)| rest)
-}
-
-fn events<'a>(stdout: &'a str, kind: &'a str) -> impl Iterator<Item = Value> + 'a {
-    let tag = format!("\"event\":\"{kind}\"");
-    stdout
-        .lines()
-        .map(payload)
-        .filter(move |l| l.starts_with('{') && l.contains(&tag))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-}
-
-/// Every step line in `stdout`, in order.
-pub fn steps(stdout: &str) -> Vec<Step> {
-    events(stdout, "step")
-        .map(|v| Step {
-            step: v["step"].as_u64().unwrap(),
-            pid: i32::try_from(v["pid"].as_i64().unwrap()).unwrap(),
-            world_size: v["world_size"].as_u64().unwrap(),
-        })
-        .collect()
-}
-
-/// Every done line in `stdout`.
-pub fn done_lines(stdout: &str) -> Vec<Value> {
-    events(stdout, "done").collect()
-}
-
-/// (generation, workers) of every `elasticrun: generation G: N workers` line.
-pub fn generations(stderr: &str) -> Vec<(u64, u64)> {
-    stderr
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("elasticrun: generation ")?;
-            let (g, rest) = rest.split_once(": ")?;
-            let n = rest.split(' ').next()?;
-            Some((g.parse().ok()?, n.parse().ok()?))
-        })
-        .collect()
-}
-
-/// Checks the end of a successful run: its last generation has `world_size`
-/// workers, one done line per rank of it, and every rank holds the same
-/// weights after exactly `steps` optimizer steps, all committed. Returns the
-/// checksum of the weights.
-pub fn check_done(run: &Finished, world_size: u64, steps: u64) -> String {
-    let ctx = || format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
-    if let Some(last) = generations(&run.stderr).last() {
-        assert_eq!(last.1, world_size, "{}", ctx());
-    }
-    let done = done_lines(&run.stdout);
-    let mut ranks: Vec<u64> = done.iter().map(|d| d["rank"].as_u64().unwrap()).collect();
-    ranks.sort_unstable();
-    assert_eq!(ranks, (0..world_size).collect::<Vec<_>>(), "{}", ctx());
-    let state = done[0]["state"].as_str().unwrap().to_owned();
-    for d in &done {
-        assert_eq!(d["world_size"].as_u64(), Some(world_size), "{d}\n{}", ctx());
-        assert_eq!(d["steps"].as_u64(), Some(steps), "{d}\n{}", ctx());
-        assert_eq!(d["committed_steps"].as_u64(), Some(steps), "{d}\n{}", ctx());
-        assert_eq!(d["state"].as_str(), Some(state.as_str()), "{d}\n{}", ctx());
-    }
-    state
-}
-
-/// Checks that rank 0's step numbers go up by one from line to line: no step
-/// was undone (as a rollback to the last commit would) or repeated.
-pub fn check_no_rollback(stdout: &str) {
-    let s = steps(stdout);
-    for w in s.windows(2) {
-        assert_eq!(
-            w[1].step,
-            w[0].step + 1,
-            "{:?} then {:?}\n{stdout}",
-            w[0],
-            w[1]
-        );
-    }
-}
-
-/// A number in `0..n` that changes from run to run.
-pub fn random_below(n: u64) -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(Instant::now()) % n
 }

@@ -11,8 +11,8 @@ mod more;
 use std::time::{Duration, Instant};
 
 use integration_tests::elastic::{
-    Job, Scratch, Train, WorkerProc, check_done, check_no_rollback, generations, random_below,
-    steps,
+    Job, Scratch, Train, WorkerProc, check_done, check_no_rollback, final_world_sizes, generations,
+    random_below, steps,
 };
 use integration_tests::{Finished, wait_for};
 
@@ -46,6 +46,16 @@ fn failure_lines(stderr: &str) -> Vec<&str> {
         .lines()
         .filter(|l| l.starts_with("elasticrun: worker") || l.starts_with("elasticrun: cannot"))
         .collect()
+}
+
+/// Checks the end of a run on `np` ranks that had `np` ranks at every step
+/// it kept: the weights are those of an undisturbed run, bit for bit.
+fn check_same_as_undisturbed(run: &Finished, np: u64, train: &Train) {
+    let sizes = final_world_sizes(&run.stdout);
+    assert_eq!(sizes.len() as u64, train.expected_steps(), "{}", run.stdout);
+    assert!(sizes.iter().all(|&n| n == np), "{sizes:?}");
+    let state = check_done(run, np, train.expected_steps());
+    assert_eq!(state, train.undisturbed_state(np), "{}", run.stdout);
 }
 
 /// Runs `SHORT` on `localhost:NP` and kills the workers `victims` picks (it
@@ -88,8 +98,7 @@ fn kill_mid_run(
         killed_at < SHORT.expected_steps(),
         "the kill came after the last step"
     );
-    let state = check_done(&run, np, SHORT.expected_steps());
-    assert_eq!(state, SHORT.undisturbed_state(np), "{}", run.stdout);
+    check_same_as_undisturbed(&run, np, &SHORT);
     (run, first)
 }
 
@@ -218,8 +227,7 @@ fn a_flaky_discovery_script_keeps_the_last_good_host_set() {
         .parse()
         .unwrap();
     assert!(runs >= 4, "the script ran {runs} times");
-    let state = check_done(&run, 3, SHORT.expected_steps());
-    assert_eq!(state, SHORT.undisturbed_state(3), "{}", run.stdout);
+    check_same_as_undisturbed(&run, 3, &SHORT);
 }
 
 /// Starts `train` on `localhost:2` and `127.0.0.1:1` (this machine under

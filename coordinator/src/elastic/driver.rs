@@ -29,6 +29,8 @@ const SILENCE: Duration = Duration::from_secs(15);
 /// How long a closed control connection waits for its process's exit status
 /// (a better description of the failure) before counting as the failure.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long a worker told to leave gets to exit on its own.
+const LEAVE_GRACE: Duration = Duration::from_secs(10);
 /// How often the driver polls exits and ticks the core.
 const TICK: Duration = Duration::from_millis(20);
 
@@ -297,16 +299,18 @@ impl Driver {
             .await
             .map_err(|e| e.to_string())?;
         self.forwarders.append(&mut forwarders);
-        self.workers.insert(
-            slot.clone(),
-            Live {
-                id,
-                process,
-                link: None,
-                leaving: false,
-                link_ended: None,
-            },
-        );
+        let live = Live {
+            id,
+            process,
+            link: None,
+            leaving: false,
+            link_ended: None,
+        };
+        if let Some(old) = self.workers.insert(slot.clone(), live) {
+            // A worker told to leave that has not exited yet: it gets its
+            // time to leave cleanly, then is stopped.
+            self.stopping.push(tokio::spawn(let_leave(old)));
+        }
         Ok(())
     }
 
@@ -321,6 +325,15 @@ impl Driver {
             let _ = f.await;
         }
     }
+}
+
+/// Waits up to [`LEAVE_GRACE`] for a leaving worker to exit, then stops it.
+async fn let_leave(mut old: Live) {
+    let deadline = Instant::now() + LEAVE_GRACE;
+    while Instant::now() < deadline && matches!(old.process.poll(), Ok(None)) {
+        tokio::time::sleep(TICK).await;
+    }
+    process::stop_all(std::slice::from_mut(&mut old.process), STOP_GRACE).await;
 }
 
 async fn refuse(mut link: crate::server::Link, reason: String) {
