@@ -85,3 +85,32 @@ fn rejoin(w: &mut Worker) -> Result<(), ElasticError> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn outside_an_elastic_job_a_failure_is_final() {
+        if std::env::var("ELASTICRUN_COORDINATOR").is_ok() {
+            return;
+        }
+        let mut w = worker::init().unwrap();
+        let mut st = State::new(0u32);
+        let mut calls = 0;
+        let e = run(&mut w, &mut st, |_, s| {
+            calls += 1;
+            *s.get_mut() += 1;
+            Err::<(), _>(Interrupt::WorkersFailed("peer rank 1 lost".into()))
+        })
+        .unwrap_err();
+        assert!(matches!(e, ElasticError::NotElastic(_)), "{e}");
+        assert_eq!(calls, 1);
+        let done = run(&mut w, &mut st, |_, s| Ok(*s.get())).unwrap();
+        // Outside an elastic job nothing is restored: the next run starts
+        // from the value the failed call left (its first sync commits it).
+        assert_eq!((done.value, done.resets), (1, 0));
+        w.shutdown();
+    }
+}

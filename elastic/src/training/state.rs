@@ -124,3 +124,48 @@ impl<T: Clone + Serialize + DeserializeOwned> State<T> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn commit_restore_and_sync_in_a_world_of_one() {
+        // The test process was not started by elasticrun: a world of one.
+        if std::env::var("ELASTICRUN_COORDINATOR").is_ok() {
+            return;
+        }
+        let w = worker::init().unwrap();
+        assert!(!w.is_elastic());
+        let mut st = State::new((vec![1.0f32, 2.0], 0u64));
+        st.get_mut().1 = 5;
+        st.commit(&w).unwrap();
+        assert_eq!(st.commits(), 1);
+        st.get_mut().0[0] = 9.0;
+        st.get_mut().1 = 7;
+        st.restore();
+        assert_eq!(st.get(), &(vec![1.0, 2.0], 5));
+        st.get_mut().1 = 6;
+        st.sync(&w).unwrap();
+        assert_eq!(st.committed(), &(vec![1.0, 2.0], 6));
+        assert_eq!(st.commits(), 2);
+        w.shutdown();
+    }
+
+    #[test]
+    fn only_data_plane_failures_are_worker_failures() {
+        assert!(matches!(
+            Interrupt::from(EngineError::ShutDown),
+            Interrupt::WorkersFailed(_)
+        ));
+        assert!(matches!(
+            Interrupt::from(EngineError::Mismatch("grad.0".into())),
+            Interrupt::Fatal(_)
+        ));
+        assert!(matches!(
+            Interrupt::from(ObjectError::Decode("bad".into())),
+            Interrupt::Fatal(_)
+        ));
+    }
+}
