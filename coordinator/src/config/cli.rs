@@ -140,7 +140,7 @@ pub struct Cli {
     /// Seconds to wait for at least --min-np processes, at the start and after hosts are lost [default: 600].
     #[arg(long, value_name = "SECONDS", help_heading = "Elastic")]
     pub elastic_timeout: Option<f64>,
-    /// Times the workers may be reset (hosts added or lost) before the job ends; 0 = none [default: unlimited].
+    /// Times the workers may be reset (workers lost, hosts added or removed) before the job ends; with 0 the first reset ends it [default: unlimited].
     #[arg(long, value_name = "N", help_heading = "Elastic")]
     pub reset_limit: Option<u32>,
     /// Seconds a failing host stays blacklisted: MIN, doubling with each blacklisting up to MAX [default: none, blacklisted hosts stay out].
