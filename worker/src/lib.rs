@@ -25,7 +25,9 @@ use control::{Assignment, HandshakeError, Knobs};
 
 pub use api::GroupHandle;
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
-pub use engine::{Engine, EngineConfig, EngineError, EngineStats, Handle, Tensor, TimelineConfig};
+pub use engine::{
+    Engine, EngineConfig, EngineError, EngineStats, Handle, Tensor, TimelineConfig, Tuning,
+};
 pub use hierarchy::{CollectivePath, CollectivePaths};
 pub use optimizer::{Compression, DistributedOptimizer, Gradients, OptimizerOptions};
 pub use rejoin::RejoinError;

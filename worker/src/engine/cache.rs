@@ -34,6 +34,11 @@ impl ResponseCache {
         }
     }
 
+    /// Most entries held; 0: the cache is off.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub fn len(&self) -> usize {
         self.by_name.len()
     }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::exec;
 use super::fusion::FusionPolicy;
 use super::negotiate::Negotiator;
-use super::request::{Decision, RankMsg, Ready, Request};
+use super::request::{Decision, RankMsg, Ready, Request, Tuning};
 use super::tensor::{EngineError, Local};
 use super::timeline::{Phase, Timeline, TimelineConfig};
 
@@ -47,6 +47,8 @@ pub(crate) enum Command {
     /// This rank has no more data: answer with the last rank to join once
     /// every rank has.
     Join(oneshot::Sender<Result<usize, EngineError>>),
+    /// Switch every rank to these settings (honoured from rank 0 only).
+    Retune(Tuning),
 }
 
 /// Counters, for tests and benchmarks.
@@ -58,6 +60,10 @@ pub struct EngineStats {
     /// collectives: fusion at work).
     pub collectives: u64,
     pub tensors: u64,
+    /// Switches of settings, and the last one with the round after which
+    /// it applied.
+    pub retunes: u64,
+    pub last_retune: Option<(u64, Tuning)>,
 }
 
 struct State<X> {
@@ -77,6 +83,9 @@ struct State<X> {
     joined: Vec<usize>,
     stats: EngineStats,
     timeline: Timeline,
+    /// Settings to announce in the next message (rank 0).
+    retune: Option<Tuning>,
+    cycle_time: Duration,
 }
 
 /// Runs the engine until every rank has shut down or the data plane fails;
@@ -108,6 +117,8 @@ pub(super) async fn run<X: Transport>(
         joined: Vec::new(),
         stats: EngineStats::default(),
         timeline,
+        retune: None,
+        cycle_time: cfg.cycle_time,
     };
     let mut next = Instant::now();
     let mut open = true;
@@ -129,7 +140,7 @@ pub(super) async fn run<X: Transport>(
         while let Ok(c) = rx.try_recv() {
             st.take(c);
         }
-        next = Instant::now() + cfg.cycle_time;
+        next = Instant::now() + st.cycle_time;
         match st.round().await {
             Ok(false) => {}
             Ok(true) => break,
@@ -141,7 +152,7 @@ pub(super) async fn run<X: Transport>(
             }
         }
     }
-    st.stats.cache_hits = st.neg.cache().hits();
+    st.stats.cache_hits = st.neg.cache_hits();
     st.timeline.close();
     (st.comm, st.stats)
 }
@@ -156,6 +167,7 @@ async fn drain_after_failure(rx: &mut mpsc::UnboundedReceiver<Command>, e: &Engi
                 let _ = reply.send(Err(e.clone()));
             }
             Command::Shutdown => return,
+            Command::Retune(_) => {}
         }
     }
 }
@@ -164,6 +176,7 @@ impl<X: Transport> State<X> {
     fn take(&mut self, c: Command) {
         match c {
             Command::Shutdown => self.shutdown = true,
+            Command::Retune(t) => self.retune = Some(t),
             Command::Join(reply) if self.join_reply.is_some() || self.shutdown => {
                 let _ = reply.send(Err(EngineError::Invalid(
                     "join called twice, or after shutdown".into(),
@@ -189,6 +202,11 @@ impl<X: Transport> State<X> {
         let mut m = RankMsg {
             shutdown: self.shutdown,
             joined: std::mem::take(&mut self.join_news),
+            retune: if self.rank == 0 {
+                self.retune.take()
+            } else {
+                None
+            },
             ..RankMsg::default()
         };
         for r in self.fresh.drain(..) {
@@ -232,6 +250,11 @@ impl<X: Transport> State<X> {
         self.joined = outcome.joined;
         for d in outcome.decisions {
             self.decide(d, decided).await?;
+        }
+        if let Some(t) = outcome.retuned {
+            self.cycle_time = Duration::from_micros(t.cycle_time_us);
+            self.stats.retunes += 1;
+            self.stats.last_retune = Some((self.stats.rounds, t));
         }
         if let Some(last) = outcome.join_done
             && let Some(reply) = self.join_reply.take()

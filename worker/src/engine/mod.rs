@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use driver::Command;
 pub use driver::{EngineConfig, EngineStats};
 pub use pending::PendingBoard;
-pub use request::Kind;
+pub use request::{Kind, Tuning};
 pub use tensor::{EngineError, Output, Tensor};
 pub use timeline::TimelineConfig;
 
@@ -184,6 +184,14 @@ impl Engine {
             .send(Command::Join(reply))
             .map_err(|_| EngineError::ShutDown)?;
         rx.blocking_recv().unwrap_or(Err(EngineError::ShutDown))
+    }
+
+    /// Switches every rank's engine to `t` at the end of the same round (the
+    /// autotuner's hook). Only rank 0's call has an effect: the values travel
+    /// in its negotiation message, so that ranks never disagree on a fusion
+    /// plan or on the cache.
+    pub fn retune(&self, t: Tuning) {
+        let _ = self.tx.send(Command::Retune(t));
     }
 
     /// Asks every rank's engine to stop and waits for this one; returns its

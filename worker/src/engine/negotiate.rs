@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use super::cache::ResponseCache;
 use super::fusion::{FusionPolicy, plan};
-use super::request::{Decision, RankMsg, Ready, Request};
+use super::request::{Decision, RankMsg, Ready, Request, Tuning};
 
 /// Sort key: the round a tensor was first submitted in, then cached tensors by
 /// bit, then new ones by (rank, position).
@@ -33,6 +33,10 @@ pub struct Negotiator {
     /// The rank that joined last so far (the answer `join` returns).
     last_joined: usize,
     fusion: FusionPolicy,
+    /// The cache's size when it is on.
+    cache_capacity: usize,
+    /// Hits of caches replaced when the cache was turned off or on.
+    retired_hits: u64,
 }
 
 /// What a round decided.
@@ -47,6 +51,9 @@ pub struct Outcome {
     pub join_done: Option<usize>,
     /// Every rank has shut down and nothing is left: the engine stops.
     pub finished: bool,
+    /// Rank 0 retuned the engine in this round: every rank runs with these
+    /// settings from the next round.
+    pub retuned: Option<Tuning>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -68,6 +75,31 @@ impl Negotiator {
             joined: vec![false; size],
             last_joined: 0,
             fusion,
+            cache_capacity,
+            retired_hits: 0,
+        }
+    }
+
+    /// Cache hits since the start, across cache switches.
+    pub fn cache_hits(&self) -> u64 {
+        self.retired_hits + self.cache.hits()
+    }
+
+    /// Switches fusion and the response cache to `t` (every rank does so
+    /// after the same round, so their plans and bits keep agreeing).
+    fn retune(&mut self, t: &Tuning) {
+        self.fusion.threshold_bytes =
+            usize::try_from(t.fusion_threshold_bytes).unwrap_or(usize::MAX);
+        let on = self.cache_capacity > 0;
+        let enabled = self.cache.capacity() > 0;
+        if on && enabled != t.cache_enabled {
+            self.retired_hits += self.cache.hits();
+            let capacity = if t.cache_enabled {
+                self.cache_capacity
+            } else {
+                0
+            };
+            self.cache = ResponseCache::new(capacity);
         }
     }
 
@@ -149,7 +181,12 @@ impl Negotiator {
                 self.last_joined = rank;
             }
         }
-        Ok(self.decide())
+        let mut outcome = self.decide();
+        if let Some(t) = msgs.first().and_then(|m| m.retune) {
+            self.retune(&t);
+            outcome.retuned = Some(t);
+        }
+        Ok(outcome)
     }
 
     fn decide(&mut self) -> Outcome {
@@ -195,6 +232,7 @@ impl Negotiator {
             joined,
             join_done,
             finished,
+            retuned: None,
         }
     }
 }

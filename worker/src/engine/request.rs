@@ -110,6 +110,18 @@ pub struct RankMsg {
     /// This rank has called `join`: it has no more data and takes part in
     /// the others' allreduces and allgathers with nothing of its own.
     pub joined: bool,
+    /// Rank 0 only: engine settings every rank switches to at the end of
+    /// this round (the autotuner's choice). Other ranks' values are ignored.
+    pub retune: Option<Tuning>,
+}
+
+/// Engine settings that may change while the engine runs, all ranks at the
+/// same round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tuning {
+    pub fusion_threshold_bytes: u64,
+    pub cycle_time_us: u64,
+    pub cache_enabled: bool,
 }
 
 impl RankMsg {
