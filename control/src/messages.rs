@@ -31,6 +31,8 @@ pub enum WorkerMsg {
 }
 
 /// Coordinator -> worker.
+// Assignments are rare (one per worker and generation): not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum CoordinatorMsg {
     Challenge {
@@ -107,6 +109,22 @@ pub struct Knobs {
     pub stall_warning_ms: Option<u64>,
     /// End the job after this many milliseconds of such a stall; `None`: never.
     pub stall_shutdown_ms: Option<u64>,
+    /// `Some` when the job autotunes these knobs (rank 0 decides).
+    pub autotune: Option<Autotune>,
+}
+
+/// The autotuner's settings (`--autotune-*`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Autotune {
+    /// Rank 0 writes one CSV row per sample here.
+    pub log_file: Option<String>,
+    pub warmup_samples: u32,
+    pub steps_per_sample: u32,
+    pub max_samples: u32,
+    pub gaussian_process_noise: f64,
+    /// Knobs the user set, held fixed: `fusion_threshold`, `cycle_time`,
+    /// `cache`, `hierarchical_allreduce`, `hierarchical_allgather`.
+    pub fixed: Vec<String>,
 }
 
 /// Most tensors one heartbeat lists.

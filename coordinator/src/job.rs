@@ -102,6 +102,14 @@ pub(crate) fn knobs(cfg: &JobConfig) -> Knobs {
                 shutdown: Some(d), ..
             } => Some(millis(d)),
         },
+        autotune: cfg.autotune.as_ref().map(|a| control::Autotune {
+            log_file: a.log_file.as_ref().map(|p| p.display().to_string()),
+            warmup_samples: a.warmup_samples,
+            steps_per_sample: a.steps_per_sample,
+            max_samples: a.max_samples,
+            gaussian_process_noise: a.gaussian_process_noise,
+            fixed: t.user_set().into_iter().map(str::to_owned).collect(),
+        }),
     }
 }
 

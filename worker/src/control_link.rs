@@ -77,7 +77,7 @@ impl Shared {
 /// Where the coordinator places this worker next.
 #[derive(Debug)]
 pub(crate) enum Placement {
-    Assign(Assignment),
+    Assign(Box<Assignment>),
     Leave(String),
 }
 
@@ -144,7 +144,7 @@ async fn obey(m: CoordinatorMsg, shared: &Shared, placements: &mpsc::Sender<Plac
             shared.hosts_updated.fetch_max(generation, Ordering::SeqCst);
         }
         CoordinatorMsg::Assign(a) => {
-            let _ = placements.send(Placement::Assign(a)).await;
+            let _ = placements.send(Placement::Assign(Box::new(a))).await;
         }
         CoordinatorMsg::Leave { reason } => {
             let _ = placements.send(Placement::Leave(reason)).await;

@@ -99,6 +99,7 @@ mod tests {
             timeline_mark_cycles: false,
             stall_warning_ms: None,
             stall_shutdown_ms: None,
+            autotune: None,
         }
     }
 

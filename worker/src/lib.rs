@@ -173,6 +173,35 @@ fn engine_config(knobs: Option<&Knobs>) -> EngineConfig {
             path: path.into(),
             mark_cycles: k.timeline_mark_cycles,
         }),
+        autotune: k.autotune.as_ref().map(autotune_setup),
+    }
+}
+
+/// The engine's autotuner settings from the coordinator's.
+fn autotune_setup(a: &control::Autotune) -> engine::AutotuneSetup {
+    use autotune::Knob;
+    let fixed = a
+        .fixed
+        .iter()
+        .filter_map(|k| match k.as_str() {
+            "fusion_threshold" => Some(Knob::FusionThreshold),
+            "cycle_time" => Some(Knob::CycleTime),
+            "cache" => Some(Knob::ResponseCache),
+            "hierarchical_allreduce" => Some(Knob::HierarchicalAllreduce),
+            "hierarchical_allgather" => Some(Knob::HierarchicalAllgather),
+            _ => None,
+        })
+        .collect();
+    engine::AutotuneSetup {
+        config: autotune::TunerConfig {
+            warmup_samples: a.warmup_samples as usize,
+            steps_per_sample: u64::from(a.steps_per_sample),
+            max_samples: a.max_samples as usize,
+            gp_noise: a.gaussian_process_noise,
+            seed: 0,
+        },
+        fixed,
+        log_file: a.log_file.as_ref().map(Into::into),
     }
 }
 

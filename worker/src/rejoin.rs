@@ -94,7 +94,7 @@ impl Worker {
                 Err(_) => return Err(RejoinError::NoAssignment(wait)),
                 Ok(None) => return Err(RejoinError::CoordinatorGone),
                 Ok(Some(Placement::Leave(why))) => return Err(RejoinError::Left(why)),
-                Ok(Some(Placement::Assign(a))) if a.generation >= wanted => break a,
+                Ok(Some(Placement::Assign(a))) if a.generation >= wanted => break *a,
                 Ok(Some(Placement::Assign(a))) => {
                     tracing::debug!(generation = a.generation, "ignored a stale assignment");
                 }

@@ -110,6 +110,25 @@ pub struct Cli {
     )]
     pub no_hierarchical_allgather: bool,
 
+    /// Search for the best tuneable parameters while training; the ones given here, in the environment or the config file stay fixed [default: off].
+    #[arg(long, help_heading = "Autotune")]
+    pub autotune: bool,
+    /// Write a comma-separated log of the autotune samples to FILE [default: none].
+    #[arg(long, value_name = "FILE", help_heading = "Autotune")]
+    pub autotune_log_file: Option<PathBuf>,
+    /// Samples discarded before tuning begins [default: 3].
+    #[arg(long, value_name = "N", help_heading = "Autotune")]
+    pub autotune_warmup_samples: Option<u32>,
+    /// Steps (approximately) recorded in one sample; at least 1 [default: 10].
+    #[arg(long, value_name = "N", help_heading = "Autotune")]
+    pub autotune_steps_per_sample: Option<u32>,
+    /// Most samples each Bayesian optimization collects; at least 1 [default: 20].
+    #[arg(long, value_name = "N", help_heading = "Autotune")]
+    pub autotune_bayes_opt_max_samples: Option<u32>,
+    /// Regularization for the noise in the samples (the Gaussian process's alpha), 0 or more [default: 0.8].
+    #[arg(long, value_name = "X", help_heading = "Autotune")]
+    pub autotune_gaussian_process_noise: Option<f64>,
+
     /// Script printing the hosts available now, one `host` or `host:slots` per line (run through the shell, so it may carry arguments); makes the job elastic [default: none].
     #[arg(
         long,
@@ -300,6 +319,7 @@ mod tests {
             "Launching:",
             "SSH:",
             "Tuneable parameters:",
+            "Autotune:",
             "Elastic:",
             "Timeline:",
             "Stall check:",
@@ -335,6 +355,46 @@ mod tests {
         ] {
             assert!(elastic.contains(flag), "{flag} not under Elastic:\n{help}");
         }
+        // After the tuneable parameters, as in horovodrun.
+        let autotune = &help[help.find("Autotune:").unwrap()..help.find("Elastic:").unwrap()];
+        assert!(help.find("Tuneable parameters:") < help.find("Autotune:"));
+        for stated in [
+            "--autotune\n",
+            "--autotune-log-file <FILE>",
+            "--autotune-warmup-samples <N>",
+            "--autotune-steps-per-sample <N>",
+            "--autotune-bayes-opt-max-samples <N>",
+            "--autotune-gaussian-process-noise <X>",
+            "[default: 3]",
+            "[default: 10]",
+            "[default: 20]",
+            "[default: 0.8]",
+        ] {
+            assert!(
+                autotune.contains(stated),
+                "{stated} not under Autotune:\n{help}"
+            );
+        }
+    }
+
+    #[test]
+    fn autotune_options_as_horovodrun_spells_them() {
+        let c = parse(
+            "--autotune --autotune-log-file at.csv --autotune-warmup-samples 5 \
+             --autotune-steps-per-sample 20 --autotune-bayes-opt-max-samples 50 \
+             --autotune-gaussian-process-noise 0.9 -np 2 ./t --autotune",
+        )
+        .unwrap();
+        assert!(c.autotune);
+        assert_eq!(c.autotune_log_file, Some(PathBuf::from("at.csv")));
+        assert_eq!(c.autotune_warmup_samples, Some(5));
+        assert_eq!(c.autotune_steps_per_sample, Some(20));
+        assert_eq!(c.autotune_bayes_opt_max_samples, Some(50));
+        assert_eq!(c.autotune_gaussian_process_noise, Some(0.9));
+        assert_eq!(c.np, Some(2), "-np after the autotune options is ours");
+        assert_eq!(c.command, ["./t", "--autotune"]);
+        assert!(parse("--autotune-warmup-samples many ./t").is_err());
+        assert!(parse("--autotune-steps-per-sample 1.5 ./t").is_err());
     }
 
     #[test]

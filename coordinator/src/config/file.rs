@@ -9,6 +9,9 @@
 //! params:      { fusion_threshold_mb: 32, cycle_time_ms: 2.5, cache_capacity: 2048,
 //!                disable_cache: false, hierarchical_allreduce: false,
 //!                hierarchical_allgather: false }
+//! autotune:    { enabled: true, log_file: autotune.csv, warmup_samples: 3,
+//!                steps_per_sample: 10, bayes_opt_max_samples: 20,
+//!                gaussian_process_noise: 0.8 }
 //! timeline:    { filename: timeline.json, mark_cycles: true }
 //! stall_check: { enabled: true, warning_time_seconds: 60, shutdown_time_seconds: 0 }
 //! logging:     { level: info, hide_timestamp: false }
@@ -30,6 +33,8 @@ pub struct ConfigFile {
     pub launch: Launch,
     #[serde(default)]
     pub params: Params,
+    #[serde(default)]
+    pub autotune: Autotune,
     #[serde(default)]
     pub timeline: Timeline,
     #[serde(default)]
@@ -63,6 +68,18 @@ pub struct Params {
     pub disable_cache: Option<bool>,
     pub hierarchical_allreduce: Option<bool>,
     pub hierarchical_allgather: Option<bool>,
+}
+
+/// horovodrun's `autotune` section, with its keys.
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Autotune {
+    pub enabled: Option<bool>,
+    pub log_file: Option<String>,
+    pub warmup_samples: Option<u32>,
+    pub steps_per_sample: Option<u32>,
+    pub bayes_opt_max_samples: Option<u32>,
+    pub gaussian_process_noise: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -162,6 +179,32 @@ mod tests {
         assert!(parse("elastic:\n  blacklist_cooldown_range: [10]\n").is_err());
         assert!(parse("elastic:\n  blacklist_cooldown_range: [1, 2, 3]\n").is_err());
         assert!(parse("elastic:\n  reset_limit: -1\n").is_err());
+    }
+
+    #[test]
+    fn autotune_section_parses() {
+        // horovodrun's own example file's section.
+        let f = parse(
+            "autotune:\n  enabled: true\n  log_file: 'horovod_autotune_log.txt'\n  \
+             warmup_samples: 5\n  steps_per_sample: 20\n  bayes_opt_max_samples: 50\n  \
+             gaussian_process_noise: 0.9\n",
+        )
+        .unwrap();
+        assert_eq!(
+            f.autotune,
+            Autotune {
+                enabled: Some(true),
+                log_file: Some("horovod_autotune_log.txt".into()),
+                warmup_samples: Some(5),
+                steps_per_sample: Some(20),
+                bayes_opt_max_samples: Some(50),
+                gaussian_process_noise: Some(0.9),
+            }
+        );
+        let e = parse("autotune:\n  batches_per_sample: 2\n").unwrap_err();
+        assert!(e.contains("batches_per_sample"), "{e}");
+        assert!(parse("autotune:\n  warmup_samples: -1\n").is_err());
+        assert!(parse("autotune:\n  enabled: sometimes\n").is_err());
     }
 
     #[test]

@@ -72,6 +72,54 @@ pub struct Tuning {
     pub hierarchical_allgather: Sourced<bool>,
 }
 
+impl Tuning {
+    /// The knobs the user set (command line, environment or file), by name:
+    /// `fusion_threshold`, `cycle_time`, `cache`, `hierarchical_allreduce`,
+    /// `hierarchical_allgather`. The autotuner holds these fixed.
+    pub fn user_set(&self) -> Vec<&'static str> {
+        [
+            (
+                "fusion_threshold",
+                self.fusion_threshold_bytes.is_explicit(),
+            ),
+            ("cycle_time", self.cycle_time.is_explicit()),
+            ("cache", self.cache_capacity.is_explicit()),
+            (
+                "hierarchical_allreduce",
+                self.hierarchical_allreduce.is_explicit(),
+            ),
+            (
+                "hierarchical_allgather",
+                self.hierarchical_allgather.is_explicit(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
+    }
+}
+
+/// `--autotune`: the workers search for the best [`Tuning`], moving only the
+/// knobs the user did not set ([`Tuning::user_set`]). Validated:
+/// `steps_per_sample` and `max_samples` at least 1, the noise finite and not
+/// negative.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutotuneConfig {
+    /// `--autotune-log-file`: a comma-separated log of the samples; `None` (the
+    /// default) = no log.
+    pub log_file: Option<PathBuf>,
+    /// Samples discarded before tuning starts; default 3.
+    pub warmup_samples: u32,
+    /// Steps (approximately) recorded in one sample; default 10, at least 1.
+    pub steps_per_sample: u32,
+    /// `--autotune-bayes-opt-max-samples`: most samples each Bayesian
+    /// optimization collects; default 20, at least 1.
+    pub max_samples: u32,
+    /// Regularization for the noise in the samples (the Gaussian process's
+    /// alpha); default 0.8, finite and >= 0.
+    pub gaussian_process_noise: f64,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Timeline {
     pub file: PathBuf,
@@ -167,6 +215,8 @@ pub struct JobConfig {
     pub log_timestamps: bool,
     /// `None` unless a host discovery script is given.
     pub elastic: Option<ElasticConfig>,
+    /// `None` unless `--autotune` is on.
+    pub autotune: Option<AutotuneConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

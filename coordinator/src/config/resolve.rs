@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::cli::Cli;
 use super::file::ConfigFile;
 use super::{
-    ConfigError, ElasticConfig, HostSpec, JobConfig, LogLevel, Source, Sourced, StallCheck,
-    Timeline, Tuning,
+    AutotuneConfig, ConfigError, ElasticConfig, HostSpec, JobConfig, LogLevel, Source, Sourced,
+    StallCheck, Timeline, Tuning,
 };
 use crate::hosts::parse_host_list;
 
@@ -74,6 +74,15 @@ fn count(s: &str) -> Result<usize, String> {
 fn port(s: &str) -> Result<u16, String> {
     s.parse()
         .map_err(|_| "expected a port number (1-65535)".to_owned())
+}
+
+fn some_path(s: &str) -> Result<Option<PathBuf>, String> {
+    path(s).map(Some)
+}
+
+fn samples(s: &str) -> Result<u32, String> {
+    s.parse()
+        .map_err(|_| format!("expected an integer from 0 to {}", u32::MAX))
 }
 
 fn reset_count(s: &str) -> Result<Option<u32>, String> {
@@ -239,6 +248,7 @@ pub fn resolve(
         ssh_port: ssh_port.value,
         ssh_identity_file: ssh_identity_file.value,
         tuning: tuning(cli, &l, f)?,
+        autotune: autotune(cli, &l, f)?,
         timeline: timeline(cli, &l, f)?,
         stall_check: stall_check(cli, &l, f)?,
         output_dir: l
@@ -578,6 +588,135 @@ fn tuning(cli: &Cli, l: &Layers<'_>, f: &ConfigFile) -> Result<Tuning, ConfigErr
             false,
         )?,
     })
+}
+
+/// `[ours, horovods]`, Horovod's name left out unless `with_horovod`.
+fn ours_then_horovod<'a, T>(
+    with_horovod: bool,
+    vars: &'a [(&'static str, Parse<T>); 2],
+) -> &'a [(&'static str, Parse<T>)] {
+    if with_horovod { vars } else { &vars[..1] }
+}
+
+/// The autotune options: `Some` when autotuning is on; when it is off, any of
+/// the others given is an error.
+fn autotune(
+    cli: &Cli,
+    l: &Layers<'_>,
+    f: &ConfigFile,
+) -> Result<Option<AutotuneConfig>, ConfigError> {
+    let a = &f.autotune;
+    let enabled = l.pick(
+        on(cli.autotune),
+        &[("ELASTICRUN_AUTOTUNE", flag), ("HOROVOD_AUTOTUNE", flag)],
+        a.enabled,
+        false,
+    )?;
+    // Like HOROVOD_ELASTIC_TIMEOUT, Horovod's names only count when autotuning
+    // is on (Horovod ignores them otherwise, so a stray export is no error).
+    let horovod = enabled.value;
+    let log_file = l.pick(
+        cli.autotune_log_file.clone().map(Some),
+        ours_then_horovod(
+            horovod,
+            &[
+                ("ELASTICRUN_AUTOTUNE_LOG_FILE", some_path),
+                ("HOROVOD_AUTOTUNE_LOG", some_path),
+            ],
+        ),
+        a.log_file.clone().map(|p| Some(PathBuf::from(p))),
+        None,
+    )?;
+    let warmup_samples = l.pick(
+        cli.autotune_warmup_samples,
+        ours_then_horovod(
+            horovod,
+            &[
+                ("ELASTICRUN_AUTOTUNE_WARMUP_SAMPLES", samples),
+                ("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", samples),
+            ],
+        ),
+        a.warmup_samples,
+        3,
+    )?;
+    let steps_per_sample = l.pick(
+        cli.autotune_steps_per_sample,
+        ours_then_horovod(
+            horovod,
+            &[
+                ("ELASTICRUN_AUTOTUNE_STEPS_PER_SAMPLE", samples),
+                ("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", samples),
+            ],
+        ),
+        a.steps_per_sample,
+        10,
+    )?;
+    let max_samples = l.pick(
+        cli.autotune_bayes_opt_max_samples,
+        ours_then_horovod(
+            horovod,
+            &[
+                ("ELASTICRUN_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", samples),
+                ("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", samples),
+            ],
+        ),
+        a.bayes_opt_max_samples,
+        20,
+    )?;
+    let noise = l.pick(
+        cli.autotune_gaussian_process_noise,
+        ours_then_horovod(
+            horovod,
+            &[
+                ("ELASTICRUN_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", number),
+                ("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", number),
+            ],
+        ),
+        a.gaussian_process_noise,
+        0.8,
+    )?;
+
+    if !enabled.value {
+        let sources = [
+            ("autotune-log-file", log_file.source),
+            ("autotune-warmup-samples", warmup_samples.source),
+            ("autotune-steps-per-sample", steps_per_sample.source),
+            ("autotune-bayes-opt-max-samples", max_samples.source),
+            ("autotune-gaussian-process-noise", noise.source),
+        ];
+        return match sources.into_iter().find(|(_, s)| *s != Source::Default) {
+            Some((option, source)) => Err(ConfigError::Invalid {
+                option,
+                why: format!(
+                    "only autotuning uses it, and it needs --autotune (it was given {}{})",
+                    given(source),
+                    match enabled.source {
+                        Source::Default => String::new(),
+                        off => format!(", and autotuning was turned off {}", given(off)),
+                    }
+                ),
+            }),
+            None => Ok(None),
+        };
+    }
+
+    let at_least_one = |option: &'static str, v: u32| {
+        if v == 0 {
+            Err(ConfigError::Invalid {
+                option,
+                why: "at least 1 is needed".into(),
+            })
+        } else {
+            Ok(v)
+        }
+    };
+    Ok(Some(AutotuneConfig {
+        log_file: log_file.value,
+        warmup_samples: warmup_samples.value,
+        steps_per_sample: at_least_one("autotune-steps-per-sample", steps_per_sample.value)?,
+        max_samples: at_least_one("autotune-bayes-opt-max-samples", max_samples.value)?,
+        gaussian_process_noise: non_negative("autotune-gaussian-process-noise", noise.value)?,
+    }))
 }
 
 fn timeline(cli: &Cli, l: &Layers<'_>, f: &ConfigFile) -> Result<Option<Timeline>, ConfigError> {

@@ -253,6 +253,7 @@ fn the_config_comes_from_the_knobs() {
         timeline_mark_cycles: false,
         stall_warning_ms: None,
         stall_shutdown_ms: Some(5),
+        autotune: None,
     };
     assert_eq!(StallConfig::from_knobs(&k), None);
     k.stall_warning_ms = Some(60_000);

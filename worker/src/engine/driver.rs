@@ -10,21 +10,24 @@ use collectives::{Communicator, Transport};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::autotune::{AutotuneSetup, Autotuner};
 use super::exec;
-use super::fusion::FusionPolicy;
+use super::fusion::{FusionPolicy, fused_bytes};
 use super::negotiate::Negotiator;
 use super::request::{Decision, RankMsg, Ready, Request, Tuning};
 use super::tensor::{EngineError, Local};
 use super::timeline::{Phase, Timeline, TimelineConfig};
 
 /// Engine settings (from the job's knobs).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
     pub cycle_time: Duration,
     pub cache_capacity: usize,
     pub fusion_threshold_bytes: usize,
     /// Rank 0 writes the timeline here (Horovod's `--timeline-filename`).
     pub timeline: Option<TimelineConfig>,
+    /// Rank 0 tunes fusion, cycle time and cache while the engine runs.
+    pub autotune: Option<AutotuneSetup>,
 }
 
 impl Default for EngineConfig {
@@ -34,6 +37,7 @@ impl Default for EngineConfig {
             cache_capacity: 1024,
             fusion_threshold_bytes: 64 << 20,
             timeline: None,
+            autotune: None,
         }
     }
 }
@@ -86,6 +90,8 @@ struct State<X> {
     /// Settings to announce in the next message (rank 0).
     retune: Option<Tuning>,
     cycle_time: Duration,
+    /// Rank 0 of an autotuned job.
+    autotuner: Option<Autotuner>,
 }
 
 /// Runs the engine until every rank has shut down or the data plane fails;
@@ -119,6 +125,10 @@ pub(super) async fn run<X: Transport>(
         timeline,
         retune: None,
         cycle_time: cfg.cycle_time,
+        autotuner: match &cfg.autotune {
+            Some(setup) if rank == 0 => start_autotuner(setup, &cfg),
+            _ => None,
+        },
     };
     let mut next = Instant::now();
     let mut open = true;
@@ -155,6 +165,21 @@ pub(super) async fn run<X: Transport>(
     st.stats.cache_hits = st.neg.cache_hits();
     st.timeline.close();
     (st.comm, st.stats)
+}
+
+fn start_autotuner(setup: &AutotuneSetup, cfg: &EngineConfig) -> Option<Autotuner> {
+    let start = Tuning {
+        fusion_threshold_bytes: cfg.fusion_threshold_bytes as u64,
+        cycle_time_us: u64::try_from(cfg.cycle_time.as_micros()).unwrap_or(u64::MAX),
+        cache_enabled: cfg.cache_capacity > 0,
+    };
+    match Autotuner::new(setup, start) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            tracing::warn!(%e, "autotuning is off");
+            None
+        }
+    }
 }
 
 /// After a fatal error, answers every later submission with it until the
@@ -248,8 +273,17 @@ impl<X: Transport> State<X> {
             .map_err(|e| EngineError::Internal(e.to_string()))?;
         let decided = std::time::Instant::now();
         self.joined = outcome.joined;
+        let mut bytes = 0u64;
         for d in outcome.decisions {
+            if let Decision::Run(group) = &d {
+                bytes += group.iter().map(|t| fused_bytes(t) as u64).sum::<u64>();
+            }
             self.decide(d, decided).await?;
+        }
+        if let (Some(a), true) = (self.autotuner.as_mut(), bytes > 0)
+            && let Some(t) = a.round(bytes, std::time::Instant::now())
+        {
+            self.retune = Some(t);
         }
         if let Some(t) = outcome.retuned {
             self.cycle_time = Duration::from_micros(t.cycle_time_us);

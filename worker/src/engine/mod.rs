@@ -9,6 +9,7 @@
 //!                           └───────── ─> exec: fusion buffer, one collective, unpack
 //! ```
 
+mod autotune;
 pub mod cache;
 mod driver;
 mod exec;
@@ -25,6 +26,7 @@ use std::marker::PhantomData;
 use collectives::{Communicator, Element, ReduceOp, Transport};
 use tokio::sync::{mpsc, oneshot};
 
+pub use autotune::AutotuneSetup;
 use driver::Command;
 pub use driver::{EngineConfig, EngineStats};
 pub use pending::PendingBoard;
