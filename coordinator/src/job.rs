@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use control::{Knobs, PendingReport, Secret};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{HostSpec, JobConfig, StallCheck};
@@ -20,9 +20,9 @@ use crate::server::{LinkEnd, Server, WorkerLink};
 use crate::stall::{self, Beat, StallConfig};
 
 /// How long stopped workers get between SIGTERM and SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(3);
 /// A worker silent for this long (no heartbeat) has failed.
-const SILENCE: Duration = Duration::from_secs(15);
+pub(crate) const SILENCE: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -251,27 +251,52 @@ async fn watch_link(
     }
 }
 
+/// SIGINT and SIGTERM to elasticrun, which end the job.
+pub(crate) struct Stops {
+    int: Signal,
+    term: Signal,
+}
+
+impl Stops {
+    /// `None` (and says so) when the handlers cannot be installed.
+    pub(crate) fn install() -> Option<Stops> {
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(int), Ok(term)) => Some(Stops { int, term }),
+            _ => {
+                eprintln!("elasticrun: cannot install signal handlers");
+                None
+            }
+        }
+    }
+
+    /// The next of the two signals, said on stderr, as the job's ending.
+    pub(crate) async fn next(&mut self) -> Ending {
+        tokio::select! {
+            _ = self.int.recv() => {
+                eprintln!("elasticrun: interrupted; stopping every worker");
+                Ending::Interrupted
+            }
+            _ = self.term.recv() => {
+                eprintln!("elasticrun: terminated; stopping every worker");
+                Ending::Terminated
+            }
+        }
+    }
+}
+
 /// Waits for the workers; the first failure, problem report or signal ends it.
 async fn supervise(workers: &mut [WorkerProcess], mut problems: mpsc::Receiver<String>) -> Ending {
-    let (Ok(mut sigint), Ok(mut sigterm)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        eprintln!("elasticrun: cannot install signal handlers");
+    let Some(mut stops) = Stops::install() else {
         return Ending::Failed;
     };
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = sigint.recv() => {
-                eprintln!("elasticrun: interrupted; stopping every worker");
-                return Ending::Interrupted;
-            }
-            _ = sigterm.recv() => {
-                eprintln!("elasticrun: terminated; stopping every worker");
-                return Ending::Terminated;
-            }
+            ending = stops.next() => return ending,
             Some(p) = problems.recv() => {
                 eprintln!("elasticrun: {p}; stopping every worker");
                 return Ending::Failed;

@@ -15,17 +15,13 @@ use tokio::time::Instant;
 
 use super::links::{self, LinkEvent, LinkEventKind};
 use crate::config::JobConfig;
-use crate::job::{Ending, JobError};
-use crate::launch::address::{control_addresses, interface_address};
+use crate::job::{Ending, JobError, SILENCE, STOP_GRACE, Stops};
+use crate::launch::address::{control_addresses, first_interface, interface_address};
 use crate::launch::process::{self, WorkerProcess};
 use crate::launch::start::{One, start_one};
 use crate::server::{Arrival, Server};
 use crate::stall::{Inspector, StallConfig, StallEvent};
 
-/// How stopped workers get between SIGTERM and SIGKILL.
-pub(super) const STOP_GRACE: Duration = Duration::from_secs(3);
-/// A worker silent for this long (no heartbeat) has failed.
-const SILENCE: Duration = Duration::from_secs(15);
 /// How long a closed control connection waits for its process's exit status
 /// (a better description of the failure) before counting as the failure.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
@@ -70,11 +66,7 @@ pub(super) struct Driver {
 /// Where the coordinator listens: the `--network-interface` address, or
 /// every interface (hosts may come from anywhere later).
 pub(super) fn bind_address(cfg: &JobConfig) -> Result<IpAddr, JobError> {
-    match cfg
-        .network_interface
-        .as_deref()
-        .and_then(|i| i.split(',').map(str::trim).find(|s| !s.is_empty()))
-    {
+    match first_interface(cfg.network_interface.as_deref()) {
         Some(name) => Ok(interface_address(name)?),
         None => Ok(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
     }
@@ -92,26 +84,14 @@ impl Driver {
         mut discovered: mpsc::Receiver<Vec<elastic::hosts::HostSlots>>,
         mut events: mpsc::Receiver<LinkEvent>,
     ) -> Ending {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut sigint), Ok(mut sigterm)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            eprintln!("elasticrun: cannot install signal handlers");
+        let Some(mut stops) = Stops::install() else {
             return Ending::Failed;
         };
         let mut tick = tokio::time::interval(TICK);
         loop {
             let cmds = tokio::select! {
                 _ = tick.tick() => Vec::new(),
-                _ = sigint.recv() => {
-                    eprintln!("elasticrun: interrupted; stopping every worker");
-                    return Ending::Interrupted;
-                }
-                _ = sigterm.recv() => {
-                    eprintln!("elasticrun: terminated; stopping every worker");
-                    return Ending::Terminated;
-                }
+                ending = stops.next() => return ending,
                 Some(hosts) = discovered.recv() => {
                     let now = self.now();
                     self.core.discovered(now, &hosts)

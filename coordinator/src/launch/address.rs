@@ -69,6 +69,11 @@ pub fn source_address_towards(host: &str) -> Result<IpAddr, AddressError> {
     Ok(sock.local_addr().map_err(|e| fail(e.to_string()))?.ip())
 }
 
+/// The first name of a `--network-interface` list (`eth0,eth1`).
+pub fn first_interface(list: Option<&str>) -> Option<&str> {
+    list.and_then(|i| i.split(',').map(str::trim).find(|s| !s.is_empty()))
+}
+
 /// Where the coordinator binds and what each host dials.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ControlAddresses {
@@ -84,8 +89,7 @@ pub fn control_addresses(
     hosts: &[&str],
     interface: Option<&str>,
 ) -> Result<ControlAddresses, AddressError> {
-    if let Some(name) = interface.and_then(|i| i.split(',').map(str::trim).find(|s| !s.is_empty()))
-    {
+    if let Some(name) = first_interface(interface) {
         let ip = interface_address(name)?;
         return Ok(ControlAddresses {
             bind: ip,
