@@ -31,7 +31,7 @@ pub use acquisition::{
     DEFAULT_XI, Proposal, RANDOM_STARTS, REFINED_STARTS, expected_improvement,
     maximise as maximise_ei, normal_cdf, normal_pdf,
 };
-pub use by_world_size::{Memory, WorldRecord};
+pub use by_world_size::Memory;
 pub use design::INITIAL_DESIGN;
 pub use error::AutotuneError;
 pub use gp::{Gp, HyperGrid, Matern52, Prediction};

@@ -3,14 +3,14 @@
 //! only; the driver owns the file.
 //!
 //! ```text
-//! fusion_threshold_bytes,cycle_time_us,cache_enabled,hierarchical_allreduce,hierarchical_allgather,segment_bytes,score_bytes_per_s,step,warmup
-//! 67108864,1000,true,false,false,524288,1234567890.5,40,false
+//! fusion_threshold_bytes,cycle_time_us,cache_enabled,hierarchical_allreduce,hierarchical_allgather,segment_bytes,score_bytes_per_s,step,warmup,world_size
+//! 67108864,1000,true,false,false,524288,1234567890.5,40,false,4
 //! ```
 
 use crate::{Knobs, SampleRecord};
 
 /// The CSV columns, in order.
-pub const CSV_COLUMNS: [&str; 9] = [
+pub const CSV_COLUMNS: [&str; 10] = [
     "fusion_threshold_bytes",
     "cycle_time_us",
     "cache_enabled",
@@ -20,6 +20,7 @@ pub const CSV_COLUMNS: [&str; 9] = [
     "score_bytes_per_s",
     "step",
     "warmup",
+    "world_size",
 ];
 
 /// The header line, with its newline.
@@ -27,12 +28,13 @@ pub fn csv_header() -> String {
     format!("{}\n", CSV_COLUMNS.join(","))
 }
 
-/// One sample as a CSV line, with its newline. Booleans are `true`/`false`; the score
-/// is printed with Rust's shortest round-trip formatting.
-pub fn csv_row(r: &SampleRecord) -> String {
+/// One sample taken with `world_size` ranks as a CSV line, with its newline.
+/// Booleans are `true`/`false`; the score is printed with Rust's shortest round-trip
+/// formatting.
+pub fn csv_row(r: &SampleRecord, world_size: usize) -> String {
     let k = &r.knobs;
     format!(
-        "{},{},{},{},{},{},{},{},{}\n",
+        "{},{},{},{},{},{},{},{},{},{}\n",
         k.fusion_threshold_bytes,
         k.cycle_time_us,
         k.cache_enabled,
@@ -41,14 +43,14 @@ pub fn csv_row(r: &SampleRecord) -> String {
         k.segment_bytes,
         r.score,
         r.step,
-        r.warmup
+        r.warmup,
+        world_size
     )
 }
 
 /// `k` as a `params:` section for `elasticrun --config-file`, so a resumed job can
 /// skip tuning. `fusion_threshold_mb` is in MiB (bytes / 2^20, exact) and
 /// `cycle_time_ms` in ms (µs / 1000; multiply by 1000 and round to get the µs back).
-/// `segment_bytes` is not a key elasticrun's config file accepts yet.
 pub fn params_yaml(k: &Knobs) -> String {
     format!(
         "params:\n  fusion_threshold_mb: {}\n  cycle_time_ms: {}\n  disable_cache: {}\n  \
@@ -71,7 +73,7 @@ mod tests {
         assert_eq!(
             csv_header(),
             "fusion_threshold_bytes,cycle_time_us,cache_enabled,hierarchical_allreduce,\
-             hierarchical_allgather,segment_bytes,score_bytes_per_s,step,warmup\n"
+             hierarchical_allgather,segment_bytes,score_bytes_per_s,step,warmup,world_size\n"
         );
     }
 
@@ -83,10 +85,10 @@ mod tests {
             step: 40,
             warmup: false,
         };
-        let row = csv_row(&r);
+        let row = csv_row(&r, 4);
         assert_eq!(
             row,
-            "67108864,1000,true,false,false,524288,1234567890.5,40,false\n"
+            "67108864,1000,true,false,false,524288,1234567890.5,40,false,4\n"
         );
         assert_eq!(row.trim_end().split(',').count(), CSV_COLUMNS.len());
     }

@@ -45,16 +45,15 @@ fn tuning_resumes_per_world_size() {
     assert_eq!(t4.current(), Knobs::default());
     let (best4, _) = drive(&mut t4, bowl, 0.0, 1);
     memory.save(4, &t4);
-    assert_eq!(memory.best(4), Some(best4));
-    assert!(memory.get(4).unwrap().finished);
+    assert_eq!(memory.records(4).len(), 3 + 20);
 
     // Scale up to 8: values measured on the 4-rank ring are not reused.
     let mut t8 = memory.tuner_for(8, space(8), config).unwrap();
     assert_eq!(t8.current(), Knobs::default());
     let step = run_until(&mut t8, 5, 0);
+    let best8 = t8.best().unwrap().0;
     memory.save(8, &t8);
-    let partial = memory.get(8).unwrap().clone();
-    assert_eq!((partial.records.len(), partial.finished), (3 + 5, false));
+    assert_eq!(memory.records(8).len(), 3 + 5);
 
     // Back to 4: the budget there is spent, so its best point holds at once.
     let mut again4 = memory.tuner_for(4, space(4), config).unwrap();
@@ -63,7 +62,7 @@ fn tuning_resumes_per_world_size() {
 
     // Back to 8: resume from its best so far, warm up again, finish the budget.
     let mut again8 = memory.tuner_for(8, space(8), config).unwrap();
-    assert_eq!(again8.current(), memory.best(8).unwrap());
+    assert_eq!(again8.current(), best8);
     assert_eq!(again8.scored_samples(), 5);
     let mut first = None;
     let mut s = step;
@@ -99,4 +98,29 @@ fn samples_taken_under_other_fixed_values_are_not_reused() {
     let resumed = memory.tuner_for(4, other, config).unwrap();
     assert_eq!(resumed.scored_samples(), 0);
     assert_eq!(resumed.current(), pinned);
+}
+
+#[test]
+fn a_replica_fed_sample_by_sample_resumes_like_the_original() {
+    let config = TunerConfig {
+        seed: 3,
+        ..TunerConfig::default()
+    };
+    let mut original = Memory::new();
+    let mut replica = Memory::new();
+    let mut t = original.tuner_for(4, space(4), config).unwrap();
+    let mut step = 0;
+    while t.scored_samples() < 7 {
+        let seconds = (100u64 << 20) as f64 / bowl_with_segments(&t.current());
+        if let Some(d) = t.record(step, 100 << 20, seconds) {
+            replica.record(4, *d.sample());
+        }
+        step += 1;
+    }
+    original.save(4, &t);
+    assert_eq!(replica, original);
+    let a = original.tuner_for(4, space(4), config).unwrap();
+    let b = replica.tuner_for(4, space(4), config).unwrap();
+    assert_eq!((a.current(), a.scored_samples()), (b.current(), 7));
+    assert_eq!(a.current(), t.best().unwrap().0);
 }

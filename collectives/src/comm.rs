@@ -136,6 +136,13 @@ impl<X: Transport> Communicator<X> {
         &self.options
     }
 
+    /// Changes the options between collectives. Every rank must make the same
+    /// change before its next collective (the worker engine does so at the
+    /// same negotiation round).
+    pub fn options_mut(&mut self) -> &mut CollectiveOptions {
+        &mut self.options
+    }
+
     pub fn transport(&self) -> &X {
         &self.transport
     }

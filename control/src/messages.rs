@@ -102,6 +102,8 @@ pub struct Knobs {
     pub cache_capacity: u32,
     pub hierarchical_allreduce: bool,
     pub hierarchical_allgather: bool,
+    /// Bytes per message in the segmented (ring, chain, alltoall) collectives.
+    pub segment_bytes: u64,
     pub timeline: Option<String>,
     pub timeline_mark_cycles: bool,
     /// Warn about a tensor other ranks have not submitted after this many
@@ -111,6 +113,27 @@ pub struct Knobs {
     pub stall_shutdown_ms: Option<u64>,
     /// `Some` when the job autotunes these knobs (rank 0 decides).
     pub autotune: Option<Autotune>,
+}
+
+impl Default for Knobs {
+    /// elasticrun's defaults: 64 MiB fusion, 1 ms cycles, a 1024-entry cache,
+    /// flat collectives, 512 KiB segments, no timeline, no stall check, no
+    /// autotuning.
+    fn default() -> Self {
+        Knobs {
+            fusion_threshold_bytes: 64 << 20,
+            cycle_time_us: 1000,
+            cache_capacity: 1024,
+            hierarchical_allreduce: false,
+            hierarchical_allgather: false,
+            segment_bytes: 512 << 10,
+            timeline: None,
+            timeline_mark_cycles: false,
+            stall_warning_ms: None,
+            stall_shutdown_ms: None,
+            autotune: None,
+        }
+    }
 }
 
 /// The autotuner's settings (`--autotune-*`).
@@ -123,7 +146,8 @@ pub struct Autotune {
     pub max_samples: u32,
     pub gaussian_process_noise: f64,
     /// Knobs the user set, held fixed: `fusion_threshold`, `cycle_time`,
-    /// `cache`, `hierarchical_allreduce`, `hierarchical_allgather`.
+    /// `cache`, `hierarchical_allreduce`, `hierarchical_allgather`,
+    /// `segment_bytes`.
     pub fixed: Vec<String>,
 }
 

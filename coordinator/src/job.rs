@@ -90,6 +90,7 @@ pub(crate) fn knobs(cfg: &JobConfig) -> Knobs {
         cache_capacity: u32::try_from(t.cache_capacity.value).unwrap_or(u32::MAX),
         hierarchical_allreduce: t.hierarchical_allreduce.value,
         hierarchical_allgather: t.hierarchical_allgather.value,
+        segment_bytes: t.segment_bytes.value,
         timeline: cfg.timeline.as_ref().map(|t| t.file.display().to_string()),
         timeline_mark_cycles: cfg.timeline.as_ref().is_some_and(|t| t.mark_cycles),
         stall_warning_ms: match cfg.stall_check {

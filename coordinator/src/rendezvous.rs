@@ -132,15 +132,8 @@ mod tests {
     fn knobs() -> Knobs {
         Knobs {
             fusion_threshold_bytes: 1,
-            cycle_time_us: 1000,
             cache_capacity: 8,
-            hierarchical_allreduce: false,
-            hierarchical_allgather: false,
-            timeline: None,
-            timeline_mark_cycles: false,
-            stall_warning_ms: None,
-            stall_shutdown_ms: None,
-            autotune: None,
+            ..Knobs::default()
         }
     }
 

@@ -41,6 +41,7 @@ fn help_groups_the_flags_as_horovodrun_and_states_defaults() {
         "--ssh-identity-file",
         "--fusion-threshold-mb",
         "--cycle-time-ms",
+        "--segment-size",
         "--output-filename",
         "--prefix-output-with-timestamp",
         "--log-without-timestamp",
@@ -59,6 +60,14 @@ fn bad_input_is_a_clear_usage_error() {
         (&["-np", "two", "train"][..], "two"),
         (&["-np", "2"][..], "COMMAND"),
         (&["--cycle-time-ms", "-1", "-np", "1", "train"][..], "cycle"),
+        (
+            &["--segment-size", "lots", "-np", "1", "train"][..],
+            "--segment-size",
+        ),
+        (
+            &["--segment-size", "1K", "-np", "1", "train"][..],
+            "--segment-size: 1024 bytes",
+        ),
         (
             &["--config-file", "/nonexistent.yaml", "-np", "1", "train"][..],
             "/nonexistent.yaml",

@@ -1,11 +1,13 @@
-//! `elasticrun --autotune`: rank 0 tunes fusion, cycle time and the cache
-//! while `train` runs, logs every sample, writes the chosen values as
-//! `--config-file` YAML, and never moves a knob the user set.
+//! `elasticrun --autotune`: rank 0 tunes the knobs while `train` runs, logs
+//! every sample, writes the chosen values as `--config-file` YAML, never
+//! moves a knob the user set, and in an elastic job tunes each world size on
+//! its own, remembering the sizes it has seen.
 
+use std::path::Path;
 use std::time::Duration;
 
-use integration_tests::elastic::Scratch;
-use integration_tests::{launch, train};
+use integration_tests::elastic::{Job, Scratch, Train};
+use integration_tests::{launch, train, wait_for};
 
 #[test]
 fn autotune_logs_samples_keeps_user_knobs_and_the_job_still_learns() {
@@ -57,8 +59,10 @@ fn autotune_logs_samples_keeps_user_knobs_and_the_job_still_learns() {
             .all(|r| r[col("score_bytes_per_s")].parse::<f64>().unwrap() > 0.0),
         "{csv}"
     );
+    assert!(rows.iter().all(|r| r[col("world_size")] == "2"), "{csv}");
     let yaml = std::fs::read_to_string(log.with_extension("params.yaml")).unwrap();
     assert!(yaml.contains("cycle_time_ms: 2\n"), "{yaml}");
+    assert!(yaml.contains("\n  segment_bytes: "), "{yaml}");
     // The chosen values are a config file elasticrun accepts.
     let cfg = s.write("chosen.yaml", &yaml);
     let again = launch(&[
@@ -72,4 +76,81 @@ fn autotune_logs_samples_keeps_user_knobs_and_the_job_still_learns() {
     ])
     .finish(Duration::from_secs(60));
     again.expect_code(0);
+}
+
+/// The log's rows as (world size, warm-up, knob columns).
+fn rows(log: &Path) -> Vec<(String, bool, String)> {
+    let csv = std::fs::read_to_string(log).unwrap_or_default();
+    csv.lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[9].to_owned(), f[8] == "true", f[..6].join(","))
+        })
+        .collect()
+}
+
+fn rows_at(log: &Path, size: &str) -> usize {
+    rows(log).iter().filter(|r| r.0 == size).count()
+}
+
+#[test]
+fn an_elastic_job_tunes_each_world_size_and_remembers_them() {
+    assert_eq!(autotune::CSV_COLUMNS[8..], ["warmup", "world_size"]);
+    let scratch = Scratch::new("autotune-elastic");
+    scratch.set_hosts("localhost:2\n");
+    let log = scratch.dir.join("autotune.csv");
+    let discovery = scratch.file_discovery();
+    let job = Job::start(
+        &[
+            "--host-discovery-script",
+            &discovery,
+            "--min-np",
+            "2",
+            "--max-np",
+            "3",
+            "--autotune",
+            "--autotune-log-file",
+            log.to_str().unwrap(),
+            "--autotune-warmup-samples",
+            "1",
+            "--autotune-steps-per-sample",
+            "2",
+            "--autotune-bayes-opt-max-samples",
+            "3",
+        ],
+        &Train {
+            epochs: 30,
+            samples: 640,
+            step_delay_ms: 20,
+            commit_every: 4,
+        },
+    );
+    let limit = Duration::from_secs(30);
+    // Two ranks: one warm-up and three scored samples, then final.
+    wait_for("the budget spent on 2 ranks", limit, || {
+        (rows_at(&log, "2") == 4).then_some(())
+    });
+    scratch.set_hosts("localhost:3\n");
+    let on3 = job.wait_for_step("a step on 3 ranks", |s| s.world_size == 3);
+    wait_for("a sample on 3 ranks", limit, || {
+        (rows_at(&log, "3") >= 1).then_some(())
+    });
+    scratch.set_hosts("localhost:2\n");
+    job.wait_for_step("a step on 2 ranks again", |s| {
+        s.world_size == 2 && s.step > on3.step
+    });
+    let run = job.finish(Duration::from_secs(60));
+    run.expect_code(0);
+    let all = rows(&log);
+    // 3 ranks started afresh: a warm-up at the configured starting point
+    // (the first row of 2 ranks), not at what 2 ranks chose.
+    let first3 = all.iter().find(|r| r.0 == "3").unwrap();
+    assert!(first3.1, "{all:?}");
+    assert_eq!(first3.2, all[0].2, "{all:?}");
+    // Back on 2 ranks the spent budget holds: no sample is taken again.
+    assert_eq!(rows_at(&log, "2"), 4, "{all:?}");
+    let last2 = all.iter().rposition(|r| r.0 == "2").unwrap();
+    let first3_at = all.iter().position(|r| r.0 == "3").unwrap();
+    assert!(last2 < first3_at, "{all:?}");
 }

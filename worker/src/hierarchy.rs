@@ -6,7 +6,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use collectives::{CollectiveOptions, NotHierarchical, Topology};
+use collectives::{CollectiveOptions, Hierarchy, NotHierarchical, Topology};
 use control::Knobs;
 
 /// How one collective runs in this generation.
@@ -45,8 +45,11 @@ pub struct CollectivePaths {
 }
 
 /// The data-plane options for `knobs` on a world whose rank `r` is on host
-/// `hosts[r]`, and the paths they give.
-pub(crate) fn options(knobs: &Knobs, hosts: &[u32]) -> (CollectiveOptions, CollectivePaths) {
+/// `hosts[r]`, the paths they give, and the host grid when there is one.
+pub(crate) fn options(
+    knobs: &Knobs,
+    hosts: &[u32],
+) -> (CollectiveOptions, CollectivePaths, Option<Arc<Hierarchy>>) {
     let grid = Topology::from_hosts(hosts).hierarchy().map(Arc::new);
     let choose = |asked: bool| match (asked, &grid) {
         (false, _) => (None, CollectivePath::Flat),
@@ -58,15 +61,14 @@ pub(crate) fn options(knobs: &Knobs, hosts: &[u32]) -> (CollectiveOptions, Colle
     let opts = CollectiveOptions {
         hierarchical_allreduce: allreduce_grid,
         hierarchical_allgather: allgather_grid,
+        segment_bytes: usize::try_from(knobs.segment_bytes.max(1)).unwrap_or(usize::MAX),
         ..CollectiveOptions::default()
     };
-    (
-        opts,
-        CollectivePaths {
-            allreduce,
-            allgather,
-        },
-    )
+    let paths = CollectivePaths {
+        allreduce,
+        allgather,
+    };
+    (opts, paths, grid.ok())
 }
 
 /// Logs (once per job: on rank 0) each hierarchical request that runs flat.
@@ -90,40 +92,34 @@ mod tests {
 
     fn knobs(allreduce: bool, allgather: bool) -> Knobs {
         Knobs {
-            fusion_threshold_bytes: 0,
-            cycle_time_us: 1000,
-            cache_capacity: 0,
             hierarchical_allreduce: allreduce,
             hierarchical_allgather: allgather,
-            timeline: None,
-            timeline_mark_cycles: false,
-            stall_warning_ms: None,
-            stall_shutdown_ms: None,
-            autotune: None,
+            ..Knobs::default()
         }
     }
 
     #[test]
     fn the_knobs_ask_and_the_hosts_decide() {
         let two_by_two = [0, 0, 1, 1];
-        let (o, p) = options(&knobs(true, false), &two_by_two);
+        let (o, p, grid) = options(&knobs(true, false), &two_by_two);
+        assert_eq!(grid.map(|g| (g.cross_size(), g.local_size())), Some((2, 2)));
         assert!(p.allreduce.is_hierarchical() && p.allgather == CollectivePath::Flat);
         let h = o.hierarchical_allreduce.expect("a grid for allreduce");
         assert_eq!((h.local_size(), h.cross_size()), (2, 2));
         assert!(o.hierarchical_allgather.is_none());
 
-        let (o, p) = options(&knobs(false, true), &two_by_two);
+        let (o, p, _) = options(&knobs(false, true), &two_by_two);
         assert!(o.hierarchical_allreduce.is_none() && o.hierarchical_allgather.is_some());
         assert!(p.allgather.is_hierarchical());
 
-        let (o, p) = options(&knobs(false, false), &two_by_two);
+        let (o, p, _) = options(&knobs(false, false), &two_by_two);
         assert_eq!(o, CollectiveOptions::default());
         assert_eq!(p, CollectivePaths::default());
     }
 
     #[test]
     fn layouts_without_a_grid_fall_back_with_the_reason() {
-        let (o, p) = options(&knobs(true, true), &[0, 0, 0, 1]);
+        let (o, p, _) = options(&knobs(true, true), &[0, 0, 0, 1]);
         assert!(o.hierarchical_allreduce.is_none() && o.hierarchical_allgather.is_none());
         let uneven = CollectivePath::FlatFallback(NotHierarchical::Uneven {
             host: 1,
@@ -132,7 +128,8 @@ mod tests {
         });
         assert_eq!(p.allreduce, uneven);
         assert_eq!(p.allgather, uneven);
-        let (_, p) = options(&knobs(true, false), &[0, 0, 0, 0]);
+        let (_, p, grid) = options(&knobs(true, false), &[0, 0, 0, 0]);
+        assert!(grid.is_none());
         assert_eq!(
             p.allreduce.to_string(),
             "flat (the ranks are on 1 host(s); the hierarchical path needs at least two)"

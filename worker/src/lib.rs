@@ -15,11 +15,12 @@ mod join;
 mod optimizer;
 mod rejoin;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{
-    CollectiveOptions, Communicator, Generation, TcpConfig, TcpEndpoint, TcpTransport, Transport,
-    TransportError,
+    CollectiveOptions, Communicator, Generation, Hierarchy, TcpConfig, TcpEndpoint, TcpTransport,
+    Transport, TransportError,
 };
 use control::{Assignment, HandshakeError, Knobs};
 
@@ -27,6 +28,7 @@ pub use api::GroupHandle;
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
 pub use engine::{
     Engine, EngineConfig, EngineError, EngineStats, Handle, Tensor, TimelineConfig, Tuning,
+    TuningMemory,
 };
 pub use hierarchy::{CollectivePath, CollectivePaths};
 pub use optimizer::{Compression, DistributedOptimizer, Gradients, OptimizerOptions};
@@ -77,6 +79,8 @@ pub struct Worker {
     names: api::Names,
     /// The coordinator connection (`None` when running alone).
     link: Option<Link>,
+    /// Autotune samples per world size, across generations.
+    memory: TuningMemory,
 }
 
 /// A launched worker's tie to its coordinator.
@@ -110,7 +114,7 @@ pub fn init() -> Result<Worker, InitError> {
             cross_size: 1,
             generation: 0,
         };
-        return Ok(Worker::start(rt, comm, place, None));
+        return Ok(Worker::start(rt, comm, place, None, None));
     };
     let joined = rt.block_on(join::join(&launch))?;
     let control = control_link::spawn(rt.handle(), joined.link);
@@ -128,16 +132,18 @@ pub fn init() -> Result<Worker, InitError> {
     ))
 }
 
+/// What a worker runs with in one generation.
+struct Parts {
+    place: Place,
+    comm: Communicator<TcpTransport>,
+    paths: CollectivePaths,
+    breaker: collectives::Breaker,
+    /// The host grid, when the layout has one.
+    grid: Option<Arc<Hierarchy>>,
+}
+
 /// What a worker runs with in the generation of assignment `a`.
-fn generation_parts(
-    a: Assignment,
-    transport: TcpTransport,
-) -> (
-    Place,
-    Communicator<TcpTransport>,
-    CollectivePaths,
-    collectives::Breaker,
-) {
+fn generation_parts(a: Assignment, transport: TcpTransport) -> Parts {
     let place = Place {
         rank: a.rank as usize,
         size: a.size as usize,
@@ -147,10 +153,15 @@ fn generation_parts(
         cross_size: a.cross_size as usize,
         generation: a.generation,
     };
-    let (options, paths) = hierarchy::options(&a.knobs, &a.hosts);
+    let (options, paths, grid) = hierarchy::options(&a.knobs, &a.hosts);
     hierarchy::log_fallbacks(&paths, place.rank);
-    let breaker = transport.breaker();
-    (place, Communicator::new(transport, options), paths, breaker)
+    Parts {
+        place,
+        breaker: transport.breaker(),
+        comm: Communicator::new(transport, options),
+        paths,
+        grid,
+    }
 }
 
 async fn alone() -> Result<Communicator<TcpTransport>, InitError> {
@@ -160,8 +171,14 @@ async fn alone() -> Result<Communicator<TcpTransport>, InitError> {
     Ok(Communicator::new(t, CollectiveOptions::default()))
 }
 
-/// The engine settings the coordinator handed out (defaults alone).
-fn engine_config(knobs: Option<&Knobs>) -> EngineConfig {
+/// The engine settings the coordinator handed out (defaults alone), on a
+/// layout with host grid `grid`; `memory` keeps the autotune samples across
+/// generations.
+fn engine_config(
+    knobs: Option<&Knobs>,
+    grid: Option<Arc<Hierarchy>>,
+    memory: &TuningMemory,
+) -> EngineConfig {
     let Some(k) = knobs else {
         return EngineConfig::default();
     };
@@ -173,12 +190,13 @@ fn engine_config(knobs: Option<&Knobs>) -> EngineConfig {
             path: path.into(),
             mark_cycles: k.timeline_mark_cycles,
         }),
-        autotune: k.autotune.as_ref().map(autotune_setup),
+        autotune: k.autotune.as_ref().map(|a| autotune_setup(a, memory)),
+        hierarchy: grid,
     }
 }
 
 /// The engine's autotuner settings from the coordinator's.
-fn autotune_setup(a: &control::Autotune) -> engine::AutotuneSetup {
+fn autotune_setup(a: &control::Autotune, memory: &TuningMemory) -> engine::AutotuneSetup {
     use autotune::Knob;
     let fixed = a
         .fixed
@@ -189,6 +207,7 @@ fn autotune_setup(a: &control::Autotune) -> engine::AutotuneSetup {
             "cache" => Some(Knob::ResponseCache),
             "hierarchical_allreduce" => Some(Knob::HierarchicalAllreduce),
             "hierarchical_allgather" => Some(Knob::HierarchicalAllgather),
+            "segment_bytes" => Some(Knob::SegmentSize),
             _ => None,
         })
         .collect();
@@ -202,6 +221,7 @@ fn autotune_setup(a: &control::Autotune) -> engine::AutotuneSetup {
         },
         fixed,
         log_file: a.log_file.as_ref().map(Into::into),
+        memory: memory.clone(),
     }
 }
 
@@ -211,25 +231,28 @@ impl Worker {
         comm: Communicator<TcpTransport>,
         place: Place,
         knobs: Option<Knobs>,
+        grid: Option<Arc<Hierarchy>>,
     ) -> Worker {
-        let engine = Worker::engine_for(rt.handle(), comm, knobs.as_ref());
+        let memory = TuningMemory::default();
+        let cfg = engine_config(knobs.as_ref(), grid, &memory);
         Worker {
+            engine: Worker::engine_for(rt.handle(), comm, cfg),
             rt,
-            engine,
             place,
             knobs,
             paths: CollectivePaths::default(),
             names: api::Names::default(),
             link: None,
+            memory,
         }
     }
 
     fn engine_for(
         rt: &tokio::runtime::Handle,
         comm: Communicator<TcpTransport>,
-        knobs: Option<&Knobs>,
+        cfg: EngineConfig,
     ) -> Engine {
-        Engine::start(rt, comm, engine_config(knobs), |comm| async move {
+        Engine::start(rt, comm, cfg, |comm| async move {
             comm.into_transport().shutdown().await;
         })
     }
@@ -241,11 +264,11 @@ impl Worker {
         transport: TcpTransport,
         link: Link,
     ) -> Worker {
-        let (place, comm, paths, breaker) = generation_parts(a.clone(), transport);
-        let mut worker = Worker::start(rt, comm, place, Some(a.knobs.clone()));
-        worker.paths = paths;
+        let p = generation_parts(a.clone(), transport);
+        let mut worker = Worker::start(rt, p.comm, p.place, Some(a.knobs.clone()), p.grid);
+        worker.paths = p.paths;
         worker.link = Some(link);
-        worker.publish_generation(breaker);
+        worker.publish_generation(p.breaker);
         worker
     }
 

@@ -110,20 +110,21 @@ impl Worker {
                 crate::InitError::DataPlane(source) => RejoinError::Mesh { generation, source },
                 other => RejoinError::Io(other.to_string()),
             })?;
-        let (place, comm, paths, breaker) = generation_parts(a.clone(), transport);
-        let engine = Worker::engine_for(self.rt.handle(), comm, Some(&a.knobs));
+        let p = generation_parts(a.clone(), transport);
+        let cfg = crate::engine_config(Some(&a.knobs), p.grid, &self.memory);
+        let engine = Worker::engine_for(self.rt.handle(), p.comm, cfg);
         let old = std::mem::replace(&mut self.engine, engine);
         // The old engine's data plane is ended; let it wind down on its own.
         self.rt.spawn(async move {
             let _ = tokio::time::timeout(RETIRE, old.shutdown()).await;
         });
-        self.place = place;
-        self.paths = paths;
+        self.place = p.place;
+        self.paths = p.paths;
         // Unnamed tensors are numbered afresh in every generation, so that
         // survivors and newcomers generate the same names.
         self.names = crate::api::Names::default();
         self.knobs = Some(a.knobs);
-        self.publish_generation(breaker);
+        self.publish_generation(p.breaker);
         Ok(())
     }
 }

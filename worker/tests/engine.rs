@@ -4,67 +4,18 @@
 // Helpers of these tests fail the test by panicking, as the tests do.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use collectives::{CollectiveOptions, Communicator, Generation, MemTransport, ReduceOp, Transport};
+use collectives::{CollectiveOptions, Communicator, Generation, MemTransport, ReduceOp};
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use worker::engine::Kind;
 use worker::{Engine, EngineConfig, EngineError, EngineStats, Tensor};
 
-/// Bound on anything a test waits for.
-const DEADLINE: Duration = Duration::from_secs(60);
+mod common;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// One engine per rank of a `size`-rank world.
-fn engines(rt: &tokio::runtime::Runtime, size: usize, cfg: EngineConfig) -> Vec<Engine> {
-    MemTransport::world(size, Generation(1), DEADLINE)
-        .into_iter()
-        .map(|t| {
-            let comm = Communicator::new(t, CollectiveOptions::default());
-            Engine::start(rt.handle(), comm, cfg.clone(), |c| async move {
-                c.into_transport().shutdown().await;
-            })
-        })
-        .collect()
-}
-
-/// Runs `f(rank, engine)` on one thread per rank and returns each result and
-/// each engine's counters, failing the test if any rank takes too long.
-fn on_every_rank<R: Send + 'static>(
-    size: usize,
-    cfg: EngineConfig,
-    f: impl Fn(usize, &Engine) -> R + Send + Sync + 'static,
-) -> Vec<(R, EngineStats)> {
-    let rt = Arc::new(runtime());
-    let f = Arc::new(f);
-    let (tx, rx) = std::sync::mpsc::channel();
-    for (rank, engine) in engines(&rt, size, cfg).into_iter().enumerate() {
-        let (f, tx, rt) = (f.clone(), tx.clone(), rt.clone());
-        thread::spawn(move || {
-            let r = f(rank, &engine);
-            let stats = rt.block_on(engine.shutdown()).unwrap();
-            let _ = tx.send((rank, r, stats));
-        });
-    }
-    let mut out: Vec<Option<(R, EngineStats)>> = (0..size).map(|_| None).collect();
-    for _ in 0..size {
-        let (rank, r, s) = rx
-            .recv_timeout(DEADLINE)
-            .expect("a rank did not finish within the deadline");
-        out[rank] = Some((r, s));
-    }
-    out.into_iter().map(Option::unwrap).collect()
-}
+use common::{DEADLINE, on_every_rank, runtime};
 
 fn allreduce<T: collectives::Element>(
     e: &Engine,

@@ -4,17 +4,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
-use std::thread;
-use std::time::Duration;
 
-use collectives::{
-    CollectiveOptions, Communicator, Generation, MemTransport, ReduceOp, Topology, Transport,
-};
+use collectives::{CollectiveOptions, ReduceOp, Topology};
 use rand::{RngExt, SeedableRng};
 use worker::engine::Kind;
 use worker::{Engine, EngineConfig, EngineStats, Tensor};
 
-const DEADLINE: Duration = Duration::from_secs(60);
+mod common;
+
+use common::on_ranks;
 
 /// Both collectives hierarchical over `hosts` hosts of `slots` ranks.
 fn options(hosts: usize, slots: usize) -> CollectiveOptions {
@@ -25,48 +23,6 @@ fn options(hosts: usize, slots: usize) -> CollectiveOptions {
         hierarchical_allgather: Some(grid),
         ..CollectiveOptions::default()
     }
-}
-
-/// Runs `f(rank, engine)` on one thread per rank of a world with `opts`;
-/// returns each result and each engine's counters.
-fn on_every_rank<R: Send + 'static>(
-    size: usize,
-    opts: &CollectiveOptions,
-    cfg: EngineConfig,
-    f: impl Fn(usize, &Engine) -> R + Send + Sync + 'static,
-) -> Vec<(R, EngineStats)> {
-    let rt = Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap(),
-    );
-    let f = Arc::new(f);
-    let (tx, rx) = std::sync::mpsc::channel();
-    for (rank, t) in MemTransport::world(size, Generation(1), DEADLINE)
-        .into_iter()
-        .enumerate()
-    {
-        let comm = Communicator::new(t, opts.clone());
-        let engine = Engine::start(rt.handle(), comm, cfg.clone(), |c| async move {
-            c.into_transport().shutdown().await;
-        });
-        let (f, tx, rt) = (f.clone(), tx.clone(), rt.clone());
-        thread::spawn(move || {
-            let r = f(rank, &engine);
-            let stats = rt.block_on(engine.shutdown()).unwrap();
-            let _ = tx.send((rank, r, stats));
-        });
-    }
-    let mut out: Vec<Option<(R, EngineStats)>> = (0..size).map(|_| None).collect();
-    for _ in 0..size {
-        let (rank, r, s) = rx
-            .recv_timeout(DEADLINE)
-            .expect("a rank did not finish within the deadline");
-        out[rank] = Some((r, s));
-    }
-    out.into_iter().map(Option::unwrap).collect()
 }
 
 fn submit<T: collectives::Element>(
@@ -102,28 +58,32 @@ fn float_step(
         fusion_threshold_bytes,
         ..EngineConfig::default()
     };
-    on_every_rank(SIZE, opts, cfg, |rank, e| {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(11 + rank as u64);
-        let handles: Vec<_> = sizes(24)
-            .into_iter()
-            .enumerate()
-            .map(|(t, len)| {
-                let data: Vec<f32> = (0..len)
-                    .map(|_| rng.random_range(-1.0f32..1.0) * 1e3)
-                    .collect();
-                submit(
-                    e,
-                    &format!("w.{t}"),
-                    Kind::Allreduce(ReduceOp::Average),
-                    data,
-                )
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.wait().unwrap().data.iter().map(|x| x.to_bits()).collect())
-            .collect()
-    })
+    on_ranks(
+        SIZE,
+        |_| (opts.clone(), cfg.clone()),
+        |rank, e| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(11 + rank as u64);
+            let handles: Vec<_> = sizes(24)
+                .into_iter()
+                .enumerate()
+                .map(|(t, len)| {
+                    let data: Vec<f32> = (0..len)
+                        .map(|_| rng.random_range(-1.0f32..1.0) * 1e3)
+                        .collect();
+                    submit(
+                        e,
+                        &format!("w.{t}"),
+                        Kind::Allreduce(ReduceOp::Average),
+                        data,
+                    )
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.wait().unwrap().data.iter().map(|x| x.to_bits()).collect())
+                .collect()
+        },
+    )
 }
 
 #[test]
@@ -159,30 +119,34 @@ fn integer_allreduce_and_allgather_equal_the_flat_results() {
     let lens = sizes(12);
     let run = |opts: CollectiveOptions| {
         let lens = lens.clone();
-        let cfg = EngineConfig::default();
-        on_every_rank(size, &opts, cfg, move |rank, e| {
-            let sums: Vec<_> = lens
-                .iter()
-                .enumerate()
-                .map(|(t, &len)| {
-                    let data = (0..len).map(|i| int_value(rank, t, i)).collect();
-                    submit(e, &format!("g.{t}"), Kind::Allreduce(ReduceOp::Sum), data)
-                })
-                .collect();
-            let gathers: Vec<_> = (0..4)
-                .map(|t| {
-                    let rows = (rank + t) % 3;
-                    let data = (0..rows).map(|i| int_value(rank, 100 + t, i)).collect();
-                    submit(e, &format!("a.{t}"), Kind::Allgather, data)
-                })
-                .collect();
-            let sums: Vec<Vec<i64>> = sums.into_iter().map(|h| h.wait().unwrap().data).collect();
-            let gathers: Vec<Vec<i64>> = gathers
-                .into_iter()
-                .map(|h| h.wait().unwrap().data)
-                .collect();
-            (sums, gathers)
-        })
+        on_ranks(
+            size,
+            |_| (opts.clone(), EngineConfig::default()),
+            move |rank, e| {
+                let sums: Vec<_> = lens
+                    .iter()
+                    .enumerate()
+                    .map(|(t, &len)| {
+                        let data = (0..len).map(|i| int_value(rank, t, i)).collect();
+                        submit(e, &format!("g.{t}"), Kind::Allreduce(ReduceOp::Sum), data)
+                    })
+                    .collect();
+                let gathers: Vec<_> = (0..4)
+                    .map(|t| {
+                        let rows = (rank + t) % 3;
+                        let data = (0..rows).map(|i| int_value(rank, 100 + t, i)).collect();
+                        submit(e, &format!("a.{t}"), Kind::Allgather, data)
+                    })
+                    .collect();
+                let sums: Vec<Vec<i64>> =
+                    sums.into_iter().map(|h| h.wait().unwrap().data).collect();
+                let gathers: Vec<Vec<i64>> = gathers
+                    .into_iter()
+                    .map(|h| h.wait().unwrap().data)
+                    .collect();
+                (sums, gathers)
+            },
+        )
     };
     let hier = run(options(hosts, slots));
     let flat = run(CollectiveOptions::default());

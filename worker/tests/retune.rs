@@ -1,19 +1,21 @@
 //! Retuning a running engine: rank 0's new settings travel in its negotiation
 //! message and every rank switches after the same round, so sums stay right
-//! and ranks never disagree on a fusion plan or on the response cache.
+//! and ranks never disagree on a fusion plan, the response cache, the
+//! hierarchical path or the segment size. The samples rank 0 takes reach every
+//! rank's memory, so any rank can resume tuning for a world size.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-use std::thread;
-use std::time::Duration;
+mod common;
 
-use collectives::{CollectiveOptions, Communicator, Generation, MemTransport, ReduceOp, Transport};
-use worker::engine::AutotuneSetup;
-use worker::engine::Kind;
+use std::sync::Arc;
+
+use autotune::{Knob, Layout, Space, TunerConfig};
+use collectives::{CollectiveOptions, ReduceOp, Topology};
+use common::{on_every_rank, on_ranks};
+use worker::engine::{AutotuneSetup, Kind, TuningMemory};
 use worker::{Engine, EngineConfig, EngineStats, Tensor, Tuning};
 
-const DEADLINE: Duration = Duration::from_secs(60);
 const SIZE: usize = 3;
 const STEPS: usize = 40;
 const TENSORS: usize = 6;
@@ -22,11 +24,12 @@ fn value(rank: usize, step: usize, t: usize, i: usize) -> f32 {
     (rank * 1000 + step * 10 + t + i) as f32
 }
 
-/// One training-like step: TENSORS allreduces submitted together, then waited.
-fn step(e: &Engine, rank: usize, step: usize) {
+/// One training-like step on a `size`-rank world: TENSORS allreduces
+/// submitted together, then waited.
+fn step(e: &Engine, size: usize, rank: usize, step: usize) {
     let handles: Vec<_> = (0..TENSORS)
         .map(|t| {
-            let data: Vec<f32> = (0..100).map(|i| value(rank, step, t, i)).collect();
+            let data: Vec<f32> = (0..3000).map(|i| value(rank, step, t, i)).collect();
             e.submit(
                 format!("grad.{t}"),
                 Kind::Allreduce(ReduceOp::Sum),
@@ -39,85 +42,109 @@ fn step(e: &Engine, rank: usize, step: usize) {
     for (t, h) in handles.into_iter().enumerate() {
         let got = h.wait().unwrap().data;
         for (i, g) in got.iter().enumerate() {
-            let want: f32 = (0..SIZE).map(|r| value(r, step, t, i)).sum();
+            let want: f32 = (0..size).map(|r| value(r, step, t, i)).sum();
             assert_eq!(*g, want, "step {step} tensor {t} element {i}");
         }
     }
 }
 
-/// Runs STEPS steps on every rank with `cfg`; `before_step(rank, step, e)`
-/// runs first in each. Returns every rank's counters.
+/// Runs STEPS steps on every rank of a SIZE-rank world with `cfg`;
+/// `before_step(rank, step, e)` runs first in each. Returns every rank's
+/// counters.
 fn run(cfg: EngineConfig, before_step: fn(usize, usize, &Engine)) -> Vec<EngineStats> {
-    let rt = Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap(),
-    );
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, EngineStats)>();
-    for (rank, t) in MemTransport::world(SIZE, Generation(1), DEADLINE)
-        .into_iter()
-        .enumerate()
-    {
-        let comm = Communicator::new(t, CollectiveOptions::default());
-        let e = Engine::start(rt.handle(), comm, cfg.clone(), |c| async move {
-            c.into_transport().shutdown().await;
-        });
-        let (tx, rt) = (tx.clone(), rt.clone());
-        thread::spawn(move || {
-            for s in 0..STEPS {
-                before_step(rank, s, &e);
-                step(&e, rank, s);
-            }
-            let stats = rt.block_on(e.shutdown()).unwrap();
-            let _ = tx.send((rank, stats));
-        });
+    on_every_rank(SIZE, cfg, move |rank, e| {
+        for s in 0..STEPS {
+            before_step(rank, s, e);
+            step(e, SIZE, rank, s);
+        }
+    })
+    .into_iter()
+    .map(|(_, s)| s)
+    .collect()
+}
+
+/// Every rank switched the same number of times, to the same values, after
+/// the same round.
+fn assert_in_step(stats: &[EngineStats]) {
+    for s in stats {
+        assert_eq!(s.retunes, stats[0].retunes, "{s:?}");
+        assert_eq!(
+            s.last_retune, stats[0].last_retune,
+            "ranks switched at different rounds"
+        );
     }
-    let mut stats: Vec<Option<EngineStats>> = vec![None; SIZE];
-    for _ in 0..SIZE {
-        let (rank, s) = rx.recv_timeout(DEADLINE).expect("a rank did not finish");
-        stats[rank] = Some(s);
+}
+
+const TUNER: TunerConfig = TunerConfig {
+    warmup_samples: 1,
+    steps_per_sample: 2,
+    max_samples: 4,
+    gp_noise: 0.8,
+    seed: 0,
+};
+
+/// Rank `rank`'s engine config, autotuning with its own memory replica.
+fn autotuned(log: &std::path::Path, memory: &TuningMemory) -> EngineConfig {
+    EngineConfig {
+        autotune: Some(AutotuneSetup {
+            config: TUNER,
+            fixed: vec![Knob::ResponseCache],
+            log_file: Some(log.to_path_buf()),
+            memory: memory.clone(),
+        }),
+        ..EngineConfig::default()
     }
-    stats.into_iter().map(Option::unwrap).collect()
+}
+
+fn column(csv: &str, name: &str) -> Vec<String> {
+    let col = autotune::CSV_COLUMNS
+        .iter()
+        .position(|c| *c == name)
+        .unwrap();
+    csv.lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(col).unwrap().to_owned())
+        .collect()
+}
+
+/// An autotuned run over every rank, each with its memory in `memories`.
+fn tuned_run(log: &std::path::Path, memories: &[TuningMemory]) -> Vec<EngineStats> {
+    let cfgs: Vec<EngineConfig> = memories.iter().map(|m| autotuned(log, m)).collect();
+    on_ranks(
+        SIZE,
+        move |r| (CollectiveOptions::default(), cfgs[r].clone()),
+        |rank, e| (0..STEPS).for_each(|s| step(e, SIZE, rank, s)),
+    )
+    .into_iter()
+    .map(|(_, s)| s)
+    .collect()
 }
 
 #[test]
-fn the_autotuner_logs_every_sample_and_ranks_follow_rank_0() {
+fn the_autotuner_logs_every_sample_and_every_rank_remembers_it() {
     let dir = std::env::temp_dir().join(format!("elasticrun-autotune-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("autotune.csv");
-    let cfg = EngineConfig {
-        autotune: Some(AutotuneSetup {
-            config: autotune::TunerConfig {
-                warmup_samples: 1,
-                steps_per_sample: 2,
-                max_samples: 4,
-                gp_noise: 0.8,
-                seed: 0,
-            },
-            fixed: vec![autotune::Knob::ResponseCache],
-            log_file: Some(log.clone()),
-        }),
-        ..EngineConfig::default()
-    };
-    let stats = run(cfg, |_, _, _| {});
+    let memories: Vec<TuningMemory> = (0..SIZE).map(|_| TuningMemory::default()).collect();
+    let stats = tuned_run(&log, &memories);
     let csv = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], autotune::csv_header().trim_end(), "{csv}");
+    assert_eq!(
+        csv.lines().next(),
+        Some(autotune::csv_header().trim_end()),
+        "{csv}"
+    );
     // One warm-up sample, then the four scored ones; then tuning is over.
-    assert_eq!(lines.len(), 1 + 1 + 4, "{csv}");
-    assert!(lines[1].ends_with(",true"), "{csv}");
-    assert!(lines[2..].iter().all(|l| l.ends_with(",false")), "{csv}");
-    // The cache was held on: every row says so.
-    let cache_col = autotune::CSV_COLUMNS
-        .iter()
-        .position(|c| *c == "cache_enabled")
-        .unwrap();
+    assert_eq!(
+        column(&csv, "warmup"),
+        ["true", "false", "false", "false", "false"]
+    );
     assert!(
-        lines[1..]
-            .iter()
-            .all(|l| l.split(',').nth(cache_col) == Some("true")),
+        column(&csv, "world_size").iter().all(|w| *w == "3"),
+        "{csv}"
+    );
+    // The cache was held on: every row says so.
+    assert!(
+        column(&csv, "cache_enabled").iter().all(|c| c == "true"),
         "{csv}"
     );
     let yaml = std::fs::read_to_string(log.with_extension("params.yaml")).unwrap();
@@ -125,20 +152,70 @@ fn the_autotuner_logs_every_sample_and_ranks_follow_rank_0() {
         yaml.starts_with("params:\n  fusion_threshold_mb: "),
         "{yaml}"
     );
-    assert!(!yaml.contains("segment_bytes"), "{yaml}");
+    assert!(yaml.contains("\n  segment_bytes: "), "{yaml}");
     assert!(stats[0].retunes >= 1, "{:?}", stats[0]);
-    for s in &stats {
-        assert_eq!(s.retunes, stats[0].retunes, "{s:?}");
-        assert_eq!(s.last_retune, stats[0].last_retune, "{s:?}");
+    assert_in_step(&stats);
+    // Every rank's replica holds rank 0's five samples, identically.
+    let first = memories[0].snapshot();
+    assert_eq!(first.records(SIZE).len(), 5);
+    assert_eq!(first.world_sizes().collect::<Vec<_>>(), [SIZE]);
+    for m in &memories[1..] {
+        assert_eq!(m.snapshot(), first);
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-const TUNING: Tuning = Tuning {
-    fusion_threshold_bytes: 0,
-    cycle_time_us: 2000,
-    cache_enabled: false,
-};
+#[test]
+fn a_world_size_tuned_before_starts_at_its_best_point_without_tuning() {
+    let dir = std::env::temp_dir().join(format!("elasticrun-resume-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("autotune.csv");
+    let memories: Vec<TuningMemory> = (0..SIZE).map(|_| TuningMemory::default()).collect();
+    tuned_run(&log, &memories);
+    let rows = std::fs::read_to_string(&log).unwrap().lines().count();
+
+    // The engine's starting point and space, as rank 0 builds them.
+    let start = Tuning::default();
+    let one_host = Layout {
+        hosts: 1,
+        max_local_size: 1,
+    };
+    let space = Space::new(start, &[Knob::ResponseCache], one_host);
+    // Any replica would do: a survivor that becomes rank 0 resumes alike.
+    let best = memories[2]
+        .snapshot()
+        .tuner_for(SIZE, space, TUNER)
+        .unwrap()
+        .final_knobs()
+        .expect("the budget was spent");
+
+    // Rank 2's memory now serves rank 0, as after a membership change.
+    let memories = vec![
+        memories[2].clone(),
+        memories[0].clone(),
+        memories[1].clone(),
+    ];
+    let stats = tuned_run(&log, &memories);
+    let after = std::fs::read_to_string(&log).unwrap().lines().count();
+    assert_eq!(after, rows, "a spent budget is not tuned again");
+    assert_in_step(&stats);
+    if best == start {
+        assert_eq!(stats[0].retunes, 0, "{:?}", stats[0]);
+    } else {
+        assert_eq!(stats[0].retunes, 1, "{:?}", stats[0]);
+        assert_eq!(stats[0].last_retune.map(|r| r.1), Some(best));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn tuning() -> Tuning {
+    Tuning {
+        fusion_threshold_bytes: 0,
+        cycle_time_us: 2000,
+        cache_enabled: false,
+        ..Tuning::default()
+    }
+}
 
 #[test]
 fn every_rank_switches_at_the_same_round_and_results_stay_right() {
@@ -147,25 +224,76 @@ fn every_rank_switches_at_the_same_round_and_results_stay_right() {
             // Every rank asks; only rank 0's request counts.
             e.retune(Tuning {
                 cycle_time_us: 1000 + rank as u64,
-                ..TUNING
+                ..tuning()
             });
         }
     });
     let applied = Tuning {
         cycle_time_us: 1000,
-        ..TUNING
+        ..tuning()
     };
+    assert_in_step(&stats);
     for s in &stats {
         assert_eq!(s.retunes, 1, "{s:?}");
         assert_eq!(s.last_retune.map(|(_, t)| t), Some(applied), "{s:?}");
-        assert_eq!(
-            s.last_retune, stats[0].last_retune,
-            "ranks switched at different rounds"
-        );
         // Fusion on, then off: more collectives than steps but fewer than
         // one per tensor; the cache served the first half only.
         assert!(s.collectives < (STEPS * TENSORS) as u64, "{s:?}");
         assert!(s.cache_hits > 0, "{s:?}");
         assert!(s.cache_hits <= (STEPS / 2 * TENSORS * SIZE) as u64, "{s:?}");
     }
+}
+
+/// Hierarchical collectives and a small segment, switched on mid-run.
+fn hierarchical_small_segments() -> Tuning {
+    Tuning {
+        hierarchical_allreduce: true,
+        hierarchical_allgather: true,
+        segment_bytes: 4 << 10,
+        ..Tuning::default()
+    }
+}
+
+#[test]
+fn hierarchical_paths_and_segment_size_switch_at_the_same_round() {
+    // Two hosts of two ranks: the engine may go hierarchical.
+    let size = 4;
+    let grid = Arc::new(Topology::from_hosts(&[0, 0, 1, 1]).hierarchy().unwrap());
+    let cfg = EngineConfig {
+        hierarchy: Some(grid),
+        fusion_threshold_bytes: 0,
+        ..EngineConfig::default()
+    };
+    let out = on_every_rank(size, cfg, move |rank, e| {
+        for s in 0..STEPS {
+            if s == STEPS / 2 {
+                e.retune(hierarchical_small_segments());
+            }
+            // Sums of 4 ranks, flat then hierarchical, in segments of
+            // 4 KiB (3000 floats: several per rank's block).
+            step(e, size, rank, s);
+        }
+    });
+    let stats: Vec<EngineStats> = out.into_iter().map(|(_, s)| s).collect();
+    assert_in_step(&stats);
+    assert_eq!(
+        stats[0].last_retune.map(|r| r.1),
+        Some(hierarchical_small_segments())
+    );
+}
+
+#[test]
+fn a_hierarchical_switch_without_a_host_grid_stays_flat() {
+    let stats = run(EngineConfig::default(), |rank, s, e| {
+        if rank == 0 && s == 1 {
+            e.retune(hierarchical_small_segments());
+        }
+    });
+    assert_in_step(&stats);
+    let flat = Tuning {
+        hierarchical_allreduce: false,
+        hierarchical_allgather: false,
+        ..hierarchical_small_segments()
+    };
+    assert_eq!(stats[0].last_retune.map(|r| r.1), Some(flat));
 }

@@ -109,6 +109,14 @@ pub struct Cli {
         help_heading = "Tuneable parameters"
     )]
     pub no_hierarchical_allgather: bool,
+    /// Bytes per message in the segmented ring, chain and alltoall collectives: bytes or with a K, M or G suffix (binary), from 4K to 1G [default: 512K].
+    #[arg(
+        long,
+        value_name = "SIZE",
+        value_parser = super::parse_size,
+        help_heading = "Tuneable parameters"
+    )]
+    pub segment_size: Option<u64>,
 
     /// Search for the best tuneable parameters while training; the ones given here, in the environment or the config file stay fixed [default: off].
     #[arg(long, help_heading = "Autotune")]
@@ -301,6 +309,25 @@ mod tests {
     }
 
     #[test]
+    fn segment_size_takes_a_size() {
+        assert_eq!(parse("./t").unwrap().segment_size, None);
+        let c = parse("--segment-size 512K -np 2 ./t --segment-size 1").unwrap();
+        assert_eq!(c.segment_size, Some(512 << 10));
+        assert_eq!(c.np, Some(2));
+        assert_eq!(c.command, ["./t", "--segment-size", "1"]);
+        assert_eq!(
+            parse("--segment-size=4M ./t").unwrap().segment_size,
+            Some(4 << 20)
+        );
+        // The range is checked with the other layers' values (see resolve).
+        assert_eq!(parse("--segment-size 1 ./t").unwrap().segment_size, Some(1));
+        for bad in ["lots", "12Q", "-1"] {
+            let e = parse(&format!("--segment-size {bad} ./t")).unwrap_err();
+            assert!(e.to_string().contains("--segment-size"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn a_command_is_required_and_bad_values_are_refused() {
         assert!(parse("-np 2").is_err());
         assert!(parse("-np two ./t").is_err());
@@ -329,6 +356,14 @@ mod tests {
             assert!(help.contains(heading), "{heading} missing from\n{help}");
         }
         assert!(help.contains("[default: 64]"), "defaults are stated");
+        let tuneable =
+            &help[help.find("Tuneable parameters:").unwrap()..help.find("Autotune:").unwrap()];
+        for stated in ["--segment-size <SIZE>", "[default: 512K]", "4K to 1G"] {
+            assert!(
+                tuneable.contains(stated),
+                "{stated} not under Tuneable parameters:\n{help}"
+            );
+        }
         for stated in [
             "--host-discovery-script <FILE>",
             "--min-np <N>",

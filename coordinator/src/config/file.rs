@@ -8,7 +8,7 @@
 //!                prefix_output_with_timestamp: true }
 //! params:      { fusion_threshold_mb: 32, cycle_time_ms: 2.5, cache_capacity: 2048,
 //!                disable_cache: false, hierarchical_allreduce: false,
-//!                hierarchical_allgather: false }
+//!                hierarchical_allgather: false, segment_bytes: 524288 }
 //! autotune:    { enabled: true, log_file: autotune.csv, warmup_samples: 3,
 //!                steps_per_sample: 10, bayes_opt_max_samples: 20,
 //!                gaussian_process_noise: 0.8 }
@@ -68,6 +68,8 @@ pub struct Params {
     pub disable_cache: Option<bool>,
     pub hierarchical_allreduce: Option<bool>,
     pub hierarchical_allgather: Option<bool>,
+    /// In bytes, as the autotuner's `params:` section writes it.
+    pub segment_bytes: Option<u64>,
 }
 
 /// horovodrun's `autotune` section, with its keys.
@@ -205,6 +207,16 @@ mod tests {
         assert!(e.contains("batches_per_sample"), "{e}");
         assert!(parse("autotune:\n  warmup_samples: -1\n").is_err());
         assert!(parse("autotune:\n  enabled: sometimes\n").is_err());
+    }
+
+    #[test]
+    fn segment_bytes_is_an_integer_of_bytes() {
+        // As the autotuner's `params:` section writes it.
+        let f = parse("params:\n  cycle_time_ms: 2\n  segment_bytes: 1048576\n").unwrap();
+        assert_eq!(f.params.segment_bytes, Some(1 << 20));
+        assert!(parse("params:\n  segment_bytes: 1M\n").is_err());
+        assert!(parse("params:\n  segment_bytes: -4096\n").is_err());
+        assert!(parse("params:\n  segment_size: 4096\n").is_err());
     }
 
     #[test]

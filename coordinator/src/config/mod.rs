@@ -70,12 +70,19 @@ pub struct Tuning {
     pub hierarchical_allreduce: Sourced<bool>,
     /// Default off.
     pub hierarchical_allgather: Sourced<bool>,
+    /// Bytes per message in the segmented (ring, chain, alltoall) collectives;
+    /// default 512 KiB, within [`SEGMENT_BYTES_RANGE`].
+    pub segment_bytes: Sourced<u64>,
 }
+
+/// The segment sizes accepted: 4 KiB to 1 GiB.
+pub const SEGMENT_BYTES_RANGE: std::ops::RangeInclusive<u64> = (4 << 10)..=(1 << 30);
 
 impl Tuning {
     /// The knobs the user set (command line, environment or file), by name:
     /// `fusion_threshold`, `cycle_time`, `cache`, `hierarchical_allreduce`,
-    /// `hierarchical_allgather`. The autotuner holds these fixed.
+    /// `hierarchical_allgather`, `segment_bytes`. The autotuner holds these
+    /// fixed.
     pub fn user_set(&self) -> Vec<&'static str> {
         [
             (
@@ -92,6 +99,7 @@ impl Tuning {
                 "hierarchical_allgather",
                 self.hierarchical_allgather.is_explicit(),
             ),
+            ("segment_bytes", self.segment_bytes.is_explicit()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
@@ -161,6 +169,17 @@ impl FromStr for LogLevel {
             )),
         }
     }
+}
+
+/// A size in bytes: plain (`524288`) or with a binary suffix in any case
+/// (`512K`, `4M`, `4MB`, `1GiB`, `1.5M`: K, M, G and T are powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    parse_size::Config::new()
+        .with_binary()
+        .parse_size(s.trim())
+        .map_err(|e| {
+            format!("{s:?} is not a size ({e}): expected bytes, optionally with a K, M or G suffix (e.g. 524288, 512K, 4M)")
+        })
 }
 
 /// An elastic job (`--host-discovery-script`): the hosts come and go, and the

@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::cli::Cli;
 use super::file::ConfigFile;
 use super::{
-    AutotuneConfig, ConfigError, ElasticConfig, HostSpec, JobConfig, LogLevel, Source, Sourced,
-    StallCheck, Timeline, Tuning,
+    AutotuneConfig, ConfigError, ElasticConfig, HostSpec, JobConfig, LogLevel, SEGMENT_BYTES_RANGE,
+    Source, Sourced, StallCheck, Timeline, Tuning, parse_size,
 };
 use crate::hosts::parse_host_list;
 
@@ -119,6 +119,24 @@ fn flag(s: &str) -> Result<bool, String> {
         "0" | "false" | "no" | "off" => Ok(false),
         _ => Err("expected 1/0, true/false, yes/no or on/off".to_owned()),
     }
+}
+
+/// A segment size within [`SEGMENT_BYTES_RANGE`].
+fn segment_bytes(v: u64) -> Result<u64, String> {
+    if SEGMENT_BYTES_RANGE.contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{v} bytes is outside the segment sizes accepted, 4K ({}) to 1G ({})",
+            SEGMENT_BYTES_RANGE.start(),
+            SEGMENT_BYTES_RANGE.end()
+        ))
+    }
+}
+
+/// A size (see [`parse_size`]) that is a valid segment size.
+fn segment_size(s: &str) -> Result<u64, String> {
+    parse_size(s).and_then(segment_bytes)
 }
 
 /// Horovod's HOROVOD_FUSION_THRESHOLD is in bytes.
@@ -561,6 +579,16 @@ fn tuning(cli: &Cli, l: &Layers<'_>, f: &ConfigFile) -> Result<Tuning, ConfigErr
         p.disable_cache,
         false,
     )?;
+    let segment = l.pick(
+        cli.segment_size,
+        &[("ELASTICRUN_SEGMENT_SIZE", segment_size)],
+        p.segment_bytes,
+        512 << 10,
+    )?;
+    segment_bytes(segment.value).map_err(|why| ConfigError::Invalid {
+        option: "segment-size",
+        why: format!("{why} (it was given {})", given(segment.source)),
+    })?;
     Ok(Tuning {
         fusion_threshold_bytes: fusion.map(|_| (mb * 1024.0 * 1024.0).round() as u64),
         cycle_time: cycle.map(|_| Duration::from_secs_f64(ms / 1000.0)),
@@ -587,6 +615,7 @@ fn tuning(cli: &Cli, l: &Layers<'_>, f: &ConfigFile) -> Result<Tuning, ConfigErr
             p.hierarchical_allgather,
             false,
         )?,
+        segment_bytes: segment,
     })
 }
 

@@ -42,6 +42,7 @@ fn defaults() {
     );
     assert_eq!(t.cache_capacity.value, 1024);
     assert!(!t.hierarchical_allreduce.value && !t.hierarchical_allgather.value);
+    assert_eq!(t.segment_bytes, Sourced::new(512 << 10, Source::Default));
     assert!(!t.fusion_threshold_bytes.is_explicit());
     assert_eq!(c.timeline, None);
     assert_eq!(
@@ -154,6 +155,144 @@ fn flag_pairs_and_switches_from_each_layer() {
         c.tuning.cache_capacity,
         Sourced::new(0, Source::CommandLine)
     );
+}
+
+#[test]
+fn segment_size_from_each_layer() {
+    for (arg, bytes) in [
+        ("524288", 512 << 10),
+        ("512K", 512 << 10),
+        ("4M", 4 << 20),
+        ("4m", 4 << 20),
+        ("1GiB", 1 << 30),
+        ("4K", 4 << 10),
+    ] {
+        let c = run(&format!("--segment-size {arg} ./t"), &[], "").unwrap();
+        assert_eq!(
+            c.tuning.segment_bytes,
+            Sourced::new(bytes, Source::CommandLine),
+            "{arg}"
+        );
+    }
+    let c = run("./t", &[("ELASTICRUN_SEGMENT_SIZE", " 2M ")], "").unwrap();
+    assert_eq!(
+        c.tuning.segment_bytes,
+        Sourced::new(2 << 20, Source::Environment("ELASTICRUN_SEGMENT_SIZE"))
+    );
+    // The key and the unit the autotuner writes.
+    let c = run("./t", &[], "params:\n  segment_bytes: 1048576\n").unwrap();
+    assert_eq!(
+        c.tuning.segment_bytes,
+        Sourced::new(1 << 20, Source::ConfigFile)
+    );
+    // Empty is unset.
+    let c = run("./t", &[("ELASTICRUN_SEGMENT_SIZE", "")], "").unwrap();
+    assert_eq!(c.tuning.segment_bytes.source, Source::Default);
+}
+
+#[test]
+fn segment_size_command_line_beats_environment_beats_file() {
+    let file = "params:\n  segment_bytes: 65536\n";
+    let vars = [("ELASTICRUN_SEGMENT_SIZE", "256K")];
+    let c = run("--segment-size 8M ./t", &vars, file).unwrap();
+    assert_eq!(
+        c.tuning.segment_bytes,
+        Sourced::new(8 << 20, Source::CommandLine)
+    );
+    let c = run("./t", &vars, file).unwrap();
+    assert_eq!(
+        c.tuning.segment_bytes,
+        Sourced::new(256 << 10, Source::Environment("ELASTICRUN_SEGMENT_SIZE"))
+    );
+    let c = run("./t", &[], file).unwrap();
+    assert_eq!(
+        c.tuning.segment_bytes,
+        Sourced::new(64 << 10, Source::ConfigFile)
+    );
+}
+
+#[test]
+fn bad_segment_sizes_name_their_source() {
+    for arg in ["4095", "2K", "1073741825", "2G"] {
+        let (option, why) = invalid_option(run(&format!("--segment-size {arg} ./t"), &[], ""));
+        assert_eq!(option, "segment-size", "{arg}");
+        assert!(why.contains("4K") && why.contains("1G"), "{why}");
+        assert!(why.contains("on the command line"), "{why}");
+    }
+    let e = run("--segment-size 1K ./t", &[], "").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--segment-size: 1024 bytes is outside the segment sizes accepted, \
+         4K (4096) to 1G (1073741824) (it was given on the command line)"
+    );
+    for bad in [
+        "1K",
+        "3G",
+        "0",
+        "lots",
+        "512X",
+        "-4K",
+        "K",
+        "99999999999999999999G",
+    ] {
+        let r = run("./t", &[("ELASTICRUN_SEGMENT_SIZE", bad)], "");
+        assert!(
+            matches!(r, Err(ConfigError::Env { ref var, ref value, .. })
+                if var == "ELASTICRUN_SEGMENT_SIZE" && value == bad),
+            "{bad:?}: {r:?}"
+        );
+    }
+    let e = run("./t", &[("ELASTICRUN_SEGMENT_SIZE", "lots")], "").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("ELASTICRUN_SEGMENT_SIZE=\"lots\": \"lots\" is not a size"),
+        "{e}"
+    );
+    let (option, why) = invalid_option(run("./t", &[], "params:\n  segment_bytes: 1024\n"));
+    assert_eq!(option, "segment-size");
+    assert!(why.contains("in the config file"), "{why}");
+    // The file's value is a plain integer of bytes; anything else is the file's error.
+    assert!(parse("params:\n  segment_bytes: 512K\n").is_err());
+    assert!(parse("params:\n  segment_bytes: -1\n").is_err());
+    // A bad value in a layer that loses is never looked at.
+    let c = run(
+        "--segment-size 64K ./t",
+        &[],
+        "params:\n  segment_bytes: 1\n",
+    )
+    .unwrap();
+    assert_eq!(c.tuning.segment_bytes.value, 64 << 10);
+}
+
+#[test]
+fn sizes_take_binary_suffixes() {
+    for (s, v) in [
+        ("0", 0),
+        ("524288", 524_288),
+        ("512K", 524_288),
+        ("512k", 524_288),
+        ("512KiB", 524_288),
+        ("512 K", 524_288),
+        ("4M", 4 << 20),
+        ("4mib", 4 << 20),
+        ("1G", 1 << 30),
+        ("16384G", 1 << 44),
+        ("4MB", 4 << 20),
+        ("1.5M", 3 << 19),
+    ] {
+        assert_eq!(parse_size(s), Ok(v), "{s}");
+    }
+    for s in [
+        "",
+        "K",
+        "12Q",
+        "-1",
+        "0x1000",
+        "18446744073709551616",
+        "17179869184G",
+    ] {
+        assert!(parse_size(s).is_err(), "{s:?}");
+    }
 }
 
 #[test]
@@ -890,4 +1029,38 @@ fn user_set_knobs_are_held_fixed() {
     // A file value beaten by nothing is still the user's.
     let c = run("./t", &[], "params:\n  cache_capacity: 1024\n").unwrap();
     assert_eq!(c.tuning.user_set(), ["cache"]);
+}
+
+#[test]
+fn a_set_segment_size_is_held_fixed_and_handed_to_the_workers() {
+    for (args, vars, file) in [
+        ("--segment-size 512K ./t", &[][..], ""),
+        ("./t", &[("ELASTICRUN_SEGMENT_SIZE", "512K")][..], ""),
+        ("./t", &[][..], "params:\n  segment_bytes: 524288\n"),
+    ] {
+        let c = run(args, vars, file).unwrap();
+        assert_eq!(
+            c.tuning.user_set(),
+            ["segment_bytes"],
+            "{args} {vars:?} {file}"
+        );
+    }
+    let c = run(
+        "--autotune --segment-size 2M --cache-capacity 8 ./t",
+        &[],
+        "",
+    )
+    .unwrap();
+    assert_eq!(c.tuning.user_set(), ["cache", "segment_bytes"]);
+    let k = crate::job::knobs(&c);
+    assert_eq!(k.segment_bytes, 2 << 20);
+    assert_eq!(
+        k.autotune.expect("autotuning on").fixed,
+        ["cache", "segment_bytes"]
+    );
+    // The default is the workers' own default, and not held fixed.
+    let c = run("--autotune ./t", &[], "").unwrap();
+    let k = crate::job::knobs(&c);
+    assert_eq!(k.segment_bytes, control::Knobs::default().segment_bytes);
+    assert!(k.autotune.expect("autotuning on").fixed.is_empty());
 }

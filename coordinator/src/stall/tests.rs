@@ -244,16 +244,8 @@ fn messages_name_the_tensor_the_waiting_ranks_and_their_hosts() {
 #[test]
 fn the_config_comes_from_the_knobs() {
     let mut k = Knobs {
-        fusion_threshold_bytes: 0,
-        cycle_time_us: 0,
-        cache_capacity: 0,
-        hierarchical_allreduce: false,
-        hierarchical_allgather: false,
-        timeline: None,
-        timeline_mark_cycles: false,
-        stall_warning_ms: None,
         stall_shutdown_ms: Some(5),
-        autotune: None,
+        ..Knobs::default()
     };
     assert_eq!(StallConfig::from_knobs(&k), None);
     k.stall_warning_ms = Some(60_000);

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use collectives::{Communicator, Transport};
+use autotune::{Layout, SampleRecord};
+use collectives::{Communicator, Hierarchy, Transport};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -26,8 +27,12 @@ pub struct EngineConfig {
     pub fusion_threshold_bytes: usize,
     /// Rank 0 writes the timeline here (Horovod's `--timeline-filename`).
     pub timeline: Option<TimelineConfig>,
-    /// Rank 0 tunes fusion, cycle time and cache while the engine runs.
+    /// Rank 0 tunes the knobs while the engine runs.
     pub autotune: Option<AutotuneSetup>,
+    /// The ranks' host grid, when the layout has one: hierarchical
+    /// collectives can be switched on only then (the communicator's options
+    /// say whether they start on).
+    pub hierarchy: Option<Arc<Hierarchy>>,
 }
 
 impl Default for EngineConfig {
@@ -38,6 +43,7 @@ impl Default for EngineConfig {
             fusion_threshold_bytes: 64 << 20,
             timeline: None,
             autotune: None,
+            hierarchy: None,
         }
     }
 }
@@ -92,6 +98,11 @@ struct State<X> {
     cycle_time: Duration,
     /// Rank 0 of an autotuned job.
     autotuner: Option<Autotuner>,
+    /// The sample to announce in the next message (rank 0).
+    sample: Option<SampleRecord>,
+    /// Every rank of an autotuned job.
+    autotune: Option<AutotuneSetup>,
+    hierarchy: Option<Arc<Hierarchy>>,
 }
 
 /// Runs the engine until every rank has shut down or the data plane fails;
@@ -125,11 +136,14 @@ pub(super) async fn run<X: Transport>(
         timeline,
         retune: None,
         cycle_time: cfg.cycle_time,
-        autotuner: match &cfg.autotune {
-            Some(setup) if rank == 0 => start_autotuner(setup, &cfg),
-            _ => None,
-        },
+        autotuner: None,
+        sample: None,
+        autotune: cfg.autotune.clone(),
+        hierarchy: cfg.hierarchy.clone(),
     };
+    if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
+        st.start_autotuner(setup, &cfg);
+    }
     let mut next = Instant::now();
     let mut open = true;
     loop {
@@ -167,18 +181,30 @@ pub(super) async fn run<X: Transport>(
     (st.comm, st.stats)
 }
 
-fn start_autotuner(setup: &AutotuneSetup, cfg: &EngineConfig) -> Option<Autotuner> {
-    let start = Tuning {
+/// The settings the engine starts with.
+fn starting_tuning<X: Transport>(cfg: &EngineConfig, comm: &Communicator<X>) -> Tuning {
+    let o = comm.options();
+    Tuning {
         fusion_threshold_bytes: cfg.fusion_threshold_bytes as u64,
         cycle_time_us: u64::try_from(cfg.cycle_time.as_micros()).unwrap_or(u64::MAX),
         cache_enabled: cfg.cache_capacity > 0,
-    };
-    match Autotuner::new(setup, start) {
-        Ok(a) => Some(a),
-        Err(e) => {
-            tracing::warn!(%e, "autotuning is off");
-            None
-        }
+        hierarchical_allreduce: o.hierarchical_allreduce.is_some(),
+        hierarchical_allgather: o.hierarchical_allgather.is_some(),
+        segment_bytes: o.segment_bytes as u64,
+    }
+}
+
+/// The layout as the autotuner's space sees it.
+fn layout(hierarchy: Option<&Hierarchy>) -> Layout {
+    match hierarchy {
+        Some(h) => Layout {
+            hosts: h.cross_size(),
+            max_local_size: h.local_size(),
+        },
+        None => Layout {
+            hosts: 1,
+            max_local_size: 1,
+        },
     }
 }
 
@@ -198,6 +224,36 @@ async fn drain_after_failure(rx: &mut mpsc::UnboundedReceiver<Command>, e: &Engi
 }
 
 impl<X: Transport> State<X> {
+    /// Rank 0: starts (or, for a world size tuned before, resumes) tuning;
+    /// a resumed size's best point so far goes out with the first message.
+    fn start_autotuner(&mut self, setup: &AutotuneSetup, cfg: &EngineConfig) {
+        let start = starting_tuning(cfg, &self.comm);
+        let layout = layout(self.hierarchy.as_deref());
+        match Autotuner::new(setup, start, layout, self.comm.size()) {
+            Ok(a) => {
+                if a.current() != start {
+                    self.retune = Some(a.current());
+                }
+                self.autotuner = Some(a);
+            }
+            Err(e) => tracing::warn!(%e, "autotuning is off"),
+        }
+    }
+
+    /// Switches this rank to `t` after the round rank 0 announced it in; a
+    /// hierarchical switch the layout cannot serve stays flat.
+    fn apply(&mut self, mut t: Tuning) -> Tuning {
+        let grid = self.hierarchy.clone();
+        t.hierarchical_allreduce &= grid.is_some();
+        t.hierarchical_allgather &= grid.is_some();
+        let o = self.comm.options_mut();
+        o.hierarchical_allreduce = grid.clone().filter(|_| t.hierarchical_allreduce);
+        o.hierarchical_allgather = grid.filter(|_| t.hierarchical_allgather);
+        o.segment_bytes = usize::try_from(t.segment_bytes.max(1)).unwrap_or(usize::MAX);
+        self.cycle_time = Duration::from_micros(t.cycle_time_us);
+        t
+    }
+
     fn take(&mut self, c: Command) {
         match c {
             Command::Shutdown => self.shutdown = true,
@@ -232,6 +288,7 @@ impl<X: Transport> State<X> {
             } else {
                 None
             },
+            sample: self.sample.take(),
             ..RankMsg::default()
         };
         for r in self.fresh.drain(..) {
@@ -281,12 +338,16 @@ impl<X: Transport> State<X> {
             self.decide(d, decided).await?;
         }
         if let (Some(a), true) = (self.autotuner.as_mut(), bytes > 0)
-            && let Some(t) = a.round(bytes, std::time::Instant::now())
+            && let Some(step) = a.round(bytes, std::time::Instant::now())
         {
-            self.retune = Some(t);
+            self.retune = step.retune.or(self.retune);
+            self.sample = Some(step.sample);
+        }
+        if let (Some(setup), Some(s)) = (&self.autotune, msgs.first().and_then(|m| m.sample)) {
+            setup.memory.record(self.comm.size(), s);
         }
         if let Some(t) = outcome.retuned {
-            self.cycle_time = Duration::from_micros(t.cycle_time_us);
+            let t = self.apply(t);
             self.stats.retunes += 1;
             self.stats.last_retune = Some((self.stats.rounds, t));
         }

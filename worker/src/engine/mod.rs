@@ -26,7 +26,7 @@ use std::marker::PhantomData;
 use collectives::{Communicator, Element, ReduceOp, Transport};
 use tokio::sync::{mpsc, oneshot};
 
-pub use autotune::AutotuneSetup;
+pub use autotune::{AutotuneSetup, TuningMemory};
 use driver::Command;
 pub use driver::{EngineConfig, EngineStats};
 pub use pending::PendingBoard;

@@ -1,5 +1,6 @@
 //! What ranks tell each other every cycle, and what they decide from it.
 
+use autotune::SampleRecord;
 use collectives::{DType, ReduceOp};
 use serde::{Deserialize, Serialize};
 
@@ -102,7 +103,7 @@ impl Request {
 /// What one rank sends in one negotiation round: the tensors it submitted
 /// since the last round, as bits for those in the response cache and as full
 /// requests for the rest, and whether it is shutting down.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankMsg {
     pub cached: Vec<u64>,
     pub new: Vec<Request>,
@@ -113,16 +114,15 @@ pub struct RankMsg {
     /// Rank 0 only: engine settings every rank switches to at the end of
     /// this round (the autotuner's choice). Other ranks' values are ignored.
     pub retune: Option<Tuning>,
+    /// Rank 0 only: the autotune sample it completed, which every rank adds to
+    /// its replica of the per-world-size memory.
+    pub sample: Option<SampleRecord>,
 }
 
 /// Engine settings that may change while the engine runs, all ranks at the
-/// same round.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tuning {
-    pub fusion_threshold_bytes: u64,
-    pub cycle_time_us: u64,
-    pub cache_enabled: bool,
-}
+/// same round: every knob the autotuner moves. Hierarchical collectives are
+/// switched on only where the host layout has a grid.
+pub use autotune::Knobs as Tuning;
 
 impl RankMsg {
     pub fn set_bit(&mut self, bit: usize) {
