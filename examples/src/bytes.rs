@@ -6,7 +6,9 @@ pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
     let n = parse_size::Config::new()
         .with_binary()
         .parse_size(s.trim())
-        .map_err(|e| format!("{s:?} is not a size such as 4096, 16K or 256M ({e})"))?;
+        .map_err(|e| {
+            format!("{s:?} is not a size: a number with an optional K, M or G suffix, such as 4096, 16K or 256M ({e})")
+        })?;
     usize::try_from(n).map_err(|_| format!("{s:?} is too large"))
 }
 

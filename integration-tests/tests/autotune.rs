@@ -60,6 +60,10 @@ fn autotune_logs_samples_keeps_user_knobs_and_the_job_still_learns() {
         "{csv}"
     );
     assert!(rows.iter().all(|r| r[col("world_size")] == "2"), "{csv}");
+    // One host: the hierarchical paths are not tuned.
+    for k in ["hierarchical_allreduce", "hierarchical_allgather"] {
+        assert!(rows.iter().all(|r| r[col(k)] == "false"), "{csv}");
+    }
     let yaml = std::fs::read_to_string(log.with_extension("params.yaml")).unwrap();
     assert!(yaml.contains("cycle_time_ms: 2\n"), "{yaml}");
     assert!(yaml.contains("\n  segment_bytes: "), "{yaml}");
@@ -76,6 +80,54 @@ fn autotune_logs_samples_keeps_user_knobs_and_the_job_still_learns() {
     ])
     .finish(Duration::from_secs(60));
     again.expect_code(0);
+}
+
+/// `localhost` and `127.0.0.1` are two hosts to the layout: two of two ranks,
+/// so the tuner also tries the hierarchical paths, and every rank switches
+/// to them and back while `train` learns.
+#[test]
+fn two_hosts_of_two_ranks_also_tune_the_hierarchical_paths() {
+    let s = Scratch::new("autotune-hosts");
+    let log = s.dir.join("autotune.csv");
+    let train = train();
+    let run = launch(&[
+        "-H",
+        "localhost:2,127.0.0.1:2",
+        "--autotune",
+        "--autotune-log-file",
+        log.to_str().unwrap(),
+        "--autotune-warmup-samples",
+        "1",
+        "--autotune-steps-per-sample",
+        "3",
+        "--autotune-bayes-opt-max-samples",
+        "4",
+        train.to_str().unwrap(),
+        "--epochs",
+        "2",
+    ])
+    .finish(Duration::from_secs(60));
+    run.expect_code(0);
+    let done = run.done_event();
+    assert!(done["accuracy"].as_f64().unwrap() > 0.9, "{done}");
+    let csv = std::fs::read_to_string(&log).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let values = |name: &str| -> Vec<&str> {
+        let c = header.iter().position(|h| *h == name).unwrap();
+        csv.lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(c).unwrap())
+            .collect()
+    };
+    assert_eq!(values("world_size"), ["4"; 5], "{csv}");
+    // The initial design flips every switch at least once.
+    for k in ["hierarchical_allreduce", "hierarchical_allgather"] {
+        let v = values(k);
+        assert!(v.contains(&"true") && v.contains(&"false"), "{k}: {csv}");
+    }
+    let mut segments = values("segment_bytes");
+    segments.dedup();
+    assert!(segments.len() > 1, "the segment size was not tuned: {csv}");
 }
 
 /// The log's rows as (world size, warm-up, knob columns).

@@ -297,3 +297,21 @@ fn a_hierarchical_switch_without_a_host_grid_stays_flat() {
     };
     assert_eq!(stats[0].last_retune.map(|r| r.1), Some(flat));
 }
+
+#[test]
+fn a_zero_segment_is_bounded_instead_of_breaking_the_collectives() {
+    let stats = run(EngineConfig::default(), |rank, s, e| {
+        if rank == 0 && s == STEPS - 2 {
+            e.retune(Tuning {
+                segment_bytes: 0,
+                ..Tuning::default()
+            });
+        }
+    });
+    assert_in_step(&stats);
+    let one_byte = Tuning {
+        segment_bytes: 1,
+        ..Tuning::default()
+    };
+    assert_eq!(stats[0].last_retune.map(|r| r.1), Some(one_byte));
+}

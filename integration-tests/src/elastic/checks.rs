@@ -43,12 +43,20 @@ pub fn steps(stdout: &str) -> Vec<Step> {
 
 /// The world size of every step the final weights went through, from step
 /// 1: rank 0's last line for each step number (a step undone by a rollback
-/// is done and logged again).
+/// is done and logged again). A rank 0 killed after a step completed but
+/// before it printed the step leaves a gap where the next rank 0 takes over
+/// from that step's commit: the missing steps ran on the previous line's
+/// world.
 pub fn final_world_sizes(stdout: &str) -> Vec<u64> {
     let mut sizes = Vec::new();
+    let mut last: Option<Step> = None;
     for s in steps(stdout) {
         let i = usize::try_from(s.step).unwrap() - 1;
         sizes.truncate(i);
+        if let Some(prev) = last.filter(|p| p.pid != s.pid && sizes.len() < i) {
+            sizes.resize(i, prev.world_size);
+        }
+        last = Some(s);
         assert_eq!(
             sizes.len(),
             i,

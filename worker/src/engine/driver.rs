@@ -6,18 +6,24 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autotune::{Layout, SampleRecord};
+use autotune::SampleRecord;
 use collectives::{Communicator, Hierarchy, Transport};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::autotune::{AutotuneSetup, Autotuner};
+use super::autotune::{AutotuneSetup, Autotuner, layout, starting_tuning};
 use super::exec;
 use super::fusion::{FusionPolicy, fused_bytes};
 use super::negotiate::Negotiator;
 use super::request::{Decision, RankMsg, Ready, Request, Tuning};
 use super::tensor::{EngineError, Local};
 use super::timeline::{Phase, Timeline, TimelineConfig};
+
+/// Longest cycle time the engine sleeps (an hour): longer would stall the
+/// job, and an unbounded one could overflow the clock.
+const MAX_CYCLE_US: u64 = 3_600_000_000;
+/// Largest segment a retune may set.
+const MAX_SEGMENT_BYTES: u64 = 1 << 30;
 
 /// Engine settings (from the job's knobs).
 #[derive(Clone, Debug, PartialEq)]
@@ -135,7 +141,7 @@ pub(super) async fn run<X: Transport>(
         stats: EngineStats::default(),
         timeline,
         retune: None,
-        cycle_time: cfg.cycle_time,
+        cycle_time: cfg.cycle_time.min(Duration::from_micros(MAX_CYCLE_US)),
         autotuner: None,
         sample: None,
         autotune: cfg.autotune.clone(),
@@ -181,33 +187,6 @@ pub(super) async fn run<X: Transport>(
     (st.comm, st.stats)
 }
 
-/// The settings the engine starts with.
-fn starting_tuning<X: Transport>(cfg: &EngineConfig, comm: &Communicator<X>) -> Tuning {
-    let o = comm.options();
-    Tuning {
-        fusion_threshold_bytes: cfg.fusion_threshold_bytes as u64,
-        cycle_time_us: u64::try_from(cfg.cycle_time.as_micros()).unwrap_or(u64::MAX),
-        cache_enabled: cfg.cache_capacity > 0,
-        hierarchical_allreduce: o.hierarchical_allreduce.is_some(),
-        hierarchical_allgather: o.hierarchical_allgather.is_some(),
-        segment_bytes: o.segment_bytes as u64,
-    }
-}
-
-/// The layout as the autotuner's space sees it.
-fn layout(hierarchy: Option<&Hierarchy>) -> Layout {
-    match hierarchy {
-        Some(h) => Layout {
-            hosts: h.cross_size(),
-            max_local_size: h.local_size(),
-        },
-        None => Layout {
-            hosts: 1,
-            max_local_size: 1,
-        },
-    }
-}
-
 /// After a fatal error, answers every later submission with it until the
 /// API shuts the engine down.
 async fn drain_after_failure(rx: &mut mpsc::UnboundedReceiver<Command>, e: &EngineError) {
@@ -249,7 +228,10 @@ impl<X: Transport> State<X> {
         let o = self.comm.options_mut();
         o.hierarchical_allreduce = grid.clone().filter(|_| t.hierarchical_allreduce);
         o.hierarchical_allgather = grid.filter(|_| t.hierarchical_allgather);
-        o.segment_bytes = usize::try_from(t.segment_bytes.max(1)).unwrap_or(usize::MAX);
+        // Bounded, whatever arrives: a sleep must not overflow the clock.
+        t.segment_bytes = t.segment_bytes.clamp(1, MAX_SEGMENT_BYTES);
+        t.cycle_time_us = t.cycle_time_us.min(MAX_CYCLE_US);
+        o.segment_bytes = usize::try_from(t.segment_bytes).unwrap_or(usize::MAX);
         self.cycle_time = Duration::from_micros(t.cycle_time_us);
         t
     }
