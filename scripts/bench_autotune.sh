@@ -9,7 +9,8 @@
 #      from its .params.yaml through --config-file), re-measured REPEAT times,
 #      interleaved, so that the grid's best is not just its luckiest run.
 # Usage: cargo build --release --bins && scripts/bench_autotune.sh > bench.txt
-# Prints one line per measurement; steps/s, higher is better. STAGES="final" with the
+# Prints one line per measurement; steps/s, higher is better (final: steps/s over the
+# run, then 1000 / median step ms). STAGES="final" with the
 # OUT of an earlier run re-measures its grid's best and its tuned choices only.
 set -u
 cd "$(dirname "$0")/.."
@@ -29,6 +30,15 @@ bench() {
   shift
   # shellcheck disable=SC2086
   $R/elasticrun -np 2 "$@" $R/synthetic_benchmark $ARGS --steps "$n" 2>&1 | sps
+}
+# bench_both STEPS ELASTICRUN_OPTIONS...: steps/s over the run, and 1000 / median step
+# ms (steady state: a stall of the machine moves it less)
+bench_both() {
+  local n=$1
+  shift
+  # shellcheck disable=SC2086
+  $R/elasticrun -np 2 "$@" $R/synthetic_benchmark $ARGS --steps "$n" 2>&1 | tr ',{' '\n\n' |
+    awk -F: '/"steps_per_sec"/ {s = $2} /"median"/ {m = $2} END {printf "%.2f %.2f", s, 1000 / m}'
 }
 grid_point() { # fusion MiB, cycle ms, cache flag ("" or --disable-cache), segment
   echo "--fusion-threshold-mb $1 --cycle-time-ms $2 $3 --segment-size $4"
@@ -59,13 +69,13 @@ has final || exit 0
 echo "# final ($FINAL_STEPS steps per run, $REPEAT interleaved rounds)"
 mapfile -t top < <(sort -k2 -g -r "$OUT/grid.txt" | head -3 | cut -d' ' -f3-)
 for r in $(seq "$REPEAT"); do
-  echo "default $(bench "$FINAL_STEPS")"
+  echo "default $(bench_both "$FINAL_STEPS")"
   for i in "${!top[@]}"; do
     # shellcheck disable=SC2086
-    echo "grid_top$((i + 1)) $(bench "$FINAL_STEPS" ${top[$i]}) ${top[$i]}"
+    echo "grid_top$((i + 1)) $(bench_both "$FINAL_STEPS" ${top[$i]}) ${top[$i]}"
   done
   for i in $(seq "$TUNED"); do
-    echo "tuned$i $(bench "$FINAL_STEPS" --config-file "$OUT/tune$i.params.yaml")"
+    echo "tuned$i $(bench_both "$FINAL_STEPS" --config-file "$OUT/tune$i.params.yaml")"
   done
 done
 echo "# logs in $OUT"
