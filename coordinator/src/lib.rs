@@ -19,3 +19,19 @@ pub mod stall;
 
 pub use hosts::{HostSlots, HostsError, parse_host_list, parse_hostfile};
 pub use layout::{LayoutError, Placement, place};
+
+/// Fixtures shared by the unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use control::Knobs;
+
+    /// Knobs with values that differ from the defaults, so that a test sees
+    /// that these very knobs were passed on.
+    pub(crate) fn knobs() -> Knobs {
+        Knobs {
+            fusion_threshold_bytes: 1,
+            cache_capacity: 8,
+            ..Knobs::default()
+        }
+    }
+}

@@ -128,14 +128,7 @@ impl Rendezvous {
 mod tests {
     use super::*;
     use crate::layout::place;
-
-    fn knobs() -> Knobs {
-        Knobs {
-            fusion_threshold_bytes: 1,
-            cache_capacity: 8,
-            ..Knobs::default()
-        }
-    }
+    use crate::test_support::knobs;
 
     fn reg(host: &str, slot: u32, port: u16) -> Registration {
         Registration {

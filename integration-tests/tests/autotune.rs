@@ -9,30 +9,35 @@ use std::time::Duration;
 use integration_tests::elastic::{Job, Scratch, Train};
 use integration_tests::{launch, train, wait_for};
 
+/// `--autotune`, logging to `log`, one warm-up sample, then `samples`
+/// samples of `steps` steps.
+fn autotune<'a>(log: &'a str, steps: &'a str, samples: &'a str) -> [&'a str; 9] {
+    [
+        "--autotune",
+        "--autotune-log-file",
+        log,
+        "--autotune-warmup-samples",
+        "1",
+        "--autotune-steps-per-sample",
+        steps,
+        "--autotune-bayes-opt-max-samples",
+        samples,
+    ]
+}
 #[test]
 fn autotune_logs_samples_keeps_user_knobs_and_the_job_still_learns() {
     let s = Scratch::new("autotune");
     let log = s.dir.join("autotune.csv");
     let train = train();
-    let run = launch(&[
-        "-np",
-        "2",
-        "--autotune",
-        "--autotune-log-file",
-        log.to_str().unwrap(),
-        "--autotune-warmup-samples",
-        "1",
-        "--autotune-steps-per-sample",
-        "5",
-        "--autotune-bayes-opt-max-samples",
-        "4",
+    let tuning = autotune(log.to_str().unwrap(), "5", "4");
+    let rest = [
         "--cycle-time-ms",
         "2",
         train.to_str().unwrap(),
         "--epochs",
         "2",
-    ])
-    .finish(Duration::from_secs(60));
+    ];
+    let run = launch(&[&["-np", "2"][..], &tuning, &rest].concat()).finish(Duration::from_secs(60));
     run.expect_code(0);
     let done = run.done_event();
     assert!(done["accuracy"].as_f64().unwrap() > 0.9, "{done}");
@@ -90,23 +95,10 @@ fn two_hosts_of_two_ranks_also_tune_the_hierarchical_paths() {
     let s = Scratch::new("autotune-hosts");
     let log = s.dir.join("autotune.csv");
     let train = train();
-    let run = launch(&[
-        "-H",
-        "localhost:2,127.0.0.1:2",
-        "--autotune",
-        "--autotune-log-file",
-        log.to_str().unwrap(),
-        "--autotune-warmup-samples",
-        "1",
-        "--autotune-steps-per-sample",
-        "3",
-        "--autotune-bayes-opt-max-samples",
-        "4",
-        train.to_str().unwrap(),
-        "--epochs",
-        "2",
-    ])
-    .finish(Duration::from_secs(60));
+    let tuning = autotune(log.to_str().unwrap(), "3", "4");
+    let hosts = ["-H", "localhost:2,127.0.0.1:2"];
+    let rest = [train.to_str().unwrap(), "--epochs", "2"];
+    let run = launch(&[&hosts[..], &tuning, &rest].concat()).finish(Duration::from_secs(60));
     run.expect_code(0);
     let done = run.done_event();
     assert!(done["accuracy"].as_f64().unwrap() > 0.9, "{done}");
@@ -153,24 +145,17 @@ fn an_elastic_job_tunes_each_world_size_and_remembers_them() {
     scratch.set_hosts("localhost:2\n");
     let log = scratch.dir.join("autotune.csv");
     let discovery = scratch.file_discovery();
+    let elastic = [
+        "--host-discovery-script",
+        &discovery,
+        "--min-np",
+        "2",
+        "--max-np",
+        "3",
+    ];
+    let tuning = autotune(log.to_str().unwrap(), "2", "3");
     let job = Job::start(
-        &[
-            "--host-discovery-script",
-            &discovery,
-            "--min-np",
-            "2",
-            "--max-np",
-            "3",
-            "--autotune",
-            "--autotune-log-file",
-            log.to_str().unwrap(),
-            "--autotune-warmup-samples",
-            "1",
-            "--autotune-steps-per-sample",
-            "2",
-            "--autotune-bayes-opt-max-samples",
-            "3",
-        ],
+        &[&elastic[..], &tuning].concat(),
         &Train {
             epochs: 30,
             samples: 640,

@@ -69,14 +69,7 @@ pub fn assignments(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn knobs() -> Knobs {
-        Knobs {
-            fusion_threshold_bytes: 1,
-            cache_capacity: 8,
-            ..Knobs::default()
-        }
-    }
+    use crate::test_support::knobs;
 
     fn slot(host: &str, slot: u32) -> SlotId {
         SlotId {
