@@ -10,7 +10,7 @@
 //! ```
 //! Pure: the same hosts and np always give the same layout.
 
-use crate::hosts::HostSlots;
+use elastic::hosts::HostSlots;
 
 /// One rank's place in the job.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 
 use control::{Assignment, Knobs, Registration};
 
-use crate::hosts::HostSlots;
 use crate::layout::Placement;
+use elastic::hosts::HostSlots;
 
 /// A worker's identity before it has a rank: the host it was started on (as named
 /// in the host list) and its slot there (its local rank).

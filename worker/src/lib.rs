@@ -8,6 +8,7 @@
 
 mod api;
 mod control_link;
+pub mod elastic;
 pub mod engine;
 mod env;
 mod hierarchy;

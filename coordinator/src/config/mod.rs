@@ -12,7 +12,7 @@ use std::time::Duration;
 
 pub use resolve::resolve;
 
-use crate::hosts::{HostSlots, HostsError};
+use elastic::hosts::{HostSlots, HostsError};
 
 /// Where a value came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use super::{
     AutotuneConfig, ConfigError, ElasticConfig, HostSpec, JobConfig, LogLevel, SEGMENT_BYTES_RANGE,
     Source, Sourced, StallCheck, Timeline, Tuning, parse_size,
 };
-use crate::hosts::parse_host_list;
+use elastic::hosts::parse_host_list;
 
 type Parse<T> = fn(&str) -> Result<T, String>;
 

@@ -11,8 +11,8 @@ use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
 use super::ssh::{self, SshOptions};
 use crate::config::JobConfig;
-use crate::hosts::HostSlots;
 use crate::layout::Placement;
+use elastic::hosts::HostSlots;
 
 /// What the job needs to start its workers.
 #[derive(Debug)]

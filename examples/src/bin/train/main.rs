@@ -24,11 +24,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use elastic::{ElasticError, Interrupt, State};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
+use worker::elastic::{self, ElasticError, Interrupt, State};
 use worker::{Compression, DistributedOptimizer, OptimizerOptions, ReduceOp, Worker};
 
 use data::{DataSet, Sample};

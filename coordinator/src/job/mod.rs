@@ -2,6 +2,13 @@
 //! workers, forward their output, hand out assignments, and supervise until
 //! every worker has exited (or one fails, or elasticrun is told to stop).
 
+pub mod assign;
+mod commands;
+pub mod discovery;
+mod driver;
+pub mod links;
+mod setup;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,7 +17,6 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{HostSpec, JobConfig, StallCheck};
-use crate::hosts::{HostSlots, parse_hostfile};
 use crate::launch::address::{AddressError, control_addresses};
 use crate::launch::process::{self, WorkerProcess};
 use crate::launch::start::{Plan, StartError, Started, start_all};
@@ -18,6 +24,7 @@ use crate::layout::place;
 use crate::rendezvous::Rendezvous;
 use crate::server::{LinkEnd, Server, WorkerLink};
 use crate::stall::{self, Beat, StallConfig};
+use elastic::hosts::{HostSlots, parse_hostfile};
 
 /// How long stopped workers get between SIGTERM and SIGKILL.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -130,7 +137,7 @@ pub(crate) fn job_secrets() -> Result<(Secret, u64), JobError> {
 /// script).
 pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     if cfg.elastic.is_some() {
-        return crate::elastic::run(cfg).await;
+        return setup::run(cfg).await;
     }
     let (hosts, np) = hosts_and_np(&cfg).await?;
     let placements = place(&hosts, np).map_err(|e| JobError::Config(e.to_string()))?;

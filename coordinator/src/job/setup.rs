@@ -11,12 +11,6 @@
 //!  exits, stalls, clock ───────┘
 //! ```
 
-pub mod assign;
-mod commands;
-pub mod discovery;
-mod driver;
-pub mod links;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,12 +18,12 @@ use std::time::Duration;
 use elastic::membership::{BlacklistPolicy, Membership, Policy};
 use tokio::sync::mpsc;
 
+use super::discovery::{self, Discovery};
+use super::driver::{Driver, bind_address};
 use crate::config::{ElasticConfig, JobConfig};
 use crate::job::{Ending, JobError, job_secrets, knobs};
 use crate::server::Server;
 use crate::stall::StallConfig;
-use discovery::Discovery;
-use driver::{Driver, bind_address};
 
 /// Failures of one host's workers within this window blacklist it...
 const BLACKLIST_WINDOW: Duration = Duration::from_secs(60);
@@ -39,7 +33,7 @@ const BLACKLIST_FAILURES: u32 = 3;
 const REJOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The membership core's policy from the job's configuration.
-pub fn policy(cfg: &JobConfig, e: &ElasticConfig) -> Policy {
+pub(super) fn policy(cfg: &JobConfig, e: &ElasticConfig) -> Policy {
     Policy {
         min_np: e.min_np,
         max_np: e.max_np.unwrap_or(usize::MAX),
@@ -57,7 +51,7 @@ pub fn policy(cfg: &JobConfig, e: &ElasticConfig) -> Policy {
 }
 
 /// Runs the elastic job described by `cfg` (whose `elastic` part is set).
-pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
+pub(super) async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     let Some(e) = cfg.elastic.clone() else {
         return Err(JobError::Config("not an elastic job".into()));
     };

@@ -1,8 +1,8 @@
 //! The elastic run loop.
 
+use crate::{RejoinError, Worker};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use worker::{RejoinError, Worker};
 
 use super::state::{Interrupt, State};
 
@@ -96,7 +96,7 @@ mod tests {
         if std::env::var("ELASTICRUN_COORDINATOR").is_ok() {
             return;
         }
-        let mut w = worker::init().unwrap();
+        let mut w = crate::init().unwrap();
         let mut st = State::new(0u32);
         let mut calls = 0;
         let e = run(&mut w, &mut st, |_, s| {

@@ -1,9 +1,9 @@
 //! Training state that survives membership changes: committed in memory,
 //! restored after a failure, synced from rank 0 into every new generation.
 
+use crate::{EngineError, ObjectError, ReduceOp, Worker};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use worker::{EngineError, ObjectError, ReduceOp, Worker};
 
 /// Why a training function stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -136,7 +136,7 @@ mod tests {
         if std::env::var("ELASTICRUN_COORDINATOR").is_ok() {
             return;
         }
-        let w = worker::init().unwrap();
+        let w = crate::init().unwrap();
         assert!(!w.is_elastic());
         let mut st = State::new((vec![1.0f32, 2.0], 0u64));
         st.get_mut().1 = 5;
