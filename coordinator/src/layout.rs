@@ -48,29 +48,43 @@ pub fn place(hosts: &[HostSlots], np: usize) -> Result<Vec<Placement>, LayoutErr
     }
     // Ranks used on each host, filling hosts in order.
     let mut left = np;
-    let used: Vec<usize> = hosts
+    let host_of_rank: Vec<usize> = hosts
         .iter()
-        .map(|h| {
+        .enumerate()
+        .flat_map(|(host, h)| {
             let take = h.slots.min(left);
             left -= take;
-            take
+            std::iter::repeat_n(host, take)
         })
         .collect();
-    let mut out = Vec::with_capacity(np);
-    for (host, &local_size) in used.iter().enumerate() {
-        for local_rank in 0..local_size {
-            let with_this_local = |n: &usize| *n > local_rank;
-            out.push(Placement {
-                rank: out.len(),
+    Ok(placements(&host_of_rank))
+}
+
+/// Every rank's place from the host each rank runs on (`host_of_rank[r]`,
+/// hosts numbered by their first rank), in rank order: the local rank is the
+/// position among the earlier ranks of the same host, the cross rank the
+/// position of the host among the hosts that have a rank with that local
+/// rank. Static jobs fill hosts in order; an elastic generation keeps its
+/// survivors' order, so a host's ranks need not be consecutive.
+pub fn placements(host_of_rank: &[usize]) -> Vec<Placement> {
+    let hosts = host_of_rank.iter().max().map_or(0, |m| m + 1);
+    let on_host = |h: usize| host_of_rank.iter().filter(|&&x| x == h).count();
+    (0..host_of_rank.len())
+        .map(|rank| {
+            let host = host_of_rank[rank];
+            let local_rank = host_of_rank[..rank].iter().filter(|&&x| x == host).count();
+            // Hosts that have a rank with this local rank, in host order.
+            let with_local: Vec<usize> = (0..hosts).filter(|&x| on_host(x) > local_rank).collect();
+            Placement {
+                rank,
                 host,
                 local_rank,
-                local_size,
-                cross_rank: used[..host].iter().filter(|n| with_this_local(n)).count(),
-                cross_size: used.iter().filter(|n| with_this_local(n)).count(),
-            });
-        }
-    }
-    Ok(out)
+                local_size: on_host(host),
+                cross_rank: with_local.iter().position(|&x| x == host).unwrap_or(0),
+                cross_size: with_local.len(),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,17 +1,14 @@
-//! The `elasticrun` coordinator: command line, configuration, launcher (local spawn and
-//! ssh), rendezvous server, membership and generations, stall inspector and output
-//! forwarding.
-//!
-//! Jobs run through [`job`]: static ones place ranks with [`layout`], start
-//! workers with [`launch`] and hand out assignments with [`rendezvous`] and
-//! [`server`]; elastic ones are driven by the membership core of the `elastic`
-//! crate.
+//! The `elasticrun` coordinator: command line and configuration ([`config`]),
+//! launchers (local spawn and ssh, with output forwarding: [`launch`]), the
+//! control-plane listener ([`server`]), the stall inspector ([`stall`]) and one
+//! job driver for static and elastic jobs alike ([`job`]), whose decisions come
+//! from the membership core of the `elastic` crate. [`layout`] says where ranks
+//! go and what their local and cross ranks are.
 
 pub mod config;
 pub mod job;
 pub mod launch;
 pub mod layout;
-pub mod rendezvous;
 pub mod server;
 pub mod stall;
 

@@ -14,5 +14,5 @@ pub mod membership;
 pub use discovery::parse_discovered;
 pub use hosts::{HostSlots, HostsError, parse_host_list, parse_hostfile};
 pub use membership::{
-    BlacklistPolicy, Command, JobFailure, Membership, Policy, PolicyError, SlotId,
+    BlacklistPolicy, Command, JobFailure, Membership, OnFailure, Policy, PolicyError, SlotId,
 };

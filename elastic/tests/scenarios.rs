@@ -19,6 +19,8 @@
 //! - `policy np=4 min=2 max=4 timeout=600s reset-limit=3 failures=3 window=60s
 //!   cooldown=10s..60s start-timeout=30s rejoin-timeout=60s`: a new job; every key is
 //!   optional (defaults: `np=1 min=1 max=np`, the rest as in `Policy::new`).
+//!   `policy start-timeout=30s static=4` is a static job of 4 (`Policy::fixed`, with
+//!   the start timeout given before it).
 //! - `discover t=0s a:4 b [fe80::1]:2`: discovery output, one host per word (an
 //!   empty list is valid).
 //! - `register t=1s a/0 a/1`, `rejoin t=5s gen=2 a/0 a/1`, `finish t=9s a/0`: one
@@ -163,6 +165,10 @@ fn policy(args: &[String]) -> Policy {
             }
             "start-timeout" => p.start_timeout = duration(v),
             "rejoin-timeout" => p.rejoin_timeout = duration(v),
+            "static" => {
+                let fixed = Policy::fixed(v.parse().unwrap(), p.start_timeout);
+                (p, max) = (fixed, Some(v.parse().unwrap()));
+            }
             _ => panic!("unknown policy key {k}"),
         }
     }

@@ -1,12 +1,14 @@
-//! Assignments of an elastic generation from the membership core's rank
-//! order: local and cross ranks as in [`crate::layout`] (hosts numbered by
-//! their first rank), every rank's data-plane address. Pure.
+//! Assignments of a generation from the membership core's rank order: local
+//! and cross ranks from [`crate::layout::placements`] (hosts numbered by their
+//! first rank), every rank's data-plane address. Pure.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use control::{Assignment, Knobs};
 use elastic::membership::SlotId;
+
+use crate::layout::placements;
 
 /// What every assignment of a generation shares.
 #[derive(Debug)]
@@ -28,40 +30,32 @@ pub fn assignments(
         .map(|s| addrs.get(s).copied().ok_or_else(|| s.clone()))
         .collect::<Result<Vec<_>, _>>()?;
     let mut host_names: Vec<&str> = Vec::new();
-    let hosts: Vec<u32> = ranks
+    let hosts: Vec<usize> = ranks
         .iter()
         .map(|s| {
             let at = host_names.iter().position(|h| *h == s.host);
             at.unwrap_or_else(|| {
                 host_names.push(&s.host);
                 host_names.len() - 1
-            }) as u32
+            })
         })
         .collect();
-    // Ranks of each host, in rank order.
-    let on_host = |h: u32| hosts.iter().filter(move |&&x| x == h).count();
     let size = ranks.len() as u32;
-    Ok((0..ranks.len())
-        .map(|rank| {
-            let h = hosts[rank];
-            let local_rank = hosts[..rank].iter().filter(|&&x| x == h).count();
-            // Hosts that have a rank with this local rank, in host order.
-            let with_local: Vec<u32> = (0..host_names.len() as u32)
-                .filter(|&x| on_host(x) > local_rank)
-                .collect();
-            Assignment {
-                generation: g.generation,
-                rank: rank as u32,
-                size,
-                local_rank: local_rank as u32,
-                local_size: on_host(h) as u32,
-                cross_rank: with_local.iter().position(|&x| x == h).unwrap_or(0) as u32,
-                cross_size: with_local.len() as u32,
-                peers: peers.clone(),
-                hosts: hosts.clone(),
-                data_token: g.data_token,
-                knobs: g.knobs.clone(),
-            }
+    let host_ids: Vec<u32> = hosts.iter().map(|&h| h as u32).collect();
+    Ok(placements(&hosts)
+        .into_iter()
+        .map(|p| Assignment {
+            generation: g.generation,
+            rank: p.rank as u32,
+            size,
+            local_rank: p.local_rank as u32,
+            local_size: p.local_size as u32,
+            cross_rank: p.cross_rank as u32,
+            cross_size: p.cross_size as u32,
+            peers: peers.clone(),
+            hosts: host_ids.clone(),
+            data_token: g.data_token,
+            knobs: g.knobs.clone(),
         })
         .collect())
 }

@@ -4,7 +4,7 @@ use control::CoordinatorMsg;
 use elastic::membership::{Command, SlotId};
 
 use super::assign::{Generation, assignments};
-use super::driver::Driver;
+use super::driver::{Driver, Mode};
 use crate::job::Ending;
 use crate::stall::Inspector;
 
@@ -22,7 +22,9 @@ impl Driver {
         match cmd {
             Command::Spawn(slot) => {
                 if let Err(why) = self.spawn(&slot).await {
-                    eprintln!("elasticrun: cannot start a worker on {slot}: {why}");
+                    if self.mode == Mode::Elastic {
+                        eprintln!("elasticrun: cannot start a worker on {slot}: {why}");
+                    }
                     let now = self.started.elapsed();
                     return self.core.failed(now, &slot, &why);
                 }
@@ -87,11 +89,16 @@ impl Driver {
                 return self.core.failed(now, &slot, why);
             }
         };
-        eprintln!(
-            "elasticrun: generation {generation}: {} workers ({})",
-            ranks.len(),
-            summary(ranks)
-        );
+        let summary = summary(ranks);
+        match self.mode {
+            Mode::Elastic => eprintln!(
+                "elasticrun: generation {generation}: {} workers ({summary})",
+                ranks.len()
+            ),
+            Mode::Static => {
+                tracing::debug!(workers = ranks.len(), %summary, "every worker registered")
+            }
+        }
         for (slot, a) in ranks.iter().zip(all) {
             self.tell(slot, CoordinatorMsg::Assign(a));
         }
@@ -107,7 +114,7 @@ impl Driver {
         }
     }
 
-    fn tell_all(&self, msg: &CoordinatorMsg) {
+    pub(super) fn tell_all(&self, msg: &CoordinatorMsg) {
         for live in self.workers.values().filter(|l| !l.leaving) {
             if let Some(link) = &live.link {
                 let _ = link.try_send(msg.clone());

@@ -1,10 +1,14 @@
-//! The elastic job's driver: feeds the membership core (discovery results,
-//! registrations, rejoins, exits, lost connections, stalls, the clock) and
-//! carries out its commands (spawn, stop, reset, assign, leave). All
-//! decisions are the core's; this file only moves messages and processes.
+//! The job's driver, static and elastic alike: feeds the membership core
+//! (discovery results, registrations, rejoins, exits, lost connections,
+//! stalls, the clock) and carries out its commands (spawn, stop, reset,
+//! assign, leave). All decisions are the core's; this file only moves
+//! messages and processes, and words what happened the way each kind of job
+//! says it (a static job names ranks, an elastic one workers and slots).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use control::{CoordinatorMsg, Knobs, Secret};
@@ -30,6 +34,17 @@ const LEAVE_GRACE: Duration = Duration::from_secs(10);
 /// How often the driver polls exits and ticks the core.
 const TICK: Duration = Duration::from_millis(20);
 
+/// What kind of job the driver runs: the core's policy decides what happens,
+/// this only decides how the driver words it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// `-np`, `-H`, `--hostfile`: workers are numbered by rank (a static job's
+    /// spawn order is its rank order) and any failure ends the job.
+    Static,
+    /// `--host-discovery-script`.
+    Elastic,
+}
+
 /// A started worker.
 #[derive(Debug)]
 pub(super) struct Live {
@@ -45,6 +60,7 @@ pub(super) struct Live {
 /// The driver's state.
 #[derive(Debug)]
 pub(super) struct Driver {
+    pub(super) mode: Mode,
     pub(super) cfg: JobConfig,
     pub(super) secret: Secret,
     pub(super) knobs: Knobs,
@@ -145,11 +161,7 @@ impl Driver {
             LinkEventKind::Beat(pending) => {
                 let rank = self.core.members().iter().position(|s| *s == e.slot);
                 if let (Some(i), Some(rank)) = (self.inspector.as_mut(), rank) {
-                    let key = crate::rendezvous::SlotKey {
-                        host: e.slot.host.clone(),
-                        slot: e.slot.slot,
-                    };
-                    i.handle_report(std::time::Instant::now(), rank, key, &pending);
+                    i.handle_report(std::time::Instant::now(), rank, e.slot.clone(), &pending);
                 }
                 Vec::new()
             }
@@ -173,49 +185,66 @@ impl Driver {
     fn poll_exits(&mut self) -> Vec<Command> {
         let now = self.now();
         let mut cmds = Vec::new();
-        let slots: Vec<SlotId> = self.workers.keys().cloned().collect();
-        for slot in slots {
-            let Some(live) = self.workers.get_mut(&slot) else {
+        for (slot, st) in self.exits() {
+            let Some(live) = self.workers.remove(&slot) else {
                 continue;
             };
-            let status = match live.process.poll() {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(%slot, %e, "cannot wait for a worker");
-                    None
-                }
-            };
-            if let Some(st) = status {
-                let Some(live) = self.workers.remove(&slot) else {
-                    continue;
+            if live.leaving {
+                tracing::info!(%slot, "worker left");
+            } else if st.success() {
+                cmds.extend(self.core.finished(now, &slot));
+            } else {
+                let why = match self.mode {
+                    Mode::Static => live.process.describe(st),
+                    Mode::Elastic => {
+                        let why = format!("worker {} on {slot} {}", live.id, live.process.how(st));
+                        eprintln!("elasticrun: {why}");
+                        why
+                    }
                 };
-                if live.leaving {
-                    tracing::info!(%slot, "worker left");
-                } else if st.success() {
-                    cmds.extend(self.core.finished(now, &slot));
-                } else {
-                    let why = format!("worker {} on {slot} {}", live.id, live.process.how(st));
-                    eprintln!("elasticrun: {why}");
-                    cmds.extend(self.core.failed(now, &slot, &why));
-                }
-                continue;
+                cmds.extend(self.core.failed(now, &slot, &why));
             }
-            let overdue = live
-                .link_ended
-                .as_ref()
-                .filter(|(at, _)| at.elapsed() >= EXIT_GRACE)
-                .map(|(_, why)| why.clone());
-            if let Some(why) = overdue {
-                let leaving = live.leaving;
-                self.retire(&slot);
-                if !leaving {
-                    let why = format!("worker on {slot}: {why}");
-                    eprintln!("elasticrun: {why}");
-                    cmds.extend(self.core.failed(now, &slot, &why));
-                }
+        }
+        let overdue: Vec<(SlotId, usize, String)> = self
+            .workers
+            .iter()
+            .filter_map(|(slot, live)| {
+                let (at, why) = live.link_ended.as_ref()?;
+                (at.elapsed() >= EXIT_GRACE).then(|| (slot.clone(), live.id, why.clone()))
+            })
+            .collect();
+        for (slot, id, why) in overdue {
+            let leaving = self.workers.get(&slot).is_some_and(|l| l.leaving);
+            self.retire(&slot);
+            if !leaving {
+                let why = match self.mode {
+                    Mode::Static => format!("rank {id} ({slot}) failed: {why}"),
+                    Mode::Elastic => {
+                        let why = format!("worker on {slot}: {why}");
+                        eprintln!("elasticrun: {why}");
+                        why
+                    }
+                };
+                cmds.extend(self.core.failed(now, &slot, &why));
             }
         }
         cmds
+    }
+
+    /// Workers that have exited, those killed by a signal first: when several
+    /// ended since the last look, a kill is more likely the cause than peers
+    /// that exited on losing it.
+    fn exits(&mut self) -> Vec<(SlotId, ExitStatus)> {
+        let mut out = Vec::new();
+        for (slot, live) in &mut self.workers {
+            match live.process.poll() {
+                Ok(Some(st)) => out.push((slot.clone(), live.id, st)),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(%slot, %e, "cannot wait for a worker"),
+            }
+        }
+        out.sort_by_key(|(_, id, st)| (st.signal().is_none(), *id));
+        out.into_iter().map(|(slot, _, st)| (slot, st)).collect()
     }
 
     /// Stalls past the shutdown time: the ranks they wait on have failed.
@@ -228,21 +257,28 @@ impl Driver {
             match event {
                 StallEvent::Warn(stall) => tracing::warn!("{stall}"),
                 StallEvent::Shutdown(stall) => {
-                    eprintln!(
-                        "elasticrun: {stall}, past the stall shutdown time; replacing the stalled ranks"
-                    );
-                    stalled.extend(stall.missing.iter().map(|r| SlotId {
-                        host: r.slot.host.clone(),
-                        slot: r.slot.slot,
-                    }));
+                    let why = match self.mode {
+                        Mode::Static => {
+                            let limit = self.stall.and_then(|c| c.shutdown).unwrap_or_default();
+                            let limit = limit.as_secs_f64();
+                            format!("{stall}, past the stall shutdown time of {limit} s")
+                        }
+                        Mode::Elastic => {
+                            eprintln!(
+                                "elasticrun: {stall}, past the stall shutdown time; replacing the stalled ranks"
+                            );
+                            "stalled".to_owned()
+                        }
+                    };
+                    stalled.extend(stall.missing.iter().map(|r| (r.slot.clone(), why.clone())));
                 }
             }
         }
         let now = self.now();
         let mut cmds = Vec::new();
-        for slot in stalled {
+        for (slot, why) in stalled {
             self.retire(&slot);
-            cmds.extend(self.core.failed(now, &slot, "stalled"));
+            cmds.extend(self.core.failed(now, &slot, &why));
         }
         cmds
     }
@@ -294,8 +330,13 @@ impl Driver {
         Ok(())
     }
 
-    /// Stops every worker still running and waits for the stopping ones.
-    pub(super) async fn wind_down(&mut self) {
+    /// Stops every worker still running and waits for the stopping ones; a
+    /// static job that did not succeed first tells its workers why.
+    pub(super) async fn wind_down(&mut self, ending: Ending) {
+        if self.mode == Mode::Static && ending != Ending::Success {
+            let reason = "the job is stopping".to_owned();
+            self.tell_all(&CoordinatorMsg::Stop { reason });
+        }
         let mut rest: Vec<WorkerProcess> = self.workers.drain().map(|(_, l)| l.process).collect();
         process::stop_all(&mut rest, STOP_GRACE).await;
         for t in self.stopping.drain(..) {

@@ -1,6 +1,17 @@
-//! One job, start to end: place ranks, start the control-plane server and the
-//! workers, forward their output, hand out assignments, and supervise until
-//! every worker has exited (or one fails, or elasticrun is told to stop).
+//! One job, start to end, static or elastic alike: the host set comes from the
+//! command line (discovered once) or from a discovery script (re-run every
+//! interval), the membership core of the `elastic` crate decides who runs where
+//! in each generation, and the driver here starts and stops workers, forwards
+//! their output and tells them about generations over their control
+//! connections. A static job is one whose size is fixed (`min = max = np`) and
+//! whose first failure ends it ([`elastic::OnFailure::EndJob`]).
+//!
+//! ```text
+//!  discovery (script, or the host list once) ──host sets──┐
+//!  control listener ──arrivals──────────────────────────────┤      ┌── Spawn / Stop (processes)
+//!  link tasks ──rejoin, beats, lost links───────────────────├─> Membership core ──┼── Reset / HostsUpdated / Leave
+//!  exits, stalls, clock ────────────────────────────────────┘      └── Assign (per-rank assignments)
+//! ```
 
 pub mod assign;
 mod commands;
@@ -9,21 +20,15 @@ mod driver;
 pub mod links;
 mod setup;
 
-use std::net::SocketAddr;
+pub use setup::run;
+
 use std::time::Duration;
 
-use control::{Knobs, PendingReport, Secret};
+use control::{Knobs, Secret};
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::{mpsc, watch};
 
 use crate::config::{HostSpec, JobConfig, StallCheck};
-use crate::launch::address::{AddressError, control_addresses};
-use crate::launch::process::{self, WorkerProcess};
-use crate::launch::start::{Plan, StartError, Started, start_all};
-use crate::layout::place;
-use crate::rendezvous::Rendezvous;
-use crate::server::{LinkEnd, Server, WorkerLink};
-use crate::stall::{self, Beat, StallConfig};
+use crate::launch::address::AddressError;
 use elastic::hosts::{HostSlots, parse_hostfile};
 
 /// How long stopped workers get between SIGTERM and SIGKILL.
@@ -39,8 +44,6 @@ pub enum JobError {
     Address(#[from] AddressError),
     #[error(transparent)]
     Server(#[from] crate::server::ServerError),
-    #[error(transparent)]
-    Start(#[from] StartError),
 }
 
 /// How the job ended, as elasticrun's exit code.
@@ -64,7 +67,7 @@ impl Ending {
 }
 
 /// The hosts of the job and the number of processes.
-async fn hosts_and_np(cfg: &JobConfig) -> Result<(Vec<HostSlots>, usize), JobError> {
+pub(crate) async fn hosts_and_np(cfg: &JobConfig) -> Result<(Vec<HostSlots>, usize), JobError> {
     let hosts = match &cfg.hosts {
         HostSpec::Localhost => {
             let np = cfg
@@ -133,132 +136,6 @@ pub(crate) fn job_secrets() -> Result<(Secret, u64), JobError> {
     Ok((secret, data_token))
 }
 
-/// Runs the job described by `cfg` (an elastic one when it has a discovery
-/// script).
-pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
-    if cfg.elastic.is_some() {
-        return setup::run(cfg).await;
-    }
-    let (hosts, np) = hosts_and_np(&cfg).await?;
-    let placements = place(&hosts, np).map_err(|e| JobError::Config(e.to_string()))?;
-    let names: Vec<&str> = hosts.iter().map(|h| h.host.as_str()).collect();
-    let addresses = control_addresses(&names, cfg.network_interface.as_deref())?;
-    let (secret, data_token) = job_secrets()?;
-    let server = Server::bind(SocketAddr::new(addresses.bind, 0), secret.clone()).await?;
-    tracing::debug!(addr = %server.local_addr(), "control plane listening");
-
-    let plan = Plan {
-        cfg: &cfg,
-        hosts: &hosts,
-        placements: &placements,
-        coordinator_port: server.local_addr().port(),
-        addresses: &addresses,
-        secret: &secret,
-    };
-    let mut started = Started::default();
-    if let Err(e) = start_all(&plan, &mut started).await {
-        process::stop_all(&mut started.workers, STOP_GRACE).await;
-        return Err(e.into());
-    }
-    let (problems_tx, problems) = mpsc::channel::<String>(64);
-    let (stop_tx, stop_rx) = watch::channel::<Option<String>>(None);
-    let rv = Rendezvous::new(0, &hosts, &placements);
-    let control = tokio::spawn(control_plane(
-        server,
-        rv,
-        knobs(&cfg),
-        data_token,
-        cfg.start_timeout,
-        problems_tx,
-        stop_rx,
-    ));
-
-    let Started {
-        mut workers,
-        forwarders,
-    } = started;
-    let ending = supervise(&mut workers, problems).await;
-    if ending != Ending::Success {
-        let _ = stop_tx.send(Some("the job is stopping".into()));
-        process::stop_all(&mut workers, STOP_GRACE).await;
-    }
-    control.abort();
-    for f in forwarders {
-        let _ = f.await;
-    }
-    Ok(ending)
-}
-
-/// Hands out assignments, then watches every worker's heartbeats; whatever
-/// goes wrong is reported on `problems`.
-async fn control_plane(
-    mut server: Server,
-    rv: Rendezvous,
-    knobs: Knobs,
-    data_token: u64,
-    start_timeout: Duration,
-    problems: mpsc::Sender<String>,
-    stop: watch::Receiver<Option<String>>,
-) {
-    match server
-        .rendezvous(rv, &knobs, data_token, start_timeout)
-        .await
-    {
-        Ok(links) => {
-            let (beats, inspector) = match StallConfig::from_knobs(&knobs) {
-                Some(cfg) => {
-                    let (tx, rx) = mpsc::channel((links.len() * 4).max(64));
-                    (Some(tx), Some(stall::inspect(cfg, rx, problems.clone())))
-                }
-                None => (None, None),
-            };
-            for link in links {
-                tokio::spawn(watch_link(
-                    link,
-                    problems.clone(),
-                    stop.clone(),
-                    beats.clone(),
-                ));
-            }
-            drop(beats);
-            if let Some(inspector) = inspector {
-                inspector.await;
-            }
-            // Keep the listener (and its refusals of strangers) for the job's life.
-            std::future::pending::<()>().await;
-        }
-        Err(e) => {
-            let _ = problems.send(e.to_string()).await;
-        }
-    }
-}
-
-/// Watches one worker's control connection: a silent worker is a problem; a
-/// worker gone has nothing pending any more, so whatever the others still wait
-/// for from it is a stall.
-async fn watch_link(
-    link: WorkerLink,
-    problems: mpsc::Sender<String>,
-    stop: watch::Receiver<Option<String>>,
-    beats: Option<mpsc::Sender<Beat>>,
-) {
-    let slot = link.slot.clone();
-    let (rank, end) = link.watch(SILENCE, stop, beats.clone()).await;
-    if let LinkEnd::Silent(_) = end {
-        let _ = problems
-            .send(format!("rank {rank} ({slot}) failed: {end}"))
-            .await;
-    }
-    if let Some(beats) = beats {
-        let gone = Beat {
-            rank,
-            slot,
-            pending: PendingReport::default(),
-        };
-        let _ = tokio::time::timeout(stall::POLL * 4, beats.send(gone)).await;
-    }
-}
-
 /// SIGINT and SIGTERM to elasticrun, which end the job.
 pub(crate) struct Stops {
     int: Signal,
@@ -291,44 +168,6 @@ impl Stops {
                 eprintln!("elasticrun: terminated; stopping every worker");
                 Ending::Terminated
             }
-        }
-    }
-}
-
-/// Waits for the workers; the first failure, problem report or signal ends it.
-async fn supervise(workers: &mut [WorkerProcess], mut problems: mpsc::Receiver<String>) -> Ending {
-    let Some(mut stops) = Stops::install() else {
-        return Ending::Failed;
-    };
-    let mut tick = tokio::time::interval(Duration::from_millis(20));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            ending = stops.next() => return ending,
-            Some(p) = problems.recv() => {
-                eprintln!("elasticrun: {p}; stopping every worker");
-                return Ending::Failed;
-            }
-        }
-        let mut all_done = true;
-        let mut failed = Vec::new();
-        for w in workers.iter_mut() {
-            match w.poll() {
-                Ok(Some(st)) if st.success() => {}
-                Ok(Some(st)) => failed.push(w.describe(st)),
-                Ok(None) => all_done = false,
-                Err(e) => failed.push(format!("cannot wait for rank {}: {e}", w.rank)),
-            }
-        }
-        if !failed.is_empty() {
-            // Several may have ended since the last look: a worker killed by a
-            // signal is more likely the cause than peers that exited on losing it.
-            failed.sort_by_key(|m| !m.contains("killed by signal"));
-            eprintln!("elasticrun: {}; stopping every worker", failed.join("; "));
-            return Ending::Failed;
-        }
-        if all_done {
-            return Ending::Success;
         }
     }
 }

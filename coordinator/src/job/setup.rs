@@ -1,27 +1,23 @@
-//! Elastic jobs (`--host-discovery-script`): the discovery script is run every
-//! interval, the membership core of the `elastic` crate decides who runs
-//! where in each generation, and the driver here starts and stops workers and
-//! tells them about generations over their control connections.
-//!
-//! ```text
-//!  discovery task ──host sets──┐
-//!  control listener ──arrivals─┤      ┌── Spawn / Stop (processes)
-//!  link tasks ──rejoin, beats, ├─> Membership core ──┼── Reset / HostsUpdated / Leave
-//!               lost links ────┤      └── Assign (per-rank assignments)
-//!  exits, stalls, clock ───────┘
-//! ```
+//! Setting a job up: its membership policy, where the coordinator listens and
+//! where the host sets come from, for a static job (`-np`, `-H`, `--hostfile`:
+//! the host list discovered once, `min = max = np`, any failure ends the job) or
+//! an elastic one (`--host-discovery-script`).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use elastic::hosts::HostSlots;
 use elastic::membership::{BlacklistPolicy, Membership, Policy};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use super::discovery::{self, Discovery};
-use super::driver::{Driver, bind_address};
+use super::driver::{Driver, Mode, bind_address};
+use super::{Ending, JobError, hosts_and_np, job_secrets, knobs};
 use crate::config::{ElasticConfig, JobConfig};
-use crate::job::{Ending, JobError, job_secrets, knobs};
+use crate::launch::address::control_addresses;
+use crate::layout::place;
 use crate::server::Server;
 use crate::stall::StallConfig;
 
@@ -32,7 +28,7 @@ const BLACKLIST_FAILURES: u32 = 3;
 /// A live member that has not rejoined a new generation by then has failed.
 const REJOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The membership core's policy from the job's configuration.
+/// The membership core's policy of an elastic job.
 pub(super) fn policy(cfg: &JobConfig, e: &ElasticConfig) -> Policy {
     Policy {
         min_np: e.min_np,
@@ -47,31 +43,84 @@ pub(super) fn policy(cfg: &JobConfig, e: &ElasticConfig) -> Policy {
         },
         start_timeout: cfg.start_timeout,
         rejoin_timeout: REJOIN_TIMEOUT,
+        on_failure: elastic::OnFailure::Replace,
     }
 }
 
-/// Runs the elastic job described by `cfg` (whose `elastic` part is set).
-pub(super) async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
-    let Some(e) = cfg.elastic.clone() else {
-        return Err(JobError::Config("not an elastic job".into()));
-    };
+/// Where a job's host sets come from.
+enum Hosts {
+    /// A static job's list, discovered once.
+    Fixed(Vec<HostSlots>),
+    /// An elastic job's discovery script.
+    Script(Discovery),
+}
+
+/// What differs between a static and an elastic job before the driver runs.
+struct Setup {
+    mode: Mode,
+    policy: Policy,
+    bind: IpAddr,
+    hosts: Hosts,
+}
+
+async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
+    if let Some(e) = &cfg.elastic {
+        return Ok(Setup {
+            mode: Mode::Elastic,
+            policy: policy(cfg, e),
+            bind: bind_address(cfg)?,
+            hosts: Hosts::Script(Discovery {
+                script: e.discovery_script.clone(),
+                interval: e.discovery_interval,
+                timeout: e.discovery_timeout,
+                slots_per_host: e.slots_per_host,
+            }),
+        });
+    }
+    let (hosts, np) = hosts_and_np(cfg).await?;
+    place(&hosts, np).map_err(|e| JobError::Config(e.to_string()))?;
+    let names: Vec<&str> = hosts.iter().map(|h| h.host.as_str()).collect();
+    let addresses = control_addresses(&names, cfg.network_interface.as_deref())?;
+    Ok(Setup {
+        mode: Mode::Static,
+        policy: Policy::fixed(np, cfg.start_timeout),
+        bind: addresses.bind,
+        hosts: Hosts::Fixed(hosts),
+    })
+}
+
+/// Feeds the driver its host sets: the static list once, or the discovery
+/// script's results (the returned task, aborted when the job ends).
+fn feed(hosts: Hosts) -> (mpsc::Receiver<Vec<HostSlots>>, Option<JoinHandle<()>>) {
+    let (tx, rx) = mpsc::channel(4);
+    match hosts {
+        Hosts::Fixed(list) => {
+            // The channel is new and empty: this cannot fail.
+            let _ = tx.try_send(list);
+            (rx, None)
+        }
+        Hosts::Script(d) => (rx, Some(tokio::spawn(discovery::watch(d, tx)))),
+    }
+}
+
+/// Runs the job described by `cfg` until it ends.
+pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
+    let Setup {
+        mode,
+        policy,
+        bind,
+        hosts,
+    } = setup(&cfg).await?;
     let (secret, data_token) = job_secrets()?;
-    let mut server = Server::bind(SocketAddr::new(bind_address(&cfg)?, 0), secret.clone()).await?;
+    let mut server = Server::bind(SocketAddr::new(bind, 0), secret.clone()).await?;
+    tracing::debug!(addr = %server.local_addr(), "control plane listening");
     let port = server.local_addr().port();
-    let (disc_tx, disc_rx) = mpsc::channel(4);
-    let discovery = tokio::spawn(discovery::watch(
-        Discovery {
-            script: e.discovery_script.clone(),
-            interval: e.discovery_interval,
-            timeout: e.discovery_timeout,
-            slots_per_host: e.slots_per_host,
-        },
-        disc_tx,
-    ));
+    let (disc_rx, discovery) = feed(hosts);
     let (events_tx, events_rx) = mpsc::channel(1024);
     let knobs = knobs(&cfg);
     let mut driver = Driver {
-        core: Membership::new(policy(&cfg, &e)),
+        mode,
+        core: Membership::new(policy),
         stall: StallConfig::from_knobs(&knobs),
         knobs,
         cfg,
@@ -89,7 +138,9 @@ pub(super) async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         ending: None,
     };
     let ending = driver.run(&mut server, disc_rx, events_rx).await;
-    discovery.abort();
-    driver.wind_down().await;
+    if let Some(d) = discovery {
+        d.abort();
+    }
+    driver.wind_down(ending).await;
     Ok(ending)
 }

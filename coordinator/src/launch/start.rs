@@ -1,36 +1,16 @@
-//! Starting every worker of a job: directly on this machine, through ssh on
-//! others, each with its output forwarded.
+//! Starting a worker of a job: directly on this machine, through ssh on
+//! others, with its output forwarded.
 
 use std::net::SocketAddr;
 
 use control::Secret;
 use tokio::task::JoinHandle;
 
-use super::address::{ControlAddresses, is_this_machine};
+use super::address::is_this_machine;
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
 use super::ssh::{self, SshOptions};
 use crate::config::JobConfig;
-use crate::layout::Placement;
-use elastic::hosts::HostSlots;
-
-/// What the job needs to start its workers.
-#[derive(Debug)]
-pub struct Plan<'a> {
-    pub cfg: &'a JobConfig,
-    pub hosts: &'a [HostSlots],
-    pub placements: &'a [Placement],
-    pub coordinator_port: u16,
-    pub addresses: &'a ControlAddresses,
-    pub secret: &'a Secret,
-}
-
-/// The started workers and the tasks forwarding their output.
-#[derive(Debug, Default)]
-pub struct Started {
-    pub workers: Vec<WorkerProcess>,
-    pub forwarders: Vec<JoinHandle<std::io::Result<()>>>,
-}
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot start rank {rank} on {host} ({program}): {why}")]
@@ -59,23 +39,6 @@ fn job_env(cfg: &JobConfig, w: &One<'_>) -> Vec<(String, String)> {
         ));
     }
     env
-}
-
-/// Starts every worker into `into`; on an error the workers started so far
-/// are left there for the caller to stop.
-pub async fn start_all(plan: &Plan<'_>, into: &mut Started) -> Result<(), StartError> {
-    for p in plan.placements {
-        let one = One {
-            label: p.rank,
-            host: plan.hosts[p.host].host.as_str(),
-            slot: p.local_rank as u32,
-            coordinator: SocketAddr::new(plan.addresses.advertised[p.host], plan.coordinator_port),
-        };
-        let (w, mut forwarders) = start_one(plan.cfg, plan.secret, &one).await?;
-        into.forwarders.append(&mut forwarders);
-        into.workers.push(w);
-    }
-    Ok(())
 }
 
 /// One worker to start.

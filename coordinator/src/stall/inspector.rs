@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use control::{Knobs, PendingReport};
 
-use crate::rendezvous::SlotKey;
+use elastic::membership::SlotId as SlotKey;
 
 /// When a tensor counts as stalled, and when a stall ends the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,20 +6,19 @@
 //! job with that message.
 //!
 //! ```text
-//!  link task per worker ──Beat { rank, slot, pending }──> inspect (driver)
-//!                                          Inspector::handle_report(now, ..)
-//!  every POLL ──────────────────────────────> Inspector::poll(now)
-//!                                            ├─ Warn     -> log at WARN
-//!                                            └─ Shutdown -> the job ends
+//!  link task per worker ──heartbeat { pending }──> job driver
+//!                                   Inspector::handle_report(now, rank, slot, ..)
+//!  driver tick ──────────────────────> Inspector::poll(now)
+//!                                       ├─ Warn     -> log at WARN
+//!                                       └─ Shutdown -> the stalled ranks have failed
+//!                                                      (a static job ends)
 //! ```
 //!
-//! [`Inspector`] decides and [`inspect`] only moves reports and timers, so
+//! [`Inspector`] decides and the job driver only moves reports and timers, so
 //! every case is a unit test on virtual time.
 
-mod driver;
 mod inspector;
 #[cfg(test)]
 mod tests;
 
-pub use driver::{Beat, POLL, inspect};
 pub use inspector::{Inspector, RankAt, Stall, StallConfig, StallEvent};

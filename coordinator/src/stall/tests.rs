@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use control::{Knobs, PendingReport};
 
 use super::inspector::{Inspector, RankAt, Stall, StallConfig, StallEvent};
-use crate::rendezvous::SlotKey;
+use elastic::membership::SlotId as SlotKey;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::blacklist::Blacklist;
 use super::gather::Cause;
-use super::policy::Policy;
+use super::policy::{OnFailure, Policy};
 use super::{Command, JobFailure, SlotId};
 use crate::hosts::HostSlots;
 
@@ -181,8 +181,16 @@ impl Membership {
     /// went silent, stalled).
     pub fn failed(&mut self, now: Duration, slot: &SlotId, why: &str) -> Vec<Command> {
         let mut out = Vec::new();
+        let ends_job = self.policy.on_failure == OnFailure::EndJob;
         match self.phase {
             Phase::Done => {}
+            _ if ends_job => {
+                let (slot, why) = (slot.clone(), why.to_owned());
+                self.end(
+                    Command::Fail(JobFailure::WorkerFailed { slot, why }),
+                    &mut out,
+                );
+            }
             Phase::Finishing if self.is_member(slot) => {
                 self.fail_after_finish(slot, why.to_owned(), &mut out);
             }
@@ -200,6 +208,9 @@ impl Membership {
     /// The worker on `slot` exited 0 (finished training). One that was not placed in
     /// a generation yet has failed.
     pub fn finished(&mut self, now: Duration, slot: &SlotId) -> Vec<Command> {
+        if self.policy.on_failure == OnFailure::EndJob {
+            return self.finished_in_static_job(slot);
+        }
         match self.workers.get(slot).map(|w| w.state) {
             Some(WorkerState::Member) if !matches!(self.phase, Phase::Done) => {}
             Some(WorkerState::Spawned { .. } | WorkerState::Registered) => {
@@ -220,6 +231,28 @@ impl Membership {
                 .is_some_and(|w| w.state == WorkerState::Finished)
         });
         if all_done && matches!(self.phase, Phase::Finishing) {
+            self.end(Command::Finish, &mut out);
+        }
+        out
+    }
+
+    /// In a static job a worker that exits 0 has simply finished, placed or
+    /// not (the program need not link the runtime: `elasticrun -np 2 hostname`),
+    /// and the others go on; the job succeeds once every worker has finished.
+    fn finished_in_static_job(&mut self, slot: &SlotId) -> Vec<Command> {
+        let mut out = Vec::new();
+        if matches!(self.phase, Phase::Done) {
+            return out;
+        }
+        let Some(w) = self.workers.get_mut(slot) else {
+            return out;
+        };
+        w.state = WorkerState::Finished;
+        if self
+            .workers
+            .values()
+            .all(|w| w.state == WorkerState::Finished)
+        {
             self.end(Command::Finish, &mut out);
         }
         out

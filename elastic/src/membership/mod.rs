@@ -73,6 +73,10 @@
 //!   for other generations are ignored. `Stop` and `Leave` hand the worker to the
 //!   driver: the core forgets it at once and may spawn on its slot again, so the
 //!   driver must drop later events of that process.
+//! - **Static jobs.** With [`OnFailure::EndJob`] ([`Policy::fixed`]) the first
+//!   failure of any worker, in any phase, ends the job with
+//!   [`JobFailure::WorkerFailed`], and spawns that do not register within the start
+//!   timeout end it with [`JobFailure::StartTimeout`] naming every missing slot.
 //! - Timers fire only in [`Membership::tick`]; call it by
 //!   [`Membership::next_deadline`].
 
@@ -91,7 +95,7 @@ use std::time::Duration;
 pub use machine::Membership;
 pub use policy::{
     BlacklistPolicy, DEFAULT_ELASTIC_TIMEOUT, DEFAULT_REJOIN_TIMEOUT, DEFAULT_START_TIMEOUT,
-    Policy, PolicyError,
+    OnFailure, Policy, PolicyError,
 };
 
 /// One place for a worker: slot `slot` of host `host`.
@@ -165,6 +169,29 @@ pub enum JobFailure {
     ResetLimit { limit: u32 },
     #[error("{slot} failed after other workers had finished: {why}")]
     FailedAfterFinish { slot: SlotId, why: String },
+    /// A worker failed in a job that ends on any failure ([`OnFailure::EndJob`]);
+    /// `why` is the driver's description of it, said as it is.
+    #[error("{why}")]
+    WorkerFailed { slot: SlotId, why: String },
+    /// Workers of a job that ends on any failure did not register in time.
+    #[error(
+        "{} of {expected} workers did not register within {after:?}: {}",
+        missing.len(),
+        list(missing)
+    )]
+    StartTimeout {
+        after: Duration,
+        expected: usize,
+        missing: Vec<SlotId>,
+    },
+}
+
+fn list(slots: &[SlotId]) -> String {
+    slots
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `12s`, `0.5s`: a duration the way the command line writes it.

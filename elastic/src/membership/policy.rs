@@ -38,6 +38,22 @@ pub struct Policy {
     /// A live member that has not rejoined a new generation by then has failed
     /// (default 60 s).
     pub rejoin_timeout: Duration,
+    /// What a failure does: replace the worker (elastic jobs) or end the job
+    /// (static jobs).
+    pub on_failure: OnFailure,
+}
+
+/// What the core does when a worker fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnFailure {
+    /// Drop the generation, replace the worker and go on (elastic jobs).
+    #[default]
+    Replace,
+    /// End the job at once with [`super::JobFailure::WorkerFailed`] (or
+    /// [`super::JobFailure::StartTimeout`] for workers that never registered):
+    /// static jobs (`-np`, `-H`, `--hostfile`), which are elastic jobs whose host set
+    /// is discovered once and whose size is fixed.
+    EndJob,
 }
 
 impl Policy {
@@ -53,6 +69,18 @@ impl Policy {
             blacklist: BlacklistPolicy::default(),
             start_timeout: DEFAULT_START_TIMEOUT,
             rejoin_timeout: DEFAULT_REJOIN_TIMEOUT,
+            on_failure: OnFailure::Replace,
+        }
+    }
+
+    /// A static job of exactly `np` workers: `min = max = np`, no elastic
+    /// timeout (the start timeout bounds the wait), and any failure ends it.
+    pub fn fixed(np: usize, start_timeout: Duration) -> Self {
+        Self {
+            elastic_timeout: Duration::MAX,
+            start_timeout,
+            on_failure: OnFailure::EndJob,
+            ..Self::new(np, np, np)
         }
     }
 

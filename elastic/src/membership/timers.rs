@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::gather::Cause;
 use super::machine::{Membership, Phase};
-use super::{Command, SlotId, fmt_secs};
+use super::policy::OnFailure;
+use super::{Command, JobFailure, SlotId, fmt_secs};
 
 impl Membership {
     /// Timers: start and rejoin timeouts, cooldown expiry, the elastic timeout.
@@ -16,6 +17,15 @@ impl Membership {
             return out;
         }
         let mut vacated = self.start_timeouts(now);
+        if !vacated.is_empty() && self.policy.on_failure == OnFailure::EndJob {
+            let failure = JobFailure::StartTimeout {
+                after: self.policy.start_timeout,
+                expected: self.workers.len(),
+                missing: self.pending_spawns().map(|(s, _)| s.clone()).collect(),
+            };
+            self.end(Command::Fail(failure), &mut out);
+            return out;
+        }
         if !self.escalate_overdue_update(now, &mut out) {
             vacated.extend(self.rejoin_timeouts(now));
         }
