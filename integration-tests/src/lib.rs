@@ -9,6 +9,7 @@
 
 pub mod collectives_check;
 pub mod elastic;
+pub mod needs;
 pub mod netns;
 pub mod sshd;
 

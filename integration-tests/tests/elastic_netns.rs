@@ -8,12 +8,15 @@
 //! from where it was and exit 0, every rank of the last generation ending with
 //! the same weights after the full number of steps.
 //!
-//! Needs root and `ip netns`; skipped (with a note on stderr) otherwise.
+//! Needs root, `ip netns` and OpenSSH; skipped (with a note on stderr)
+//! otherwise, unless `ELASTICRUN_REQUIRE_NETNS` is set (`.ci/run` sets it):
+//! then a test that cannot make its namespaces fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use integration_tests::needs::Need;
 use integration_tests::netns::{Cluster, Line, Watched, event, render, write_atomically};
 use integration_tests::train;
 
@@ -25,14 +28,11 @@ const STEPS: u64 = EPOCHS * SAMPLES.div_ceil(64);
 /// The event comes once rank 0 has logged this step (`--commit-every` is 10).
 const EVENT_AT_STEP: u64 = 25;
 
+/// Two hosts, or `None` when namespaces cannot be made here and are not
+/// required (see [`Need::NetworkNamespaces`]).
+#[track_caller]
 fn cluster(tag: &str, net: (u8, u8)) -> Option<Cluster> {
-    match Cluster::create(tag, net, 2) {
-        Ok(c) => Some(c),
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            None
-        }
-    }
+    Need::NetworkNamespaces.or_skip(Cluster::create(tag, net, 2))
 }
 
 /// The discovery file's content: hosts `which`, two slots each.
