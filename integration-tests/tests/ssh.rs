@@ -84,19 +84,25 @@ fn local_and_remote_slots_form_one_job_and_the_secret_stays_off_command_lines() 
     assert_eq!(run.done_event()["world_size"], 2);
 }
 
+/// `train` on two slots of `sshd`'s host for far longer than any test, once
+/// it trains: rank 0 has logged a step, so both ranks have registered and
+/// taken part in a collective. Hands back the job, the remote workers by
+/// rank, and every process below elasticrun and the sshd.
 fn remote_job(sshd: &TestSshd) -> (Running, Vec<i32>, BTreeSet<i32>) {
     let hosts = format!("{}:2", sshd.host);
-    let job = run_on(
+    let mut job = run_on(
         sshd,
         &["-H", &hosts],
-        &["--epochs", "1000", "--step-delay-ms", "20"],
+        &["--epochs", "1000", "--step-delay-ms", "20", "--log-steps"],
     );
     let pids = workers(sshd.pid(), 2, Duration::from_secs(30));
+    job.wait_for_stdout_line("rank 0's first step", Duration::from_secs(30), |l| {
+        l.contains("\"event\":\"step\"")
+    });
     let all: BTreeSet<i32> = descendants(sshd.pid())
         .into_iter()
         .chain(descendants(job.pid()))
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
     (job, pids, all)
 }
 
@@ -107,7 +113,7 @@ fn a_killed_remote_worker_fails_the_job_and_nothing_is_left() {
     };
     let (job, pids, all) = remote_job(&sshd);
     kill(Pid::from_raw(pids[1]), Signal::SIGKILL).unwrap();
-    let run = job.finish(Duration::from_secs(20));
+    let run = job.finish(Duration::from_secs(30));
     run.expect_code(1);
     let want = format!("rank 1 on {} was killed by signal 9 (SIGKILL)", sshd.host);
     assert!(run.stderr.contains(&want), "{}", run.stderr);
@@ -121,7 +127,7 @@ fn sigterm_stops_remote_workers() {
     };
     let (job, _, all) = remote_job(&sshd);
     kill(Pid::from_raw(job.pid()), Signal::SIGTERM).unwrap();
-    let run = job.finish(Duration::from_secs(20));
+    let run = job.finish(Duration::from_secs(30));
     run.expect_code(143);
     assert_all_gone(&all, Duration::from_secs(10));
 }
