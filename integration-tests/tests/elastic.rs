@@ -8,7 +8,7 @@
 #[path = "elastic/more.rs"]
 mod more;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use integration_tests::elastic::{
     Chaos, Job, Scratch, Train, WorkerProc, check_done, check_no_rollback, final_world_sizes,
@@ -308,9 +308,9 @@ fn too_few_workers_for_longer_than_the_elastic_timeout_end_the_job() {
     scratch.set_hosts("localhost:1\n");
     job.wait_for_stderr("elasticrun: hosts changed", Duration::from_secs(10));
     job.kill(w[1].pid);
-    let killed = Instant::now();
-    let run = job.finish(Duration::from_secs(15));
-    let took = killed.elapsed();
+    // A bound against a hang, far above the 2 s timeout; when the timeout
+    // fires is the membership core's to test, on its virtual clock.
+    let run = job.finish(Duration::from_secs(30));
     run.expect_code(1);
     let failure = run
         .stderr
@@ -321,10 +321,6 @@ fn too_few_workers_for_longer_than_the_elastic_timeout_end_the_job() {
         failure.contains("ready, --min-np is 2; waited 2")
             && failure.ends_with("s (--elastic-timeout); stopping every worker"),
         "{failure}"
-    );
-    assert!(
-        took < Duration::from_secs(8),
-        "the job took {took:?} to end after the kill"
     );
     assert!(
         steps(&run.stdout).last().unwrap().step < train.expected_steps(),
