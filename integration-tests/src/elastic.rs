@@ -1,7 +1,8 @@
 //! The harness of the elastic chaos tests: a scratch directory holding the
 //! host list that `discovery-scripts/hosts-from-file.sh` prints, an elastic
 //! job of `train --log-steps` whose output and `train` processes are
-//! followed while it runs, and checks of what every rank printed at the end.
+//! followed while it runs, checks of what every rank printed at the end, and
+//! the seeded random choices of the chaos tests ([`Chaos`]).
 //! A test that fails mid-run prints the job's output so far; with
 //! `ELASTIC_TEST_SHOW=1` every finished job's output is printed too.
 
@@ -17,10 +18,11 @@ use nix::unistd::Pid;
 
 use crate::{Finished, Running, descendants, env_of, launch, wait_for};
 
+mod chaos;
 mod checks;
+pub use chaos::{Chaos, SEED_VAR};
 pub use checks::{
-    Step, check_done, check_no_rollback, done_lines, final_world_sizes, generations, random_below,
-    steps,
+    Step, check_done, check_no_rollback, done_lines, final_world_sizes, generations, steps,
 };
 
 /// `train`'s default global batch.

@@ -9,6 +9,7 @@
 
 pub mod collectives_check;
 pub mod elastic;
+pub mod needs;
 pub mod netns;
 pub mod sshd;
 
@@ -119,6 +120,36 @@ impl Running {
     /// The whole lines it printed on its standard error until now.
     pub fn stderr_so_far(&self) -> String {
         self.err_so_far.lock().unwrap().clone()
+    }
+
+    /// Waits until it prints a whole line on its standard output that `pick`
+    /// accepts, and hands that line back. Fails the test naming `what`, with
+    /// the output so far, if `limit` passes first.
+    pub fn wait_for_stdout_line(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        pick: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(line) = self.stdout_so_far().lines().find(|l| pick(l)) {
+                return line.to_owned();
+            }
+            if Instant::now() > deadline {
+                let state = match self.child.try_wait() {
+                    Ok(Some(st)) => format!("it exited ({st})"),
+                    _ => "it still runs".to_owned(),
+                };
+                panic!(
+                    "timed out after {limit:?} waiting for {what}; {state}\n\
+                     stdout so far:\n{}\nstderr so far:\n{}",
+                    self.stdout_so_far(),
+                    self.stderr_so_far()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Waits for the exit within `limit`; kills the process and fails the test

@@ -13,8 +13,9 @@
 //! processes live on. Dropping the cluster kills every process left in its
 //! namespaces and deletes them, also when the test panics.
 //!
-//! Needs root and `ip netns`; [`Cluster::create`] says why not otherwise, so
-//! that the test can skip.
+//! Needs root, `ip netns` and OpenSSH; [`Cluster::create`] says why not
+//! otherwise, so that the test can skip, or fail where
+//! [`crate::needs::Need::NetworkNamespaces`] is required.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -27,11 +28,11 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::Finished;
-use crate::sshd::{config_text, keygen};
+use crate::needs::on_path;
+use crate::sshd::{SSHD, config_text, keygen, openssh_available};
 
 /// The port of every host's sshd (each namespace has ports of its own).
 pub const SSH_PORT: u16 = 2222;
-const SSHD: &str = "/usr/sbin/sshd";
 const BRIDGE: &str = "br0";
 /// Every namespace name starts with this, then the test's pid.
 const PREFIX: &str = "er";
@@ -135,12 +136,7 @@ fn remove_stale() {
 
 /// The first `ssh` on `PATH`.
 fn system_ssh() -> PathBuf {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|d| d.join("ssh"))
-        .find(|p| p.is_file())
-        .expect("ssh (apt openssh-client) is on PATH")
+    on_path("ssh").expect("ssh (apt openssh-client) is on PATH")
 }
 
 /// Replaces `path`'s content at once (a temporary file moved over it), as the
@@ -156,7 +152,7 @@ impl Cluster {
     /// coordinator, `10.NET.1`) and `...a`, `...b`, ... (`hosts` hosts,
     /// `10.NET.2` up), with an sshd on [`SSH_PORT`] in each host. `tag` is
     /// `s` and a number, unique within the test binary. `Err` (why) when this
-    /// cannot work here: not root, or `ip netns add` fails.
+    /// cannot work here: not root, OpenSSH missing, or `ip netns add` fails.
     pub fn create(tag: &str, net: (u8, u8), hosts: usize) -> Result<Cluster, String> {
         assert!(
             tag.strip_prefix('s')
@@ -169,6 +165,7 @@ impl Cluster {
         if uid.ok() != Some(0) {
             return Err("not root (network namespaces need it)".into());
         }
+        openssh_available()?;
         remove_stale();
         let prefix = format!("{PREFIX}{}{tag}", std::process::id());
         let dir = std::env::temp_dir().join(format!("elasticrun-{prefix}"));
@@ -268,10 +265,6 @@ impl Cluster {
     /// login from the coordinator's namespace. Also writes the `ssh` wrapper
     /// of [`Cluster::elasticrun`].
     fn start_sshds(&mut self) {
-        assert!(
-            Path::new(SSHD).exists(),
-            "{SSHD} is missing: apt-get install openssh-server (.ci/run does)"
-        );
         std::fs::create_dir_all(self.dir.join("bin")).expect("scratch dir");
         std::fs::create_dir_all("/run/sshd").expect("/run/sshd");
         keygen(&self.identity);

@@ -1,13 +1,34 @@
 //! A throw-away OpenSSH server for launch tests: listens on loopback addresses
 //! other than 127.0.0.1 (so that elasticrun treats each as another host), on a
 //! free high port, accepting only a key made for it. Stopped and removed on drop.
+//! Tests start it with [`TestSshd::start_or_skip`]: without OpenSSH they skip,
+//! or fail where [`Need::Sshd`] is required.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SSHD: &str = "/usr/sbin/sshd";
+use crate::needs::{Need, on_path};
+
+pub(crate) const SSHD: &str = "/usr/sbin/sshd";
+
+/// `Err` (what is missing) unless sshd, `ssh` and `ssh-keygen` are here.
+pub fn openssh_available() -> Result<(), String> {
+    if !Path::new(SSHD).exists() {
+        return Err(format!(
+            "{SSHD} is missing (apt-get install openssh-server; .ci/run does)"
+        ));
+    }
+    for program in ["ssh", "ssh-keygen"] {
+        if on_path(program).is_none() {
+            return Err(format!(
+                "`{program}` is not on PATH (apt-get install openssh-client; .ci/run does)"
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// A running test sshd.
 #[derive(Debug)]
@@ -42,19 +63,21 @@ fn free_port(ip: &str) -> u16 {
 }
 
 impl TestSshd {
-    /// Starts sshd on `ip` (a 127.0.0.0/8 address).
-    pub fn start(ip: &str) -> TestSshd {
-        Self::start_on(&[ip])
+    /// [`TestSshd::start_on`]; `None` (the test skips) when OpenSSH is
+    /// missing and [`Need::Sshd`] is not required.
+    #[track_caller]
+    pub fn start_or_skip(ips: &[&str]) -> Option<TestSshd> {
+        Need::Sshd.or_skip(openssh_available())?;
+        Some(Self::start_on(ips))
     }
 
     /// Starts one sshd listening on every address of `ips` (127.0.0.0/8), all
     /// on the same port: several hosts that one `-p PORT` reaches.
     pub fn start_on(ips: &[&str]) -> TestSshd {
         let ip = ips[0];
-        assert!(
-            Path::new(SSHD).exists(),
-            "{SSHD} is missing: apt-get install openssh-server (.ci/run does)"
-        );
+        if let Err(why) = openssh_available() {
+            panic!("{why}");
+        }
         let dir = std::env::temp_dir().join(format!(
             "elasticrun-sshd-{}-{}",
             std::process::id(),

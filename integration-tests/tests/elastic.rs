@@ -8,11 +8,11 @@
 #[path = "elastic/more.rs"]
 mod more;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use integration_tests::elastic::{
-    Job, Scratch, Train, WorkerProc, check_done, check_no_rollback, final_world_sizes, generations,
-    random_below, steps,
+    Chaos, Job, Scratch, Train, WorkerProc, check_done, check_no_rollback, final_world_sizes,
+    generations, steps,
 };
 use integration_tests::{Finished, wait_for};
 
@@ -104,10 +104,11 @@ fn kill_mid_run(
 
 #[test]
 fn a_killed_worker_is_replaced_and_no_committed_step_is_lost() {
+    let mut chaos = Chaos::from_env();
     kill_mid_run("kill-one", 3, |job, w| {
         let at = job.wait_for_step_at_least(15);
         assert_eq!(at.pid, w[0].pid, "rank 0 runs on slot 0 at first");
-        let victim = 1 + random_below(2) as usize;
+        let victim = 1 + chaos.below(2) as usize;
         eprintln!("killing rank {victim} at step {}", at.step);
         vec![w[victim].pid]
     });
@@ -125,10 +126,11 @@ fn killing_rank_0_moves_rank_0_to_a_survivor() {
 
 #[test]
 fn two_workers_killed_at_once_are_both_replaced() {
+    let mut chaos = Chaos::from_env();
     kill_mid_run("kill-two", 4, |job, w| {
         let at = job.wait_for_step_at_least(15);
-        let first = random_below(4) as usize;
-        let second = (first + 1 + random_below(3) as usize) % 4;
+        let first = chaos.below(4) as usize;
+        let second = (first + 1 + chaos.below(3) as usize) % 4;
         eprintln!("killing ranks {first} and {second} at step {}", at.step);
         vec![w[first].pid, w[second].pid]
     });
@@ -306,9 +308,9 @@ fn too_few_workers_for_longer_than_the_elastic_timeout_end_the_job() {
     scratch.set_hosts("localhost:1\n");
     job.wait_for_stderr("elasticrun: hosts changed", Duration::from_secs(10));
     job.kill(w[1].pid);
-    let killed = Instant::now();
-    let run = job.finish(Duration::from_secs(15));
-    let took = killed.elapsed();
+    // A bound against a hang, far above the 2 s timeout; when the timeout
+    // fires is the membership core's to test, on its virtual clock.
+    let run = job.finish(Duration::from_secs(30));
     run.expect_code(1);
     let failure = run
         .stderr
@@ -319,10 +321,6 @@ fn too_few_workers_for_longer_than_the_elastic_timeout_end_the_job() {
         failure.contains("ready, --min-np is 2; waited 2")
             && failure.ends_with("s (--elastic-timeout); stopping every worker"),
         "{failure}"
-    );
-    assert!(
-        took < Duration::from_secs(8),
-        "the job took {took:?} to end after the kill"
     );
     assert!(
         steps(&run.stdout).last().unwrap().step < train.expected_steps(),

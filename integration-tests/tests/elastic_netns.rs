@@ -8,12 +8,15 @@
 //! from where it was and exit 0, every rank of the last generation ending with
 //! the same weights after the full number of steps.
 //!
-//! Needs root and `ip netns`; skipped (with a note on stderr) otherwise.
+//! Needs root, `ip netns` and OpenSSH; skipped (with a note on stderr)
+//! otherwise, unless `ELASTICRUN_REQUIRE_NETNS` is set (`.ci/run` sets it):
+//! then a test that cannot make its namespaces fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use integration_tests::needs::Need;
 use integration_tests::netns::{Cluster, Line, Watched, event, render, write_atomically};
 use integration_tests::train;
 
@@ -25,14 +28,11 @@ const STEPS: u64 = EPOCHS * SAMPLES.div_ceil(64);
 /// The event comes once rank 0 has logged this step (`--commit-every` is 10).
 const EVENT_AT_STEP: u64 = 25;
 
+/// Two hosts, or `None` when namespaces cannot be made here and are not
+/// required (see [`Need::NetworkNamespaces`]).
+#[track_caller]
 fn cluster(tag: &str, net: (u8, u8)) -> Option<Cluster> {
-    match Cluster::create(tag, net, 2) {
-        Ok(c) => Some(c),
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            None
-        }
-    }
+    Need::NetworkNamespaces.or_skip(Cluster::create(tag, net, 2))
 }
 
 /// The discovery file's content: hosts `which`, two slots each.
@@ -107,8 +107,9 @@ fn only_on(host: &str) -> impl Fn(&Line) -> bool {
 /// 2 workers on `host` within `detect`, they go on from their last commit (no
 /// start from scratch) and the job exits 0 within 30 s more; every rank of
 /// the last generation reports the full step count and the same weights.
-/// Prints the times after the event and elasticrun's log since; returns
-/// every line.
+/// `detect` only guards against a hang (about three times the timeouts that
+/// apply): the times are printed, not asserted. Prints the times after the
+/// event and elasticrun's log since; returns every line.
 fn finishes_on_two(
     mut job: Watched,
     what: &str,
@@ -184,7 +185,7 @@ fn a_host_taken_out_of_discovery_leaves_and_the_job_goes_on() {
     let removed_at = Instant::now();
     write_atomically(&hosts_file, &hosts_text(&c, &[0]));
     let what = "host taken out of discovery";
-    let lines = finishes_on_two(job, what, &c.host(0), removed_at, Duration::from_secs(10));
+    let lines = finishes_on_two(job, what, &c.host(0), removed_at, Duration::from_secs(30));
     // Host 1's workers reached their commit and left cleanly: no failure, no
     // rollback.
     let leaving = lines
@@ -218,7 +219,7 @@ fn a_host_that_vanishes_from_the_network_and_discovery_is_left_behind() {
     c.set_link(0, false);
     write_atomically(&hosts_file, &hosts_text(&c, &[1]));
     let what = "host vanished from the network and discovery";
-    let lines = finishes_on_two(job, what, &c.host(1), vanished_at, Duration::from_secs(20));
+    let lines = finishes_on_two(job, what, &c.host(1), vanished_at, Duration::from_secs(45));
     // The survivors were reset, not stopped and replaced.
     never_said(&lines, "did not rejoin");
     let limit = Duration::from_secs(10);
@@ -243,7 +244,7 @@ fn a_host_that_vanishes_from_the_network_only_is_blacklisted() {
     let vanished_at = Instant::now();
     c.set_link(0, false);
     let what = "host vanished from the network only";
-    let lines = finishes_on_two(job, what, &c.host(1), vanished_at, Duration::from_secs(35));
+    let lines = finishes_on_two(job, what, &c.host(1), vanished_at, Duration::from_secs(90));
     let silent = format!("elasticrun: worker on {} slot 0: no heartbeat", c.host(0));
     let banned = format!("elasticrun: host {} is blacklisted", c.host(0));
     for needle in [silent, banned] {

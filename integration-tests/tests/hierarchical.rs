@@ -47,7 +47,9 @@ fn assert_job(lines: &[serde_json::Value], hosts: usize, slots: usize, path: &st
 
 #[test]
 fn two_ssh_hosts_of_two_slots_give_the_flat_results_on_both_paths() {
-    let sshd = TestSshd::start_on(&["127.0.0.12", "127.0.0.13"]);
+    let Some(sshd) = TestSshd::start_or_skip(&["127.0.0.12", "127.0.0.13"]) else {
+        return;
+    };
     let hosts = format!("{}:2,{}:2", sshd.hosts[0], sshd.hosts[1]);
     let ssh = sshd.ssh_args();
     let ssh: Vec<&str> = ssh.iter().map(String::as_str).collect();

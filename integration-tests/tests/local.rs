@@ -3,9 +3,9 @@
 
 use std::collections::BTreeSet;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use integration_tests::{assert_all_gone, descendants, launch, start, train, workers};
+use integration_tests::{Running, assert_all_gone, descendants, launch, start, train, workers};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -20,7 +20,7 @@ fn train_args(np: &str, extra: &[&str]) -> Vec<String> {
     v
 }
 
-fn launch_train(np: &str, extra: &[&str]) -> integration_tests::Running {
+fn launch_train(np: &str, extra: &[&str]) -> Running {
     let args = train_args(np, extra);
     launch(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
@@ -139,19 +139,31 @@ fn output_goes_to_per_rank_files_with_timestamps() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn a_killed_worker_fails_the_job_naming_it_and_nothing_is_left() {
-    let job = launch_train("3", &["--epochs", "1000", "--step-delay-ms", "20"]);
-    let pids = workers(job.pid(), 3, Duration::from_secs(20));
+/// `train` on `np` ranks for far longer than any test, once it trains: rank 0
+/// has logged a step, so every rank has registered and taken part in a
+/// collective. Hands back the job, its workers by rank, and every process
+/// below elasticrun.
+fn training_job(np: usize) -> (Running, Vec<i32>, BTreeSet<i32>) {
+    let extra = ["--epochs", "1000", "--step-delay-ms", "20", "--log-steps"];
+    let mut job = launch_train(&np.to_string(), &extra);
+    let pids = workers(job.pid(), np, Duration::from_secs(30));
+    job.wait_for_stdout_line("rank 0's first step", Duration::from_secs(30), |l| {
+        l.contains("\"event\":\"step\"")
+    });
     let all: BTreeSet<i32> = descendants(job.pid())
         .into_iter()
         .chain(pids.iter().copied())
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    (job, pids, all)
+}
+
+#[test]
+fn a_killed_worker_fails_the_job_naming_it_and_nothing_is_left() {
+    let (job, pids, all) = training_job(3);
     kill(Pid::from_raw(pids[1]), Signal::SIGKILL).unwrap();
-    let killed = Instant::now();
-    let run = job.finish(Duration::from_secs(20));
-    let took = killed.elapsed();
+    // A bound against a hang only: the message below says the launcher saw
+    // the child die (no heartbeat or collective timeout was waited out).
+    let run = job.finish(Duration::from_secs(60));
     run.expect_code(1);
     assert!(
         run.stderr
@@ -159,11 +171,7 @@ fn a_killed_worker_fails_the_job_naming_it_and_nothing_is_left() {
         "{}",
         run.stderr
     );
-    assert!(
-        took < Duration::from_secs(5),
-        "the job took {took:?} to stop after a worker died"
-    );
-    assert_all_gone(&all, Duration::from_secs(5));
+    assert_all_gone(&all, Duration::from_secs(10));
 }
 
 #[test]
@@ -186,15 +194,9 @@ fn a_failing_worker_reports_its_exit_code() {
 }
 
 fn stop_with(sig: Signal, code: Option<i32>) {
-    let job = launch_train("2", &["--epochs", "1000", "--step-delay-ms", "20"]);
-    let pids = workers(job.pid(), 2, Duration::from_secs(20));
-    let all: BTreeSet<i32> = descendants(job.pid())
-        .into_iter()
-        .chain(pids.iter().copied())
-        .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    let (job, _, all) = training_job(2);
     kill(Pid::from_raw(job.pid()), sig).unwrap();
-    let run = job.finish(Duration::from_secs(15));
+    let run = job.finish(Duration::from_secs(30));
     assert_eq!(run.status.code(), code, "{:?}\n{}", run.status, run.stderr);
     // SIGKILL gives elasticrun no chance to stop anyone: the workers notice the
     // lost coordinator themselves.
@@ -219,17 +221,17 @@ fn a_killed_elasticrun_leaves_no_worker_behind() {
 #[test]
 fn workers_that_never_register_time_out_naming_their_slots() {
     let job = launch(&["-np", "2", "--start-timeout", "2", "sleep", "60"]);
-    let pids: BTreeSet<i32> = workers(job.pid(), 2, Duration::from_secs(10))
+    let pids: BTreeSet<i32> = workers(job.pid(), 2, Duration::from_secs(30))
         .into_iter()
         .collect();
-    let run = job.finish(Duration::from_secs(20));
+    let run = job.finish(Duration::from_secs(30));
     run.expect_code(1);
     assert!(
         run.stderr.contains("localhost slot 0") && run.stderr.contains("localhost slot 1"),
         "{}",
         run.stderr
     );
-    assert_all_gone(&pids, Duration::from_secs(5));
+    assert_all_gone(&pids, Duration::from_secs(10));
 }
 
 #[test]

@@ -127,18 +127,20 @@ pub async fn allreduce_while_one_dies<X: Transport>(
     let dead = comms.remove(victim);
     let started = std::time::Instant::now();
     let mut bufs = vec![vec![1.0f32; len]; comms.len()];
-    let survivors = join_all(
+    let mut survivors = std::pin::pin!(join_all(
         comms
             .iter()
             .zip(bufs.iter_mut())
             .map(|(c, b)| c.allreduce(b, ReduceOp::Sum)),
+    ));
+    // The victim goes once every survivor has entered the allreduce and waits:
+    // one poll of the join runs each of them up to its first wait.
+    assert!(
+        futures::poll!(survivors.as_mut()).is_pending(),
+        "the survivors finished an allreduce without rank {victim}"
     );
-    // The survivors are already waiting on each other when the victim goes.
-    let kill = async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        drop(dead);
-    };
-    let (results, ()) = tokio::time::timeout(DEADLINE, async { tokio::join!(survivors, kill) })
+    drop(dead);
+    let results = tokio::time::timeout(DEADLINE, survivors)
         .await
         .expect("survivors hung after a peer died");
     (results, started.elapsed())

@@ -2,8 +2,6 @@
 //! every rank's done line, elasticrun's generation lines; and the checks
 //! the chaos tests make of them.
 
-use std::time::Instant;
-
 use serde_json::Value;
 
 use crate::Finished;
@@ -122,10 +120,4 @@ pub fn check_no_rollback(stdout: &str) {
             w[1]
         );
     }
-}
-
-/// A number in `0..n` that changes from run to run.
-pub fn random_below(n: u64) -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(Instant::now()) % n
 }

@@ -5,7 +5,7 @@
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use integration_tests::elastic::{final_world_sizes, random_below};
+use integration_tests::elastic::final_world_sizes;
 
 use super::*;
 
@@ -91,6 +91,7 @@ fn removing_the_host_of_rank_0_hands_rank_0_on_without_rollback() {
 
 #[test]
 fn flapping_slots_lose_no_step() {
+    let mut chaos = Chaos::from_env();
     let scratch = Scratch::new("flapping");
     let (runs, hosts) = (scratch.dir.join("runs"), scratch.dir.join("hosts.txt"));
     // The file script, counting its runs.
@@ -109,10 +110,11 @@ fn flapping_slots_lose_no_step() {
     job.wait_for_workers(2);
     job.wait_for_step_at_least(10);
     // Changes that last from less than a discovery interval (never seen,
-    // or seen while the last generation still forms) to a few.
+    // or seen while the last generation still forms) to a few: the sleeps
+    // are the chaos, not waits for something to happen.
     for i in 0..8 {
         scratch.set_hosts(["localhost:4\n", "localhost:2\n"][i % 2]);
-        std::thread::sleep(Duration::from_millis(50 + random_below(350)));
+        std::thread::sleep(Duration::from_millis(50 + chaos.below(350)));
     }
     let count = || std::fs::read_to_string(&runs).map_or(0, |t| t.lines().count());
     let last_seen = count();
