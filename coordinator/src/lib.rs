@@ -11,6 +11,7 @@ pub mod launch;
 pub mod layout;
 pub mod server;
 pub mod stall;
+pub mod store;
 
 pub use elastic::hosts::{HostSlots, HostsError, parse_host_list, parse_hostfile};
 pub use layout::{LayoutError, Placement, place};

@@ -15,4 +15,5 @@ pub use discovery::parse_discovered;
 pub use hosts::{HostSlots, HostsError, parse_host_list, parse_hostfile};
 pub use membership::{
     BlacklistPolicy, Command, JobFailure, Membership, OnFailure, Policy, PolicyError, SlotId,
+    Snapshot,
 };

@@ -29,6 +29,10 @@
 //! - `tick t=700s`: timers.
 //! - `state`: `generation G, resets R: <members in rank order, or none>` and `next
 //!   deadline T` (or `no deadline`).
+//! - `snapshot`: the durable facts ([`elastic::Snapshot`]); `resume t=5s`: a new core
+//!   from the current one's snapshot (through its serialized form), as a restarted
+//!   coordinator builds it, printed as a snapshot and its detached members;
+//!   `reattach t=6s gen=2 a/0`: a detached member's worker reconnected.
 //!
 //! Output lines: `spawn a/2`, `stop a/2: why`, `reset 2`, `hosts-updated 2`,
 //! `assign 2: a/0 a/1`, `leave b/0`, `blacklisted b until=70s` (or `forever`),
@@ -43,6 +47,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use elastic::membership::fmt_secs;
+use elastic::membership::{Ban, Snapshot};
 use elastic::{Command, Membership, Policy, SlotId, parse_discovered};
 
 struct Block {
@@ -178,6 +183,7 @@ fn policy(args: &[String]) -> Policy {
 
 struct Runner {
     job: Option<Membership>,
+    policy: Option<Policy>,
     now: Duration,
 }
 
@@ -186,7 +192,9 @@ impl Runner {
         let w = words(command);
         let (verb, mut args) = (w[0].as_str(), w[1..].to_vec());
         if verb == "policy" {
-            self.job = Some(Membership::new(policy(&args)));
+            let p = policy(&args);
+            self.job = Some(Membership::new(p.clone()));
+            self.policy = Some(p);
             self.now = Duration::ZERO;
             return Vec::new();
         }
@@ -209,6 +217,22 @@ impl Runner {
             "finish" => each(&args, |s| job.finished(now, s)),
             "tick" => job.tick(now),
             "state" => return state(job),
+            "snapshot" => return show_snapshot(&job.snapshot()),
+            "resume" => {
+                // Through the encoding a store keeps, as a restarted coordinator would.
+                let bytes = serde_json::to_vec(&job.snapshot()).unwrap();
+                let snap: Snapshot = serde_json::from_slice(&bytes).unwrap();
+                let policy = self.policy.clone().expect("`policy` first");
+                *job = Membership::resume(policy, &snap, now);
+                let mut out = show_snapshot(&job.snapshot());
+                out.extend(job.detached().map(|s| format!("detached {}", show_slot(s))));
+                return out;
+            }
+            "reattach" => {
+                let g = args[0].strip_prefix("gen=").expect("gen=N");
+                let g = g.parse().unwrap();
+                each(&args[1..], |s| job.reattached(now, s, g))
+            }
             _ => panic!("unknown command {verb}"),
         };
         cmds.iter().map(render).collect()
@@ -218,6 +242,36 @@ impl Runner {
 /// One event per slot, outputs in turn.
 fn each(slots: &[String], mut event: impl FnMut(&SlotId) -> Vec<Command>) -> Vec<Command> {
     slots.iter().flat_map(|s| event(&slot(s))).collect()
+}
+
+fn show_snapshot(s: &Snapshot) -> Vec<String> {
+    let members: Vec<String> = s.members.iter().map(show_slot).collect();
+    let mut out = vec![format!(
+        "snapshot generation {}, resets {}, next order {}: {}",
+        s.generation,
+        s.resets,
+        s.next_order,
+        if members.is_empty() {
+            "none".to_owned()
+        } else {
+            members.join(" ")
+        }
+    )];
+    for h in &s.hosts {
+        let failures: Vec<String> = h.failures.iter().map(|t| fmt_secs(*t)).collect();
+        let ban = match h.ban {
+            Ban::None => "not banned".to_owned(),
+            Ban::Until(t) => format!("banned until={}", fmt_secs(t)),
+            Ban::Forever => "banned forever".to_owned(),
+        };
+        out.push(format!(
+            "host {} bans={} {ban} failures=[{}]",
+            h.host,
+            h.bans,
+            failures.join(" ")
+        ));
+    }
+    out
 }
 
 fn state(job: &Membership) -> Vec<String> {
@@ -241,6 +295,7 @@ fn run_file(path: &Path, bless: bool) -> Vec<String> {
     let (blocks, trailer) = parse_file(&text);
     let mut runner = Runner {
         job: None,
+        policy: None,
         now: Duration::ZERO,
     };
     let (mut failures, mut blessed) = (Vec::new(), String::new());

@@ -19,13 +19,30 @@ impl Driver {
     }
 
     async fn one(&mut self, cmd: Command) -> Vec<Command> {
+        let durable = matches!(
+            cmd,
+            Command::Assign { .. }
+                | Command::Reset { .. }
+                | Command::HostsUpdated { .. }
+                | Command::Blacklisted { .. }
+        );
+        if durable
+            && self.ending.is_none()
+            && let Err(e) = self.persist().await
+        {
+            eprintln!("elasticrun: cannot record the job's state: {e}; stopping every worker");
+            self.ending = Some(Ending::Failed);
+        }
+        if self.ending.is_some() && !matches!(cmd, Command::Finish | Command::Fail(_)) {
+            return Vec::new();
+        }
         match cmd {
             Command::Spawn(slot) => {
                 if let Err(why) = self.spawn(&slot).await {
                     if self.mode == Mode::Elastic {
                         eprintln!("elasticrun: cannot start a worker on {slot}: {why}");
                     }
-                    let now = self.started.elapsed();
+                    let now = self.now();
                     return self.core.failed(now, &slot, &why);
                 }
             }
@@ -54,7 +71,7 @@ impl Driver {
             Command::Blacklisted { host, until } => match until {
                 Some(t) => eprintln!(
                     "elasticrun: host {host} is blacklisted for {:.0} s (its workers keep failing)",
-                    t.saturating_sub(self.started.elapsed()).as_secs_f64()
+                    t.saturating_sub(self.now()).as_secs_f64()
                 ),
                 None => eprintln!(
                     "elasticrun: host {host} is blacklisted for the rest of the job (its workers keep failing)"
@@ -85,7 +102,7 @@ impl Driver {
                 let why = "no data-plane address is known for it";
                 eprintln!("elasticrun: worker on {slot}: {why}");
                 self.retire(&slot);
-                let now = self.started.elapsed();
+                let now = self.now();
                 return self.core.failed(now, &slot, why);
             }
         };

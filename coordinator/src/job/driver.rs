@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
+use std::time::SystemTime;
 
 use control::{CoordinatorMsg, Knobs, Secret};
 use elastic::membership::{Command, Membership, SlotId};
@@ -25,12 +26,15 @@ use crate::launch::process::{self, WorkerProcess};
 use crate::launch::start::{One, start_one};
 use crate::server::{Arrival, Server};
 use crate::stall::{Inspector, StallConfig, StallEvent};
+use crate::store::{JobState, Revision, Store, StoreError};
 
 /// How long a closed control connection waits for its process's exit status
 /// (a better description of the failure) before counting as the failure.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How long a worker told to leave gets to exit on its own.
 const LEAVE_GRACE: Duration = Duration::from_secs(10);
+/// How long a commit to the store may take.
+pub(super) const STORE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the driver polls exits and ticks the core.
 const TICK: Duration = Duration::from_millis(20);
 
@@ -67,6 +71,14 @@ pub(super) struct Driver {
     pub(super) data_token: u64,
     pub(super) port: u16,
     pub(super) core: Membership,
+    /// Where the job's durable state is committed, and the revision last
+    /// read or written there.
+    pub(super) store: Box<dyn Store>,
+    pub(super) revision: Option<Revision>,
+    /// When the job started; the core's clock is the time since.
+    pub(super) epoch: SystemTime,
+    /// The job's age when this process took it over (zero for a new job).
+    pub(super) age_at_start: Duration,
     pub(super) started: Instant,
     pub(super) workers: HashMap<SlotId, Live>,
     pub(super) next_id: usize,
@@ -89,8 +101,33 @@ pub(super) fn bind_address(cfg: &JobConfig) -> Result<IpAddr, JobError> {
 }
 
 impl Driver {
-    fn now(&self) -> Duration {
-        self.started.elapsed()
+    /// Time since the job's epoch: the core's clock, which goes on across a
+    /// coordinator restart.
+    pub(super) fn now(&self) -> Duration {
+        self.age_at_start.saturating_add(self.started.elapsed())
+    }
+
+    /// Commits the core's durable facts before they are acted on. An error
+    /// (the store is gone, or another coordinator has taken the job over)
+    /// ends the job: acting on a decision that is not recorded could make
+    /// two coordinators tell workers different things.
+    pub(super) async fn persist(&mut self) -> Result<(), StoreError> {
+        let state = JobState {
+            epoch: self.epoch,
+            membership: self.core.snapshot(),
+        };
+        let commit = self.store.commit(self.revision, &state);
+        let revision = match tokio::time::timeout(STORE_TIMEOUT, commit).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(StoreError::Unavailable {
+                    at: format!("{:?}", self.store),
+                    why: format!("no answer within {STORE_TIMEOUT:?}"),
+                });
+            }
+        };
+        self.revision = Some(revision);
+        Ok(())
     }
 
     /// Runs until the core finishes or fails the job, or a signal comes.

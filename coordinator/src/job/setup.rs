@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use elastic::hosts::HostSlots;
 use elastic::membership::{BlacklistPolicy, Membership, Policy};
@@ -13,13 +13,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::discovery::{self, Discovery};
-use super::driver::{Driver, Mode, bind_address};
+use super::driver::{Driver, Mode, STORE_TIMEOUT, bind_address};
 use super::{Ending, JobError, hosts_and_np, job_secrets, knobs};
 use crate::config::{ElasticConfig, JobConfig};
 use crate::launch::address::control_addresses;
 use crate::layout::place;
 use crate::server::Server;
 use crate::stall::StallConfig;
+use crate::store::{MemoryStore, Revision, Store};
 
 /// Failures of one host's workers within this window blacklist it...
 const BLACKLIST_WINDOW: Duration = Duration::from_secs(60);
@@ -103,6 +104,42 @@ fn feed(hosts: Hosts) -> (mpsc::Receiver<Vec<HostSlots>>, Option<JoinHandle<()>>
     }
 }
 
+/// The core a job starts with: resumed from the store's state when there is
+/// one (another coordinator ran this job), else a new job from now.
+struct Resumed {
+    core: Membership,
+    revision: Option<Revision>,
+    epoch: SystemTime,
+    age: Duration,
+}
+
+async fn resume(store: &dyn Store, policy: Policy) -> Result<Resumed, JobError> {
+    let loaded = tokio::time::timeout(STORE_TIMEOUT, store.load())
+        .await
+        .map_err(|_| {
+            JobError::Config(format!(
+                "the job store did not answer within {STORE_TIMEOUT:?}"
+            ))
+        })?
+        .map_err(|e| JobError::Config(e.to_string()))?;
+    let Some((revision, state)) = loaded else {
+        return Ok(Resumed {
+            core: Membership::new(policy),
+            revision: None,
+            epoch: SystemTime::now(),
+            age: Duration::ZERO,
+        });
+    };
+    let age = state.age(SystemTime::now());
+    tracing::info!(%revision, generation = state.membership.generation, "resuming the job");
+    Ok(Resumed {
+        core: Membership::resume(policy, &state.membership, age),
+        revision: Some(revision),
+        epoch: state.epoch,
+        age,
+    })
+}
+
 /// Runs the job described by `cfg` until it ends.
 pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     let Setup {
@@ -118,9 +155,20 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     let (disc_rx, discovery) = feed(hosts);
     let (events_tx, events_rx) = mpsc::channel(1024);
     let knobs = knobs(&cfg);
+    let store: Box<dyn Store> = Box::new(MemoryStore::new());
+    let Resumed {
+        core,
+        revision,
+        epoch,
+        age,
+    } = resume(store.as_ref(), policy).await?;
     let mut driver = Driver {
         mode,
-        core: Membership::new(policy),
+        core,
+        store,
+        revision,
+        epoch,
+        age_at_start: age,
         stall: StallConfig::from_knobs(&knobs),
         knobs,
         cfg,

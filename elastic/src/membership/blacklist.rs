@@ -20,13 +20,13 @@ pub(crate) struct Blacklist {
 }
 
 #[derive(Debug, Default)]
-struct HostRecord {
+pub(crate) struct HostRecord {
     /// Times of recent failures, oldest first.
-    failures: Vec<Duration>,
+    pub(crate) failures: Vec<Duration>,
     /// How many times this host has been blacklisted.
-    bans: u32,
+    pub(crate) bans: u32,
     /// `Some(None)`: blacklisted for good; `Some(Some(t))`: until `t`.
-    banned: Option<Option<Duration>>,
+    pub(crate) banned: Option<Option<Duration>>,
 }
 
 impl Blacklist {
@@ -84,6 +84,16 @@ impl Blacklist {
             }
         }
         out
+    }
+
+    /// Every host's record, in name order.
+    pub(crate) fn records(&self) -> impl Iterator<Item = (&String, &HostRecord)> + '_ {
+        self.hosts.iter()
+    }
+
+    /// Puts back a host's record (resuming a job).
+    pub(crate) fn restore(&mut self, host: String, record: HostRecord) {
+        self.hosts.insert(host, record);
     }
 
     /// When the next ban runs out.

@@ -117,6 +117,7 @@ impl Membership {
     fn forget(&mut self, slot: &SlotId) -> Option<Worker> {
         let worker = self.workers.remove(slot)?;
         self.members.retain(|s| s != slot);
+        self.detached.remove(slot);
         if let Phase::Gathering(g) = &mut self.phase {
             g.rejoined.remove(slot);
         }

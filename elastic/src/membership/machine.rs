@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::blacklist::Blacklist;
 use super::gather::Cause;
 use super::policy::{OnFailure, Policy};
+use super::snapshot::Detached;
 use super::{Command, JobFailure, SlotId};
 use crate::hosts::HostSlots;
 
@@ -29,6 +30,8 @@ pub struct Membership {
     pub(super) resets: u32,
     /// Spawn counter: newcomers are ranked in spawn order.
     pub(super) next_order: u64,
+    /// Members of a resumed job whose workers have not reconnected yet.
+    pub(super) detached: Detached,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +107,7 @@ impl Membership {
             generation: 0,
             resets: 0,
             next_order: 0,
+            detached: Detached::new(),
         }
     }
 

@@ -77,6 +77,9 @@
 //!   failure of any worker, in any phase, ends the job with
 //!   [`JobFailure::WorkerFailed`], and spawns that do not register within the start
 //!   timeout end it with [`JobFailure::StartTimeout`] naming every missing slot.
+//! - **Resuming.** [`Membership::snapshot`] and [`Membership::resume`] carry the
+//!   durable facts across a coordinator restart; resumed members are detached
+//!   until they reattach, and fail after the rejoin timeout (see [`Snapshot`]).
 //! - Timers fire only in [`Membership::tick`]; call it by
 //!   [`Membership::next_deadline`].
 
@@ -85,6 +88,7 @@ mod fill;
 mod gather;
 mod machine;
 mod policy;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -97,9 +101,12 @@ pub use policy::{
     BlacklistPolicy, DEFAULT_ELASTIC_TIMEOUT, DEFAULT_REJOIN_TIMEOUT, DEFAULT_START_TIMEOUT,
     OnFailure, Policy, PolicyError,
 };
+pub use snapshot::{Ban, HostHistory, Snapshot};
 
 /// One place for a worker: slot `slot` of host `host`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct SlotId {
     pub host: String,
     pub slot: u32,

@@ -29,6 +29,7 @@ impl Membership {
         if !self.escalate_overdue_update(now, &mut out) {
             vacated.extend(self.rejoin_timeouts(now));
         }
+        vacated.extend(self.reattach_timeouts(now));
         let mut lost_member = false;
         for (slot, why) in &vacated {
             lost_member |= self.lose(now, slot, Some(why.clone()), &mut out);
@@ -132,6 +133,7 @@ impl Membership {
         }
         spawns
             .chain(gathering)
+            .chain(self.next_reattach_deadline())
             .chain(self.blacklist.next_expiry())
             .min()
     }
