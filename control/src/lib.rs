@@ -2,10 +2,12 @@
 //! workers ([`WorkerMsg`], [`CoordinatorMsg`]), their framing ([`FrameCodec`]:
 //! length-delimited bincode with explicit limits), and the authentication that
 //! opens every connection ([`accept`] / [`connect`], a mutual HMAC challenge over
-//! the per-job [`Secret`]).
+//! the per-job [`Secret`]). [`env`] names the variables the launcher sets for
+//! every worker.
 
 mod auth;
 mod codec;
+pub mod env;
 mod handshake;
 mod messages;
 
