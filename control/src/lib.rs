@@ -15,6 +15,6 @@ pub use auth::{Nonce, Proof, Secret, SecretError, nonce};
 pub use codec::{CodecError, FrameCodec, MAX_FRAME};
 pub use handshake::{CoordinatorLink, HandshakeError, WorkerLink, accept, connect};
 pub use messages::{
-    Assignment, Autotune, CoordinatorMsg, Knobs, MAX_PENDING_NAME, MAX_PENDING_REPORTED,
+    Assignment, Autotune, CoordinatorMsg, Knob, Knobs, MAX_PENDING_NAME, MAX_PENDING_REPORTED,
     PendingReport, PendingTensor, Registration, WorkerMsg, cut_name,
 };

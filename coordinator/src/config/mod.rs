@@ -12,6 +12,7 @@ use std::time::Duration;
 
 pub use resolve::resolve;
 
+use control::Knob;
 use elastic::hosts::{HostSlots, HostsError};
 
 /// Where a value came from.
@@ -79,31 +80,25 @@ pub struct Tuning {
 pub const SEGMENT_BYTES_RANGE: std::ops::RangeInclusive<u64> = (4 << 10)..=(1 << 30);
 
 impl Tuning {
-    /// The knobs the user set (command line, environment or file), by name:
-    /// `fusion_threshold`, `cycle_time`, `cache`, `hierarchical_allreduce`,
-    /// `hierarchical_allgather`, `segment_bytes`. The autotuner holds these
-    /// fixed.
-    pub fn user_set(&self) -> Vec<&'static str> {
-        [
-            (
-                "fusion_threshold",
-                self.fusion_threshold_bytes.is_explicit(),
-            ),
-            ("cycle_time", self.cycle_time.is_explicit()),
-            ("cache", self.cache_capacity.is_explicit()),
-            (
-                "hierarchical_allreduce",
-                self.hierarchical_allreduce.is_explicit(),
-            ),
-            (
-                "hierarchical_allgather",
-                self.hierarchical_allgather.is_explicit(),
-            ),
-            ("segment_bytes", self.segment_bytes.is_explicit()),
-        ]
-        .into_iter()
-        .filter_map(|(name, set)| set.then_some(name))
-        .collect()
+    /// The knobs the user set (command line, environment or file), in the
+    /// order of [`Knob::ALL`]. The autotuner holds these fixed.
+    pub fn user_set(&self) -> Vec<Knob> {
+        Knob::ALL
+            .into_iter()
+            .filter(|&k| self.is_user_set(k))
+            .collect()
+    }
+
+    /// Whether the user set `knob`.
+    pub fn is_user_set(&self, knob: Knob) -> bool {
+        match knob {
+            Knob::FusionThreshold => self.fusion_threshold_bytes.is_explicit(),
+            Knob::CycleTime => self.cycle_time.is_explicit(),
+            Knob::Cache => self.cache_capacity.is_explicit(),
+            Knob::HierarchicalAllreduce => self.hierarchical_allreduce.is_explicit(),
+            Knob::HierarchicalAllgather => self.hierarchical_allgather.is_explicit(),
+            Knob::SegmentSize => self.segment_bytes.is_explicit(),
+        }
     }
 }
 
