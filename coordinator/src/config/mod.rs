@@ -1,19 +1,26 @@
 //! Configuration, parsed once at the edge into typed values: the command line
 //! ([`cli`]), the environment and the YAML file ([`file`]), merged by
-//! [`resolve()`](resolve::resolve) into a [`JobConfig`].
+//! [`resolve()`](resolve::resolve) into a [`JobConfig`]. Every option is one
+//! entry of the option table (`options.rs`): its flag, environment names, YAML
+//! key, parser and default.
 
 pub mod cli;
+mod error;
 pub mod file;
+mod options;
+mod parse;
 mod resolve;
 
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub use error::{BadValue, ConfigError, Layer, Refusal};
+pub use parse::parse_size;
 pub use resolve::resolve;
 
 use control::Knob;
-use elastic::hosts::{HostSlots, HostsError};
+use elastic::hosts::HostSlots;
 
 /// Where a value came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,31 +157,20 @@ pub enum LogLevel {
 }
 
 impl FromStr for LogLevel {
-    type Err = String;
+    type Err = BadValue;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, BadValue> {
         match s.to_ascii_lowercase().as_str() {
             "trace" => Ok(LogLevel::Trace),
             "debug" => Ok(LogLevel::Debug),
             "info" => Ok(LogLevel::Info),
             "warning" | "warn" => Ok(LogLevel::Warning),
             "error" | "fatal" => Ok(LogLevel::Error),
-            other => Err(format!(
-                "{other:?} is not one of trace, debug, info, warning, error"
-            )),
+            other => Err(BadValue::NotALogLevel {
+                level: other.to_owned(),
+            }),
         }
     }
-}
-
-/// A size in bytes: plain (`524288`) or with a binary suffix in any case
-/// (`512K`, `4M`, `4MB`, `1GiB`, `1.5M`: K, M, G and T are powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    parse_size::Config::new()
-        .with_binary()
-        .parse_size(s.trim())
-        .map_err(|e| {
-            format!("{s:?} is not a size ({e}): expected bytes, optionally with a K, M or G suffix (e.g. 524288, 512K, 4M)")
-        })
 }
 
 /// An elastic job (`--host-discovery-script`): the hosts come and go, and the
@@ -231,20 +227,6 @@ pub struct JobConfig {
     pub elastic: Option<ElasticConfig>,
     /// `None` unless `--autotune` is on.
     pub autotune: Option<AutotuneConfig>,
-}
-
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{var}={value:?}: {why}")]
-    Env {
-        var: String,
-        value: String,
-        why: String,
-    },
-    #[error("--{option}: {why}")]
-    Invalid { option: &'static str, why: String },
-    #[error(transparent)]
-    Hosts(#[from] HostsError),
 }
 
 #[cfg(test)]

@@ -414,7 +414,7 @@ fn elastic(c: &JobConfig) -> &ElasticConfig {
 
 fn invalid_option(r: Result<JobConfig, ConfigError>) -> (&'static str, String) {
     match r {
-        Err(ConfigError::Invalid { option, why }) => (option, why),
+        Err(ConfigError::Invalid { option, why }) => (option, why.to_string()),
         other => panic!("expected ConfigError::Invalid, got {other:?}"),
     }
 }
