@@ -2,10 +2,12 @@
 //! workers ([`WorkerMsg`], [`CoordinatorMsg`]), their framing ([`FrameCodec`]:
 //! length-delimited bincode with explicit limits), and the authentication that
 //! opens every connection ([`accept`] / [`connect`], a mutual HMAC challenge over
-//! the per-job [`Secret`]).
+//! the per-job [`Secret`]). [`env`] names the variables the launcher sets for
+//! every worker.
 
 mod auth;
 mod codec;
+pub mod env;
 mod handshake;
 mod messages;
 
@@ -13,6 +15,6 @@ pub use auth::{Nonce, Proof, Secret, SecretError, nonce};
 pub use codec::{CodecError, FrameCodec, MAX_FRAME};
 pub use handshake::{CoordinatorLink, HandshakeError, WorkerLink, accept, connect};
 pub use messages::{
-    Assignment, Autotune, CoordinatorMsg, Knobs, MAX_PENDING_NAME, MAX_PENDING_REPORTED,
+    Assignment, Autotune, CoordinatorMsg, Knob, Knobs, MAX_PENDING_NAME, MAX_PENDING_REPORTED,
     PendingReport, PendingTensor, Registration, WorkerMsg, cut_name,
 };

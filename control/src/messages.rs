@@ -145,10 +145,40 @@ pub struct Autotune {
     pub steps_per_sample: u32,
     pub max_samples: u32,
     pub gaussian_process_noise: f64,
-    /// Knobs the user set, held fixed: `fusion_threshold`, `cycle_time`,
-    /// `cache`, `hierarchical_allreduce`, `hierarchical_allgather`,
-    /// `segment_bytes`.
-    pub fixed: Vec<String>,
+    /// Knobs the user set (command line, environment or config file): the
+    /// autotuner holds them at their values.
+    pub fixed: Vec<Knob>,
+}
+
+/// A knob the autotuner may move, named so that the user's own settings can be
+/// held fixed: one variant per tunable field of [`Knobs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Knob {
+    /// [`Knobs::fusion_threshold_bytes`] (`--fusion-threshold-mb`).
+    FusionThreshold,
+    /// [`Knobs::cycle_time_us`] (`--cycle-time-ms`).
+    CycleTime,
+    /// The response cache on or off: [`Knobs::cache_capacity`]
+    /// (`--cache-capacity`, `--disable-cache`).
+    Cache,
+    /// [`Knobs::hierarchical_allreduce`] (`--hierarchical-allreduce`).
+    HierarchicalAllreduce,
+    /// [`Knobs::hierarchical_allgather`] (`--hierarchical-allgather`).
+    HierarchicalAllgather,
+    /// [`Knobs::segment_bytes`] (`--segment-size`).
+    SegmentSize,
+}
+
+impl Knob {
+    /// Every knob, in the order of [`Knobs`]' fields.
+    pub const ALL: [Knob; 6] = [
+        Knob::FusionThreshold,
+        Knob::CycleTime,
+        Knob::Cache,
+        Knob::HierarchicalAllreduce,
+        Knob::HierarchicalAllgather,
+        Knob::SegmentSize,
+    ];
 }
 
 /// Most tensors one heartbeat lists.
@@ -236,6 +266,23 @@ mod tests {
             }
         );
         assert!(PendingReport::bounded([("a", Duration::ZERO)]).is_complete());
+    }
+
+    #[test]
+    fn fixed_knobs_cross_the_wire_as_themselves() {
+        let a = Autotune {
+            log_file: None,
+            warmup_samples: 3,
+            steps_per_sample: 10,
+            max_samples: 20,
+            gaussian_process_noise: 0.8,
+            fixed: Knob::ALL.to_vec(),
+        };
+        let config = bincode::config::standard();
+        let bytes = bincode::serde::encode_to_vec(&a, config).unwrap();
+        let (back, _): (Autotune, usize) =
+            bincode::serde::decode_from_slice(&bytes, config).unwrap();
+        assert_eq!(back.fixed, Knob::ALL);
     }
 
     #[test]

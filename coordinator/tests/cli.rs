@@ -87,3 +87,69 @@ fn hosts_beyond_their_slots_are_refused_before_anything_starts() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains('3') && err.contains('2'), "{err}");
 }
+
+/// Bad values from each layer, as users read them (the messages are a
+/// contract: scripts and docs quote them).
+#[test]
+fn bad_values_are_named_with_where_they_came_from() {
+    let dir = std::env::temp_dir().join(format!("elasticrun-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c.yaml");
+    std::fs::write(&file, "elastic:\n  reset_limit: 1\n").unwrap();
+    let file = file.to_str().unwrap();
+    for (args, env, says) in [
+        (
+            &["-np", "1", "train"][..],
+            &[("ELASTICRUN_CYCLE_TIME_MS", "fast")][..],
+            "elasticrun: ELASTICRUN_CYCLE_TIME_MS=\"fast\": expected a non-negative number\n",
+        ),
+        (
+            &["--log-level", "LOUD", "-np", "1", "train"][..],
+            &[][..],
+            "elasticrun: --log-level: \"loud\" is not one of trace, debug, info, warning, error\n",
+        ),
+        (
+            &["--min-np", "2", "-np", "2", "train"][..],
+            &[][..],
+            "elasticrun: --min-np: only elastic jobs use it, and it needs \
+             --host-discovery-script (it was given on the command line)\n",
+        ),
+        (
+            &["--config-file", file, "-np", "1", "train"][..],
+            &[][..],
+            "elasticrun: --reset-limit: only elastic jobs use it, and it needs \
+             --host-discovery-script (it was given in the config file)\n",
+        ),
+        (
+            &["--autotune-warmup-samples", "1", "-np", "1", "train"][..],
+            &[("HOROVOD_AUTOTUNE", "0")][..],
+            "elasticrun: --autotune-warmup-samples: only autotuning uses it, and it needs \
+             --autotune (it was given on the command line, and autotuning was turned off \
+             by HOROVOD_AUTOTUNE)\n",
+        ),
+        (
+            &["--segment-size", "2G", "-np", "1", "train"][..],
+            &[][..],
+            "elasticrun: --segment-size: 2147483648 bytes is outside the segment sizes \
+             accepted, 4K (4096) to 1G (1073741824) (it was given on the command line)\n",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_elasticrun"))
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("run elasticrun");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(String::from_utf8(out.stderr).unwrap(), says, "{args:?}");
+    }
+    let out = elasticrun(&["--segment-size", "lots", "-np", "1", "train"]);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(
+            "\"lots\" is not a size (invalid digit found in string): expected bytes, \
+             optionally with a K, M or G suffix (e.g. 524288, 512K, 4M)"
+        ),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

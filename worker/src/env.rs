@@ -1,19 +1,15 @@
-//! What `elasticrun` tells a worker, read once at `init`.
+//! What `elasticrun` tells a worker, read once at `init`: the variables
+//! named in [`control::env`].
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use control::Secret;
+// Re-exported for the tests that check whether this process was launched.
+pub(crate) use control::env::COORDINATOR;
+use control::env::{ELASTIC_TIMEOUT, HOST, SECRET, SLOT, START_TIMEOUT};
 
 use crate::InitError;
-
-pub(crate) const COORDINATOR: &str = "ELASTICRUN_COORDINATOR";
-pub(crate) const SECRET: &str = "ELASTICRUN_SECRET";
-pub(crate) const HOST: &str = "ELASTICRUN_HOST";
-pub(crate) const SLOT: &str = "ELASTICRUN_SLOT";
-pub(crate) const START_TIMEOUT: &str = "ELASTICRUN_START_TIMEOUT";
-/// Set for elastic jobs: how long the coordinator may wait for enough workers.
-pub(crate) const ELASTIC_TIMEOUT: &str = "ELASTICRUN_ELASTIC_TIMEOUT";
 
 /// Where this worker's coordinator is and who this worker is.
 #[derive(Debug)]

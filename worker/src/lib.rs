@@ -198,20 +198,7 @@ fn engine_config(
 
 /// The engine's autotuner settings from the coordinator's.
 fn autotune_setup(a: &control::Autotune, memory: &TuningMemory) -> engine::AutotuneSetup {
-    use autotune::Knob;
-    let fixed = a
-        .fixed
-        .iter()
-        .filter_map(|k| match k.as_str() {
-            "fusion_threshold" => Some(Knob::FusionThreshold),
-            "cycle_time" => Some(Knob::CycleTime),
-            "cache" => Some(Knob::ResponseCache),
-            "hierarchical_allreduce" => Some(Knob::HierarchicalAllreduce),
-            "hierarchical_allgather" => Some(Knob::HierarchicalAllgather),
-            "segment_bytes" => Some(Knob::SegmentSize),
-            _ => None,
-        })
-        .collect();
+    let fixed = a.fixed.iter().map(|&k| engine::tuned_knob(k)).collect();
     engine::AutotuneSetup {
         config: autotune::TunerConfig {
             warmup_samples: a.warmup_samples as usize,

@@ -1,18 +1,26 @@
 //! Configuration, parsed once at the edge into typed values: the command line
 //! ([`cli`]), the environment and the YAML file ([`file`]), merged by
-//! [`resolve()`](resolve::resolve) into a [`JobConfig`].
+//! [`resolve()`](resolve::resolve) into a [`JobConfig`]. Every option is one
+//! entry of the option table (`options.rs`): its flag, environment names, YAML
+//! key, parser and default.
 
 pub mod cli;
+mod error;
 pub mod file;
+mod options;
+mod parse;
 mod resolve;
 
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub use error::{BadValue, ConfigError, Layer, Refusal};
+pub use parse::parse_size;
 pub use resolve::resolve;
 
-use elastic::hosts::{HostSlots, HostsError};
+use control::Knob;
+use elastic::hosts::HostSlots;
 
 /// Where a value came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,31 +87,25 @@ pub struct Tuning {
 pub const SEGMENT_BYTES_RANGE: std::ops::RangeInclusive<u64> = (4 << 10)..=(1 << 30);
 
 impl Tuning {
-    /// The knobs the user set (command line, environment or file), by name:
-    /// `fusion_threshold`, `cycle_time`, `cache`, `hierarchical_allreduce`,
-    /// `hierarchical_allgather`, `segment_bytes`. The autotuner holds these
-    /// fixed.
-    pub fn user_set(&self) -> Vec<&'static str> {
-        [
-            (
-                "fusion_threshold",
-                self.fusion_threshold_bytes.is_explicit(),
-            ),
-            ("cycle_time", self.cycle_time.is_explicit()),
-            ("cache", self.cache_capacity.is_explicit()),
-            (
-                "hierarchical_allreduce",
-                self.hierarchical_allreduce.is_explicit(),
-            ),
-            (
-                "hierarchical_allgather",
-                self.hierarchical_allgather.is_explicit(),
-            ),
-            ("segment_bytes", self.segment_bytes.is_explicit()),
-        ]
-        .into_iter()
-        .filter_map(|(name, set)| set.then_some(name))
-        .collect()
+    /// The knobs the user set (command line, environment or file), in the
+    /// order of [`Knob::ALL`]. The autotuner holds these fixed.
+    pub fn user_set(&self) -> Vec<Knob> {
+        Knob::ALL
+            .into_iter()
+            .filter(|&k| self.is_user_set(k))
+            .collect()
+    }
+
+    /// Whether the user set `knob`.
+    pub fn is_user_set(&self, knob: Knob) -> bool {
+        match knob {
+            Knob::FusionThreshold => self.fusion_threshold_bytes.is_explicit(),
+            Knob::CycleTime => self.cycle_time.is_explicit(),
+            Knob::Cache => self.cache_capacity.is_explicit(),
+            Knob::HierarchicalAllreduce => self.hierarchical_allreduce.is_explicit(),
+            Knob::HierarchicalAllgather => self.hierarchical_allgather.is_explicit(),
+            Knob::SegmentSize => self.segment_bytes.is_explicit(),
+        }
     }
 }
 
@@ -155,31 +157,20 @@ pub enum LogLevel {
 }
 
 impl FromStr for LogLevel {
-    type Err = String;
+    type Err = BadValue;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, BadValue> {
         match s.to_ascii_lowercase().as_str() {
             "trace" => Ok(LogLevel::Trace),
             "debug" => Ok(LogLevel::Debug),
             "info" => Ok(LogLevel::Info),
             "warning" | "warn" => Ok(LogLevel::Warning),
             "error" | "fatal" => Ok(LogLevel::Error),
-            other => Err(format!(
-                "{other:?} is not one of trace, debug, info, warning, error"
-            )),
+            other => Err(BadValue::NotALogLevel {
+                level: other.to_owned(),
+            }),
         }
     }
-}
-
-/// A size in bytes: plain (`524288`) or with a binary suffix in any case
-/// (`512K`, `4M`, `4MB`, `1GiB`, `1.5M`: K, M, G and T are powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    parse_size::Config::new()
-        .with_binary()
-        .parse_size(s.trim())
-        .map_err(|e| {
-            format!("{s:?} is not a size ({e}): expected bytes, optionally with a K, M or G suffix (e.g. 524288, 512K, 4M)")
-        })
 }
 
 /// An elastic job (`--host-discovery-script`): the hosts come and go, and the
@@ -236,20 +227,6 @@ pub struct JobConfig {
     pub elastic: Option<ElasticConfig>,
     /// `None` unless `--autotune` is on.
     pub autotune: Option<AutotuneConfig>,
-}
-
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{var}={value:?}: {why}")]
-    Env {
-        var: String,
-        value: String,
-        why: String,
-    },
-    #[error("--{option}: {why}")]
-    Invalid { option: &'static str, why: String },
-    #[error(transparent)]
-    Hosts(#[from] HostsError),
 }
 
 #[cfg(test)]

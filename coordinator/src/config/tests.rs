@@ -414,7 +414,7 @@ fn elastic(c: &JobConfig) -> &ElasticConfig {
 
 fn invalid_option(r: Result<JobConfig, ConfigError>) -> (&'static str, String) {
     match r {
-        Err(ConfigError::Invalid { option, why }) => (option, why),
+        Err(ConfigError::Invalid { option, why }) => (option, why.to_string()),
         other => panic!("expected ConfigError::Invalid, got {other:?}"),
     }
 }
@@ -1008,7 +1008,7 @@ fn user_set_knobs_are_held_fixed() {
     .unwrap();
     assert_eq!(
         c.tuning.user_set(),
-        ["cycle_time", "cache", "hierarchical_allgather"]
+        [Knob::CycleTime, Knob::Cache, Knob::HierarchicalAllgather]
     );
     let c = run(
         "--fusion-threshold-mb 0 --no-hierarchical-allreduce ./t",
@@ -1019,16 +1019,16 @@ fn user_set_knobs_are_held_fixed() {
     assert_eq!(
         c.tuning.user_set(),
         [
-            "fusion_threshold",
-            "cycle_time",
-            "cache",
-            "hierarchical_allreduce",
-            "hierarchical_allgather"
+            Knob::FusionThreshold,
+            Knob::CycleTime,
+            Knob::Cache,
+            Knob::HierarchicalAllreduce,
+            Knob::HierarchicalAllgather
         ]
     );
     // A file value beaten by nothing is still the user's.
     let c = run("./t", &[], "params:\n  cache_capacity: 1024\n").unwrap();
-    assert_eq!(c.tuning.user_set(), ["cache"]);
+    assert_eq!(c.tuning.user_set(), [Knob::Cache]);
 }
 
 #[test]
@@ -1041,7 +1041,7 @@ fn a_set_segment_size_is_held_fixed_and_handed_to_the_workers() {
         let c = run(args, vars, file).unwrap();
         assert_eq!(
             c.tuning.user_set(),
-            ["segment_bytes"],
+            [Knob::SegmentSize],
             "{args} {vars:?} {file}"
         );
     }
@@ -1051,16 +1051,45 @@ fn a_set_segment_size_is_held_fixed_and_handed_to_the_workers() {
         "",
     )
     .unwrap();
-    assert_eq!(c.tuning.user_set(), ["cache", "segment_bytes"]);
+    assert_eq!(c.tuning.user_set(), [Knob::Cache, Knob::SegmentSize]);
     let k = crate::job::knobs(&c);
     assert_eq!(k.segment_bytes, 2 << 20);
     assert_eq!(
         k.autotune.expect("autotuning on").fixed,
-        ["cache", "segment_bytes"]
+        [Knob::Cache, Knob::SegmentSize]
     );
     // The default is the workers' own default, and not held fixed.
     let c = run("--autotune ./t", &[], "").unwrap();
     let k = crate::job::knobs(&c);
     assert_eq!(k.segment_bytes, control::Knobs::default().segment_bytes);
     assert!(k.autotune.expect("autotuning on").fixed.is_empty());
+}
+
+#[test]
+fn every_knob_the_user_sets_reaches_the_workers_fixed() {
+    // One way to set each knob; a knob added without one fails here.
+    let ways = [
+        ("--fusion-threshold-mb 8", Knob::FusionThreshold),
+        ("--cycle-time-ms 2", Knob::CycleTime),
+        ("--cache-capacity 8", Knob::Cache),
+        ("--disable-cache", Knob::Cache),
+        ("--hierarchical-allreduce", Knob::HierarchicalAllreduce),
+        ("--no-hierarchical-allgather", Knob::HierarchicalAllgather),
+        ("--segment-size 1M", Knob::SegmentSize),
+    ];
+    for knob in Knob::ALL {
+        assert!(
+            ways.iter().any(|(_, k)| *k == knob),
+            "{knob:?} cannot be set"
+        );
+    }
+    for (args, knob) in ways {
+        let c = run(&format!("--autotune {args} ./t"), &[], "").unwrap();
+        let k = crate::job::knobs(&c);
+        assert_eq!(k.autotune.expect("autotuning on").fixed, [knob], "{args}");
+    }
+    let all: Vec<&str> = ways.iter().map(|(a, _)| *a).collect();
+    let c = run(&format!("--autotune {} ./t", all.join(" ")), &[], "").unwrap();
+    let k = crate::job::knobs(&c);
+    assert_eq!(k.autotune.expect("autotuning on").fixed, Knob::ALL);
 }

@@ -119,7 +119,7 @@ pub(crate) fn knobs(cfg: &JobConfig) -> Knobs {
             steps_per_sample: a.steps_per_sample,
             max_samples: a.max_samples,
             gaussian_process_noise: a.gaussian_process_noise,
-            fixed: t.user_set().into_iter().map(str::to_owned).collect(),
+            fixed: t.user_set(),
         }),
     }
 }

@@ -56,7 +56,7 @@ pub fn forwarded(name: &str) -> bool {
         "SSH_CLIENT",
         "SSH_CONNECTION",
         "SSH_TTY",
-        "ELASTICRUN_SECRET",
+        control::env::SECRET,
     ];
     let valid = name
         .bytes()
@@ -79,12 +79,13 @@ fn remote_script(cwd: &Path, env: &[(String, String)], command: &[String]) -> St
     // watcher reads ssh's through fd 3. When it ends, the worker's group is
     // stopped (the group may not exist yet if setsid has not run: then the pid).
     format!(
-        "IFS= read -r ELASTICRUN_SECRET || exit 255; export ELASTICRUN_SECRET; \
+        "IFS= read -r {secret} || exit 255; export {secret}; \
          cd {cwd} || exit 255; exec 3<&0; \
          setsid env {env} {program} </dev/null & pid=$!; \
          {{ while read -r _; do :; done; kill -TERM -$pid 2>/dev/null || kill -TERM $pid 2>/dev/null; \
          sleep {REMOTE_GRACE_SECS}; kill -KILL -$pid 2>/dev/null; }} <&3 & watch=$!; \
          exec 3<&-; wait $pid; rc=$?; kill -KILL $watch 2>/dev/null; exit $rc",
+        secret = control::env::SECRET,
         env = assignments.join(" "),
         program = program.join(" "),
     )

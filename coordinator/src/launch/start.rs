@@ -24,17 +24,17 @@ pub struct StartError {
 /// What elasticrun tells a worker about the job (the secret aside).
 fn job_env(cfg: &JobConfig, w: &One<'_>) -> Vec<(String, String)> {
     let mut env = vec![
-        ("ELASTICRUN_COORDINATOR".into(), w.coordinator.to_string()),
-        ("ELASTICRUN_HOST".into(), w.host.to_owned()),
-        ("ELASTICRUN_SLOT".into(), w.slot.to_string()),
+        (control::env::COORDINATOR.into(), w.coordinator.to_string()),
+        (control::env::HOST.into(), w.host.to_owned()),
+        (control::env::SLOT.into(), w.slot.to_string()),
         (
-            "ELASTICRUN_START_TIMEOUT".into(),
+            control::env::START_TIMEOUT.into(),
             cfg.start_timeout.as_secs_f64().to_string(),
         ),
     ];
     if let Some(e) = &cfg.elastic {
         env.push((
-            "ELASTICRUN_ELASTIC_TIMEOUT".into(),
+            control::env::ELASTIC_TIMEOUT.into(),
             e.elastic_timeout.as_secs_f64().to_string(),
         ));
     }
@@ -68,12 +68,12 @@ pub async fn start_one(
     let mut env = job_env(cfg, one);
     let (argv, stdin_line) = if is_this_machine(host) {
         // In the environment, never on a command line: not visible in ps.
-        env.push(("ELASTICRUN_SECRET".into(), secret.to_hex()));
+        env.push((control::env::SECRET.into(), secret.to_hex()));
         (cfg.command.clone(), None)
     } else {
         let mut all: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .filter(|(k, _)| ssh::forwarded(k) && !k.starts_with("ELASTICRUN_"))
+            .filter(|(k, _)| ssh::forwarded(k) && !k.starts_with(control::env::PREFIX))
             .collect();
         all.append(&mut env);
         (

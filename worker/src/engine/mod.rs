@@ -26,6 +26,7 @@ use std::marker::PhantomData;
 use collectives::{Communicator, Element, ReduceOp, Transport};
 use tokio::sync::{mpsc, oneshot};
 
+pub(crate) use autotune::tuned_knob;
 pub use autotune::{AutotuneSetup, TuningMemory};
 use driver::Command;
 pub use driver::{EngineConfig, EngineStats};

@@ -1,0 +1,148 @@
+//! What is wrong with a configuration: [`ConfigError`] says which environment
+//! variable or option, and why, with the values involved as fields.
+
+use std::fmt;
+
+use elastic::hosts::HostsError;
+
+use super::{SEGMENT_BYTES_RANGE, Source};
+
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// An environment variable's text is not a value of its option.
+    #[error("{var}={value:?}: {why}")]
+    Env {
+        var: String,
+        value: String,
+        why: BadValue,
+    },
+    /// An option's value (from whichever layer gave it) is refused, or it
+    /// conflicts with another option.
+    #[error("--{option}: {why}")]
+    Invalid { option: &'static str, why: Refusal },
+    #[error(transparent)]
+    Hosts(#[from] HostsError),
+}
+
+/// Text that does not parse as the value it should be.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum BadValue {
+    #[error("expected a non-negative number")]
+    NotANumber,
+    #[error("expected a non-negative integer")]
+    NotACount,
+    #[error("expected a port number (1-65535)")]
+    NotAPort,
+    #[error("expected an integer from 0 to {}", u32::MAX)]
+    NotAU32,
+    #[error("expected MIN,MAX (two numbers of seconds)")]
+    NotARange,
+    #[error("expected 1/0, true/false, yes/no or on/off")]
+    NotAFlag,
+    #[error(
+        "{text:?} is not a size ({why}): expected bytes, optionally with a K, M or G suffix \
+         (e.g. 524288, 512K, 4M)"
+    )]
+    NotASize {
+        text: String,
+        why: parse_size::Error,
+    },
+    #[error(
+        "{bytes} bytes is outside the segment sizes accepted, 4K ({}) to 1G ({})",
+        SEGMENT_BYTES_RANGE.start(),
+        SEGMENT_BYTES_RANGE.end()
+    )]
+    SegmentSize { bytes: u64 },
+    #[error("{level:?} is not one of trace, debug, info, warning, error")]
+    NotALogLevel { level: String },
+}
+
+/// Why an option's value is refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    /// A value that would not parse ([`BadValue`]), from a layer other than
+    /// the environment.
+    #[error(transparent)]
+    Bad(#[from] BadValue),
+    /// A value that parses but is out of range, and where it came from.
+    #[error("{why} (it was given {given})")]
+    OutOfRange { why: BadValue, given: Source },
+    #[error("at least one process is needed")]
+    NoProcess,
+    #[error("at least 1 is needed")]
+    Zero,
+    #[error("{value} is not a positive number")]
+    NotPositive { value: f64 },
+    #[error("{value} is negative or not a number")]
+    Negative { value: f64 },
+    #[error("{seconds} seconds is too long")]
+    TooLong { seconds: f64 },
+    #[error("{layer} gives both hosts and a hostfile")]
+    HostsAndHostfile { layer: Layer },
+    #[error(
+        "{layer} gives both a discovery script and hosts (-H or --hostfile); \
+         the script finds the hosts of an elastic job, so give one or the other"
+    )]
+    ScriptAndHosts { layer: Layer },
+    #[error(
+        "only elastic jobs use it, and it needs --host-discovery-script (it was given {given})"
+    )]
+    OnlyElastic { given: Source },
+    #[error(
+        "only autotuning uses it, and it needs --autotune (it was given {given}{})",
+        match turned_off {
+            Some(off) => format!(", and autotuning was turned off {off}"),
+            None => String::new(),
+        }
+    )]
+    OnlyAutotuning {
+        given: Source,
+        /// Where autotuning was turned off, when it was explicitly.
+        turned_off: Option<Source>,
+    },
+    #[error("an elastic job needs -np or --min-np (the fewest processes to train with)")]
+    NoMinNp,
+    #[error("{min_np} is above -np {np} (the processes to start with)")]
+    MinAboveNp { min_np: usize, np: usize },
+    #[error("{max_np} is below --min-np {min_np}")]
+    MaxBelowMin { max_np: usize, min_np: usize },
+    #[error("{max_np} is below -np {np}")]
+    MaxBelowNp { max_np: usize, np: usize },
+    #[error("a host needs at least one slot")]
+    NoSlot,
+    #[error("expected MIN MAX, got {count} numbers")]
+    NotARange { count: usize },
+    #[error("MIN {min} is above MAX {max}")]
+    MinAboveMax { min: f64, max: f64 },
+}
+
+/// One of the layers an option can come from, as a message names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    CommandLine,
+    Environment,
+    ConfigFile,
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Layer::CommandLine => "the command line",
+            Layer::Environment => "the environment",
+            Layer::ConfigFile => "the config file",
+        })
+    }
+}
+
+/// How a message says where a value came from: "on the command line", "by
+/// ELASTICRUN_MIN_NP", "in the config file", "by default".
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::CommandLine => f.write_str("on the command line"),
+            Source::Environment(var) => write!(f, "by {var}"),
+            Source::ConfigFile => f.write_str("in the config file"),
+            Source::Default => f.write_str("by default"),
+        }
+    }
+}
