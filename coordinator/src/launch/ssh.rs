@@ -268,7 +268,16 @@ mod tests {
         use std::io::Write;
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(b"secret\n").unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        // Close standard input only once the worker runs (the script has read
+        // the secret and started `sleep` under it): wait for the child to appear.
+        let started = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !has_child(child.id(), "sleep") {
+            assert!(
+                std::time::Instant::now() < started,
+                "the worker did not start within 10 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         drop(stdin);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let status = loop {
@@ -282,6 +291,32 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
         assert_eq!(status.code(), Some(128 + 15), "stopped by SIGTERM");
+    }
+
+    /// Whether a descendant of `pid` runs `name` (from /proc).
+    fn has_child(pid: u32, name: &str) -> bool {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        let mut parents = vec![pid];
+        let stats: Vec<(u32, u32, String)> = dir
+            .filter_map(|e| {
+                let stat = std::fs::read_to_string(e.ok()?.path().join("stat")).ok()?;
+                let (head, rest) = stat.rsplit_once(") ")?;
+                let (pid, comm) = head.split_once(" (")?;
+                let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+                Some((pid.parse().ok()?, ppid, comm.to_owned()))
+            })
+            .collect();
+        while let Some(p) = parents.pop() {
+            for (child, _, comm) in stats.iter().filter(|(_, pp, _)| *pp == p) {
+                if comm == name {
+                    return true;
+                }
+                parents.push(*child);
+            }
+        }
+        false
     }
 
     #[test]
