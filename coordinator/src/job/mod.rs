@@ -38,8 +38,26 @@ pub(crate) const SILENCE: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
-    #[error("{0}")]
-    Config(String),
+    #[error("-np is needed when no hosts are given")]
+    NoNp,
+    #[error("cannot read hostfile {}: {why}", path.display())]
+    HostfileUnreadable {
+        path: std::path::PathBuf,
+        why: std::io::Error,
+    },
+    #[error("{}: {why}", path.display())]
+    Hostfile {
+        path: std::path::PathBuf,
+        why: elastic::HostsError,
+    },
+    #[error(transparent)]
+    Layout(#[from] crate::layout::LayoutError),
+    #[error("cannot make the job's secret: {why}")]
+    Secret { why: String },
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("the job store did not answer within {after:?}")]
+    StoreTimeout { after: Duration },
     #[error(transparent)]
     Address(#[from] AddressError),
     #[error(transparent)]
@@ -70,9 +88,7 @@ impl Ending {
 pub(crate) async fn hosts_and_np(cfg: &JobConfig) -> Result<(Vec<HostSlots>, usize), JobError> {
     let hosts = match &cfg.hosts {
         HostSpec::Localhost => {
-            let np = cfg
-                .np
-                .ok_or_else(|| JobError::Config("-np is needed when no hosts are given".into()))?;
+            let np = cfg.np.ok_or(JobError::NoNp)?;
             vec![HostSlots {
                 host: "localhost".into(),
                 slots: np,
@@ -80,10 +96,17 @@ pub(crate) async fn hosts_and_np(cfg: &JobConfig) -> Result<(Vec<HostSlots>, usi
         }
         HostSpec::List(h) => h.clone(),
         HostSpec::File(p) => {
-            let text = tokio::fs::read_to_string(p).await.map_err(|e| {
-                JobError::Config(format!("cannot read hostfile {}: {e}", p.display()))
-            })?;
-            parse_hostfile(&text).map_err(|e| JobError::Config(format!("{}: {e}", p.display())))?
+            let text =
+                tokio::fs::read_to_string(p)
+                    .await
+                    .map_err(|why| JobError::HostfileUnreadable {
+                        path: p.clone(),
+                        why,
+                    })?;
+            parse_hostfile(&text).map_err(|why| JobError::Hostfile {
+                path: p.clone(),
+                why,
+            })?
         }
     };
     let np = cfg
@@ -130,8 +153,9 @@ fn millis(d: Duration) -> u64 {
 
 /// The job's secret and its data-plane token.
 pub(crate) fn job_secrets() -> Result<(Secret, u64), JobError> {
-    let secret = Secret::generate().map_err(|e| JobError::Config(e.to_string()))?;
-    let token_bytes = control::nonce().map_err(|e| JobError::Config(e.to_string()))?;
+    let fail = |e: &dyn std::fmt::Display| JobError::Secret { why: e.to_string() };
+    let secret = Secret::generate().map_err(|e| fail(&e))?;
+    let token_bytes = control::nonce().map_err(|e| fail(&e))?;
     let data_token = u64::from_le_bytes(token_bytes[..8].try_into().unwrap_or_default());
     Ok((secret, data_token))
 }

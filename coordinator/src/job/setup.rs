@@ -79,7 +79,7 @@ async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
         });
     }
     let (hosts, np) = hosts_and_np(cfg).await?;
-    place(&hosts, np).map_err(|e| JobError::Config(e.to_string()))?;
+    place(&hosts, np)?;
     let names: Vec<&str> = hosts.iter().map(|h| h.host.as_str()).collect();
     let addresses = control_addresses(&names, cfg.network_interface.as_deref())?;
     Ok(Setup {
@@ -116,12 +116,9 @@ struct Resumed {
 async fn resume(store: &dyn Store, policy: Policy) -> Result<Resumed, JobError> {
     let loaded = tokio::time::timeout(STORE_TIMEOUT, store.load())
         .await
-        .map_err(|_| {
-            JobError::Config(format!(
-                "the job store did not answer within {STORE_TIMEOUT:?}"
-            ))
-        })?
-        .map_err(|e| JobError::Config(e.to_string()))?;
+        .map_err(|_| JobError::StoreTimeout {
+            after: STORE_TIMEOUT,
+        })??;
     let Some((revision, state)) = loaded else {
         return Ok(Resumed {
             core: Membership::new(policy),
