@@ -2,8 +2,9 @@
 //! starts, named once here for the launcher that sets them and the worker that
 //! reads them (`worker::init`).
 //!
-//! [`START_TIMEOUT`] and [`ELASTIC_TIMEOUT`] are also the names under which a
-//! user sets `--start-timeout` and `--elastic-timeout` for `elasticrun` itself,
+//! [`START_TIMEOUT`], [`ELASTIC_TIMEOUT`] and [`COORDINATOR_TIMEOUT`] are also the names under which a
+//! user sets `--start-timeout`, `--elastic-timeout` and `--coordinator-timeout` for
+//! `elasticrun` itself,
 //! so a worker sees the values the job resolved.
 
 /// Every name elasticrun sets or reads starts with this. The launcher never
@@ -25,14 +26,19 @@ pub const START_TIMEOUT: &str = "ELASTICRUN_START_TIMEOUT";
 /// (`--elastic-timeout`).
 pub const ELASTIC_TIMEOUT: &str = "ELASTICRUN_ELASTIC_TIMEOUT";
 
+/// Seconds a worker that lost its coordinator connection keeps trying to
+/// reconnect before it gives up and exits (`--coordinator-timeout`).
+pub const COORDINATOR_TIMEOUT: &str = "ELASTICRUN_COORDINATOR_TIMEOUT";
+
 /// Every variable the launcher sets for a worker.
-pub const ALL: [&str; 6] = [
+pub const ALL: [&str; 7] = [
     COORDINATOR,
     SECRET,
     HOST,
     SLOT,
     START_TIMEOUT,
     ELASTIC_TIMEOUT,
+    COORDINATOR_TIMEOUT,
 ];
 
 #[cfg(test)]

@@ -71,6 +71,10 @@ pub struct Registration {
     pub slot: u32,
     pub pid: u32,
     pub data_addr: SocketAddr,
+    /// The generation the worker is in: 0 when it first registers; the
+    /// current one when it reconnects after its control connection dropped
+    /// (to the same coordinator, or one that took the job over).
+    pub generation: u64,
 }
 
 /// A worker's place in one generation, and the knobs it runs with.

@@ -4,6 +4,8 @@
 //! (`#[allow(unsafe_code)]` on the line before `mod sys;`). clippy's
 //! `undocumented_unsafe_blocks` checks the `// SAFETY:` comments inside.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 /// Every `.rs` file of the workspace, less build output.

@@ -59,6 +59,7 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
         slot: launch.slot,
         pid: std::process::id(),
         data_addr: endpoint.local_addr()?,
+        generation: 0,
     };
     link.send(WorkerMsg::Register(registration))
         .await

@@ -45,6 +45,9 @@ pub struct Cli {
     /// Seconds to wait for every worker to start and register [default: 30].
     #[arg(long, value_name = "SECONDS", help_heading = "Launching")]
     pub start_timeout: Option<f64>,
+    /// Seconds a worker that lost its connection to the coordinator keeps trying to reconnect before it exits [default: 10].
+    #[arg(long, value_name = "SECONDS", help_heading = "Launching")]
+    pub coordinator_timeout: Option<f64>,
     /// Interface whose address the coordinator listens on; workers reach it, and each other, from the address they reach it through [default: any].
     #[arg(long, value_name = "IFACE", help_heading = "Launching")]
     pub network_interface: Option<String>,

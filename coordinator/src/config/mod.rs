@@ -211,6 +211,9 @@ pub struct JobConfig {
     pub hosts: HostSpec,
     /// Default 30 s.
     pub start_timeout: Duration,
+    /// How long a worker that lost its coordinator connection keeps trying
+    /// to reconnect (default 10 s).
+    pub coordinator_timeout: Duration,
     pub network_interface: Option<String>,
     pub ssh_port: Option<u16>,
     pub ssh_identity_file: Option<PathBuf>,

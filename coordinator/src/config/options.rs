@@ -136,6 +136,16 @@ pub(super) const START_TIMEOUT: Opt<f64> = Opt {
     default: 30.0,
 };
 
+/// Seconds.
+pub(super) const COORDINATOR_TIMEOUT: Opt<f64> = Opt {
+    flag: "coordinator-timeout",
+    env: &[var(control::env::COORDINATOR_TIMEOUT, number)],
+    yaml: "launch.coordinator_timeout",
+    cli: |c| c.coordinator_timeout,
+    file: |f| f.launch.coordinator_timeout,
+    default: 10.0,
+};
+
 pub(super) const NETWORK_INTERFACE: Opt<Option<String>> = Opt {
     flag: "network-interface",
     env: &[
@@ -570,6 +580,7 @@ mod tests {
             names(&HOSTS),
             names(&HOSTFILE),
             names(&START_TIMEOUT),
+            names(&COORDINATOR_TIMEOUT),
             names(&NETWORK_INTERFACE),
             names(&SSH_PORT),
             names(&SSH_IDENTITY_FILE),
@@ -683,6 +694,7 @@ mod tests {
         };
         for o in [
             &START_TIMEOUT,
+            &COORDINATOR_TIMEOUT,
             &FUSION_THRESHOLD_MB,
             &CYCLE_TIME_MS,
             &AUTOTUNE_GAUSSIAN_PROCESS_NOISE,

@@ -138,6 +138,7 @@ pub fn resolve(
         return Err(invalid(opt::NP.flag, Refusal::NoProcess));
     }
     let start_timeout = l.pick(&opt::START_TIMEOUT)?;
+    let coordinator_timeout = l.pick(&opt::COORDINATOR_TIMEOUT)?;
     let network_interface = l.pick(&opt::NETWORK_INTERFACE)?;
     let ssh_port = l.pick(&opt::SSH_PORT)?;
     let ssh_identity_file = l.pick(&opt::SSH_IDENTITY_FILE)?;
@@ -150,6 +151,10 @@ pub fn resolve(
         np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),
         hosts,
         start_timeout: positive_seconds(opt::START_TIMEOUT.flag, start_timeout.value)?,
+        coordinator_timeout: positive_seconds(
+            opt::COORDINATOR_TIMEOUT.flag,
+            coordinator_timeout.value,
+        )?,
         network_interface: network_interface.value,
         ssh_port: ssh_port.value,
         ssh_identity_file: ssh_identity_file.value,

@@ -59,6 +59,12 @@ pub(super) struct Live {
     pub(super) leaving: bool,
     /// When its control connection ended, and why.
     pub(super) link_ended: Option<(Instant, String)>,
+    /// The process id it registered with: a registration from the same
+    /// process is that worker reconnecting.
+    pub(super) pid: Option<u32>,
+    /// Number of its current control connection (events of an earlier one
+    /// are dropped).
+    pub(super) link_id: usize,
 }
 
 /// The driver's state.
@@ -82,6 +88,8 @@ pub(super) struct Driver {
     pub(super) started: Instant,
     pub(super) workers: HashMap<SlotId, Live>,
     pub(super) next_id: usize,
+    /// Control connections numbered in arrival order.
+    pub(super) next_link: usize,
     pub(super) addrs: HashMap<SlotId, SocketAddr>,
     pub(super) forwarders: Vec<JoinHandle<std::io::Result<()>>>,
     pub(super) stopping: Vec<JoinHandle<()>>,
@@ -163,7 +171,9 @@ impl Driver {
         }
     }
 
-    /// A registered worker: placed if it is the one started on its slot.
+    /// A registered worker: placed if it is the one started on its slot, or
+    /// taken back if it is that worker reconnecting (same process) after its
+    /// control connection dropped.
     fn arrive(&mut self, a: Arrival) -> Vec<Command> {
         let Arrival {
             registration: r,
@@ -173,25 +183,42 @@ impl Driver {
             host: r.host.clone(),
             slot: r.slot,
         };
-        let Some(live) = self.workers.get_mut(&slot).filter(|l| l.link.is_none()) else {
+        let Some(live) = self.workers.get_mut(&slot) else {
             tracing::warn!(%slot, "registration refused: no worker was started there");
             tokio::spawn(refuse(link, format!("{slot} is not a slot of this job")));
             return Vec::new();
         };
+        let reconnecting = match live.pid {
+            None => false,
+            Some(pid) if pid == r.pid => true,
+            Some(_) => {
+                tracing::warn!(%slot, pid = r.pid, "registration refused: the slot's worker is registered");
+                tokio::spawn(refuse(link, format!("{slot} is not a slot of this job")));
+                return Vec::new();
+            }
+        };
+        self.next_link += 1;
+        live.link_id = self.next_link;
+        live.pid = Some(r.pid);
+        live.link_ended = None;
         live.link = Some(links::spawn(
             link,
             slot.clone(),
-            live.id,
+            live.link_id,
             SILENCE,
             self.events.clone(),
         ));
         self.addrs.insert(slot.clone(), r.data_addr);
         let now = self.now();
+        if reconnecting {
+            tracing::info!(%slot, generation = r.generation, "worker reconnected");
+            return self.core.reattached(now, &slot, r.generation);
+        }
         self.core.registered(now, &slot)
     }
 
     fn link_event(&mut self, e: LinkEvent) -> Vec<Command> {
-        let Some(live) = self.workers.get_mut(&e.slot).filter(|l| l.id == e.id) else {
+        let Some(live) = self.workers.get_mut(&e.slot).filter(|l| l.link_id == e.id) else {
             return Vec::new();
         };
         match e.kind {
@@ -358,6 +385,8 @@ impl Driver {
             link: None,
             leaving: false,
             link_ended: None,
+            pid: None,
+            link_id: 0,
         };
         if let Some(old) = self.workers.insert(slot.clone(), live) {
             // A worker told to leave that has not exited yet: it gets its

@@ -22,8 +22,9 @@ pub enum LinkEventKind {
     Ended(String),
 }
 
-/// Something a worker's connection said; `id` tells incarnations of a slot
-/// apart, so that news of a replaced worker is not taken for its successor.
+/// Something a worker's connection said; `id` numbers the connection, so that
+/// news of a replaced worker, or of a worker's earlier connection, is not taken
+/// for the current one.
 #[derive(Debug)]
 pub struct LinkEvent {
     pub slot: SlotId,

@@ -175,6 +175,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         started: tokio::time::Instant::now(),
         workers: HashMap::new(),
         next_id: 0,
+        next_link: 0,
         addrs: HashMap::new(),
         forwarders: Vec::new(),
         stopping: Vec::new(),

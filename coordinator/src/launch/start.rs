@@ -31,6 +31,10 @@ fn job_env(cfg: &JobConfig, w: &One<'_>) -> Vec<(String, String)> {
             control::env::START_TIMEOUT.into(),
             cfg.start_timeout.as_secs_f64().to_string(),
         ),
+        (
+            control::env::COORDINATOR_TIMEOUT.into(),
+            cfg.coordinator_timeout.as_secs_f64().to_string(),
+        ),
     ];
     if let Some(e) = &cfg.elastic {
         env.push((
