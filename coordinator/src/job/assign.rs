@@ -12,7 +12,7 @@ use crate::layout::placements;
 
 /// What every assignment of a generation shares.
 #[derive(Debug)]
-pub struct Generation<'a> {
+pub struct AssignmentBase<'a> {
     pub generation: u64,
     pub knobs: &'a Knobs,
     pub data_token: u64,
@@ -21,7 +21,7 @@ pub struct Generation<'a> {
 /// One assignment per rank of `ranks`, in rank order; `Err` names a rank
 /// with no known data-plane address.
 pub fn assignments(
-    g: &Generation<'_>,
+    g: &AssignmentBase<'_>,
     ranks: &[SlotId],
     addrs: &HashMap<SlotId, SocketAddr>,
 ) -> Result<Vec<Assignment>, SlotId> {
@@ -87,7 +87,7 @@ mod tests {
             })
             .collect();
         let k = knobs();
-        let g = Generation {
+        let g = AssignmentBase {
             generation: 3,
             knobs: &k,
             data_token: 7,

@@ -3,7 +3,7 @@
 use control::CoordinatorMsg;
 use elastic::membership::{Command, SlotId};
 
-use super::assign::{Generation, assignments};
+use super::assign::{AssignmentBase, assignments};
 use super::driver::{Driver, Mode};
 use crate::job::Ending;
 use crate::stall::Inspector;
@@ -90,7 +90,7 @@ impl Driver {
     }
 
     fn assign(&mut self, generation: u64, ranks: &[SlotId]) -> Vec<Command> {
-        let g = Generation {
+        let g = AssignmentBase {
             generation,
             knobs: &self.knobs,
             data_token: self.data_token,

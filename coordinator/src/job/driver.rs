@@ -23,7 +23,7 @@ use crate::config::JobConfig;
 use crate::job::{Ending, JobError, SILENCE, STOP_GRACE, Stops};
 use crate::launch::address::{control_addresses, first_interface, interface_address};
 use crate::launch::process::{self, WorkerProcess};
-use crate::launch::start::{One, start_one};
+use crate::launch::start::{WorkerStart, start_one};
 use crate::server::{Arrival, Server};
 use crate::stall::{Inspector, StallConfig, StallEvent};
 use crate::store::{JobState, Revision, Store, StoreError};
@@ -369,7 +369,7 @@ impl Driver {
             .first()
             .copied()
             .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        let one = One {
+        let one = WorkerStart {
             label: id,
             host: &slot.host,
             slot: slot.slot,

@@ -22,7 +22,7 @@ pub struct StartError {
 }
 
 /// What elasticrun tells a worker about the job (the secret aside).
-fn job_env(cfg: &JobConfig, w: &One<'_>) -> Vec<(String, String)> {
+fn job_env(cfg: &JobConfig, w: &WorkerStart<'_>) -> Vec<(String, String)> {
     let mut env = vec![
         (control::env::COORDINATOR.into(), w.coordinator.to_string()),
         (control::env::HOST.into(), w.host.to_owned()),
@@ -45,9 +45,9 @@ fn job_env(cfg: &JobConfig, w: &One<'_>) -> Vec<(String, String)> {
     env
 }
 
-/// One worker to start.
+/// A worker to start: where, for which slot, and the coordinator it dials.
 #[derive(Debug)]
-pub struct One<'a> {
+pub struct WorkerStart<'a> {
     /// The number its output lines carry (`[N]`): its rank in a static job,
     /// its worker id in an elastic one.
     pub label: usize,
@@ -61,7 +61,7 @@ pub struct One<'a> {
 pub async fn start_one(
     cfg: &JobConfig,
     secret: &Secret,
-    one: &One<'_>,
+    one: &WorkerStart<'_>,
 ) -> Result<(WorkerProcess, Vec<JoinHandle<std::io::Result<()>>>), StartError> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let ssh_opts = SshOptions {
