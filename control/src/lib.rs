@@ -4,11 +4,13 @@
 //! opens every connection ([`accept`] / [`connect`], a mutual HMAC challenge over
 //! the per-job [`Secret`]).
 
+mod address;
 mod auth;
 mod codec;
 mod handshake;
 mod messages;
 
+pub use address::{AddressError, DataEndpoint, PeerAddress};
 pub use auth::{Nonce, Proof, Secret, SecretError, nonce};
 pub use codec::{CodecError, FrameCodec, MAX_FRAME};
 pub use handshake::{CoordinatorLink, HandshakeError, WorkerLink, accept, connect};

@@ -3,7 +3,6 @@
 //! assignment. Workers are told their rank here, never on their command line.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 
 use control::{Assignment, Knobs, Registration};
 
@@ -37,7 +36,7 @@ pub struct Rendezvous {
     generation: u64,
     /// Slot of each rank, in rank order.
     slots: Vec<(SlotKey, Placement)>,
-    registered: HashMap<SlotKey, SocketAddr>,
+    registered: HashMap<SlotKey, control::PeerAddress>,
 }
 
 impl Rendezvous {
@@ -71,7 +70,7 @@ impl Rendezvous {
         if self.registered.contains_key(&key) {
             return Err(RegisterError::Duplicate(key));
         }
-        self.registered.insert(key, r.data_addr);
+        self.registered.insert(key, r.data_addr.clone());
         Ok(rank)
     }
 
@@ -97,7 +96,11 @@ impl Rendezvous {
         if !self.is_complete() {
             return None;
         }
-        let peers: Vec<SocketAddr> = self.slots.iter().map(|(k, _)| self.registered[k]).collect();
+        let peers: Vec<control::PeerAddress> = self
+            .slots
+            .iter()
+            .map(|(k, _)| self.registered[k].clone())
+            .collect();
         let hosts: Vec<u32> = self.slots.iter().map(|(_, p)| p.host as u32).collect();
         let size = self.slots.len() as u32;
         Some(
@@ -126,6 +129,8 @@ impl Rendezvous {
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+
     use super::*;
     use crate::layout::place;
     use crate::test_support::knobs;
@@ -135,7 +140,7 @@ mod tests {
             host: host.into(),
             slot,
             pid: 1,
-            data_addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            data_addr: SocketAddr::from(([127, 0, 0, 1], port)).into(),
         }
     }
 
@@ -158,7 +163,12 @@ mod tests {
         assert_eq!(rv.register(&reg("a", 1, 9001)), Ok(1));
         assert_eq!(rv.register(&reg("a", 0, 9000)), Ok(0));
         let a = rv.assignments(&knobs(), 5).unwrap();
-        let ports: Vec<u16> = a[0].1.peers.iter().map(SocketAddr::port).collect();
+        let ports: Vec<u16> = a[0]
+            .1
+            .peers
+            .iter()
+            .filter_map(|p| p.tcp_addr().map(|a| a.port()))
+            .collect();
         assert_eq!(ports, [9000, 9001, 9002]);
         assert!(a.iter().all(|(_, x)| x.hosts == [0, 0, 1]));
         assert_eq!(

@@ -54,7 +54,7 @@ pub(super) struct Driver {
     pub(super) started: Instant,
     pub(super) workers: HashMap<SlotId, Live>,
     pub(super) next_id: usize,
-    pub(super) addrs: HashMap<SlotId, SocketAddr>,
+    pub(super) addrs: HashMap<SlotId, control::PeerAddress>,
     pub(super) forwarders: Vec<JoinHandle<std::io::Result<()>>>,
     pub(super) stopping: Vec<JoinHandle<()>>,
     pub(super) events: mpsc::Sender<LinkEvent>,
