@@ -7,19 +7,11 @@ use std::time::Instant;
 use collectives::schedule::even_counts;
 use collectives::{Communicator, Element, Layout, ReduceOp, Scaling, Transport};
 
-use super::request::{Kind, Ready};
-use super::tensor::{EngineError, Local, with_element};
+use super::marks::Marks;
+use super::messages::{Kind, Ready};
+use super::tensor::{EngineError, Submission, with_element};
 
 type Result<T> = std::result::Result<T, EngineError>;
-
-/// When a fused group finished packing its fusion buffer and when its
-/// collective finished (unset for a tensor that ran alone): the timeline's
-/// memcpy phases.
-#[derive(Debug, Default)]
-pub(super) struct Marks {
-    pub(super) packed: Option<Instant>,
-    pub(super) reduced: Option<Instant>,
-}
 
 fn collective(e: collectives::CollectiveError) -> EngineError {
     EngineError::Collective(Arc::new(e))
@@ -32,10 +24,10 @@ fn collective(e: collectives::CollectiveError) -> EngineError {
 pub(super) async fn run<X: Transport>(
     comm: &Communicator<X>,
     group: &[Ready],
-    locals: Vec<Local>,
+    locals: Vec<Submission>,
     marks: &mut Marks,
     active: usize,
-) -> std::result::Result<(), (EngineError, Vec<Local>)> {
+) -> std::result::Result<(), (EngineError, Vec<Submission>)> {
     let first = &group[0];
     with_element!(first.dtype(), T => run_typed::<T, X>(comm, group, locals, marks, active).await)
 }
@@ -43,11 +35,11 @@ pub(super) async fn run<X: Transport>(
 async fn run_typed<T: Element, X: Transport>(
     comm: &Communicator<X>,
     group: &[Ready],
-    mut locals: Vec<Local>,
+    mut locals: Vec<Submission>,
     marks: &mut Marks,
     active: usize,
-) -> std::result::Result<(), (EngineError, Vec<Local>)> {
-    let taken: Result<Vec<Vec<T>>> = locals.iter_mut().map(Local::take::<T>).collect();
+) -> std::result::Result<(), (EngineError, Vec<Submission>)> {
+    let taken: Result<Vec<Vec<T>>> = locals.iter_mut().map(Submission::take::<T>).collect();
     let data = match taken {
         Ok(d) => d,
         Err(e) => return Err((e, locals)),

@@ -20,7 +20,7 @@ use std::time::Instant;
 use collectives::schedule::{CrossStep, HierarchicalLayout, block_ranges};
 use collectives::{Communicator, Element, Hierarchy, Layout, ReduceOp, Scaling, Transport};
 
-use super::exec::Marks;
+use super::marks::Marks;
 use super::tensor::EngineError;
 
 /// Allreduces `data` (two or more tensors) in one hierarchical collective.
