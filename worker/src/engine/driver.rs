@@ -15,6 +15,7 @@ use super::autotune::{AutotuneSetup, Autotuner, layout, starting_tuning};
 use super::config::EngineConfig;
 use super::exec;
 use super::fusion::{FusionPolicy, fused_bytes};
+use super::fusion_buffer::FusionBuffer;
 use super::marks::Marks;
 use super::messages::{Decision, RankMsg, Ready, Request, Tuning};
 use super::negotiate::Negotiator;
@@ -53,6 +54,9 @@ pub struct EngineStats {
     /// it applied.
     pub retunes: u64,
     pub last_retune: Option<(u64, Tuning)>,
+    /// Times the fusion buffer was allocated or grown: it is kept across
+    /// cycles, so this stays small in a steady state.
+    pub fusion_buffer_growths: u64,
 }
 
 struct State<X> {
@@ -82,6 +86,8 @@ struct State<X> {
     /// Every rank of an autotuned job.
     autotune: Option<AutotuneSetup>,
     hierarchy: Option<Arc<Hierarchy>>,
+    /// Where fused groups are packed, kept across cycles.
+    fusion: FusionBuffer,
 }
 
 /// Runs the engine until every rank has shut down or the data plane fails;
@@ -119,6 +125,7 @@ pub(super) async fn run<X: Transport>(
         sample: None,
         autotune: cfg.autotune.clone(),
         hierarchy: cfg.hierarchy.clone(),
+        fusion: FusionBuffer::default(),
     };
     if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
         st.start_autotuner(setup, &cfg);
@@ -156,6 +163,7 @@ pub(super) async fn run<X: Transport>(
         }
     }
     st.stats.cache_hits = st.neg.cache_hits();
+    st.stats.fusion_buffer_growths = st.fusion.growths();
     st.timeline.close();
     (st.comm, st.stats)
 }
@@ -358,7 +366,11 @@ impl<X: Transport> State<X> {
         let start = std::time::Instant::now();
         let mut marks = Marks::default();
         let active = self.comm.size() - self.joined.len();
-        let result = exec::run(&self.comm, &group, locals, &mut marks, active).await;
+        let at = exec::Fused {
+            buffer: &mut self.fusion,
+            marks: &mut marks,
+        };
+        let result = exec::run(&self.comm, &group, locals, at, active).await;
         if self.timeline.enabled() {
             let done = std::time::Instant::now();
             let at = Span {

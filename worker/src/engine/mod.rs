@@ -16,6 +16,7 @@ mod driver;
 mod exec;
 mod fused_hierarchical;
 mod fusion;
+mod fusion_buffer;
 mod marks;
 mod messages;
 mod negotiate;
