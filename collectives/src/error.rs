@@ -54,7 +54,7 @@ pub enum TransportError {
         got: Generation,
         current: Generation,
     },
-    /// The owner ended this generation (see [`crate::Breaker`]):
+    /// The owner ended this generation (see [`crate::Transport::breaker`]):
     /// elastic jobs do so when the coordinator says workers failed.
     #[error("generation {generation} was ended: {why}")]
     Ended {

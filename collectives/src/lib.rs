@@ -2,8 +2,10 @@
 //!
 //! A [`Communicator`] runs collectives (allreduce, allgather, broadcast, alltoall,
 //! reduce-scatter, barrier) over a [`Transport`]: point-to-point, tagged byte
-//! messages among the ranks of one generation. Transports: [`MemTransport`]
-//! (in-process, for tests) and [`TcpTransport`] (built from a [`TcpEndpoint`]).
+//! messages among the ranks of one generation, built by an [`Endpoint`] from
+//! the peers' addresses and ended from outside through its [`Breaker`].
+//! Transports: [`MemTransport`] (in-process, built from a [`MemEndpoint`] of a
+//! [`MemFabric`]) and [`TcpTransport`] (built from a [`TcpEndpoint`]).
 //! The schedules ("which block goes to whom at step i") are pure functions in
 //! [`schedule`]; the reduction kernels are monomorphised per [`Element`] type.
 //!
@@ -35,5 +37,8 @@ pub use reduce::{Combine, ReduceOp, UnknownReduceOp};
 pub use tag::{Generation, Rank, Tag};
 pub use topology::{Hierarchy, NotHierarchical, Topology};
 pub use transport::Transport;
+pub use transport::end::Breaker;
+pub use transport::endpoint::Endpoint;
 pub use transport::mem::MemTransport;
-pub use transport::tcp::{Breaker, TcpConfig, TcpEndpoint, TcpTransport};
+pub use transport::mem_fabric::{MemAddress, MemEndpoint, MemFabric};
+pub use transport::tcp::{TcpConfig, TcpEndpoint, TcpTransport};

@@ -193,6 +193,30 @@ async fn a_dropped_peer_fails_every_survivor_quickly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_the_generation_fails_a_pending_receive_and_later_sends() {
+    let ts = mesh(2, Generation(4), &config()).await;
+    let breaker = ts[1].breaker();
+    assert_eq!(breaker.generation(), Generation(4));
+    let tag = Tag::new(Generation(4), 0, 0);
+    let started = Instant::now();
+    let (got, ()) = tokio::join!(ts[1].recv(0, tag), async {
+        tokio::task::yield_now().await;
+        breaker.end("the coordinator reset the job");
+    });
+    let ended = |e: &TransportError| matches!(e, TransportError::Ended { generation: Generation(4), why } if why.contains("reset"));
+    let e = got.unwrap_err();
+    assert!(ended(&e), "{e:?}");
+    // Well before the 20 s i/o timeout: the end, not a timeout, failed it.
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let e = ts[1].send(0, tag, b"late").await.unwrap_err();
+    assert!(ended(&e), "{e:?}");
+    // Through the trait method, on the other rank.
+    ts[0].end("done");
+    let e = ts[0].recv(1, tag).await.unwrap_err();
+    assert!(matches!(e, TransportError::Ended { .. }), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_peer_times_out() {
     let cfg = TcpConfig {
         io_timeout: Duration::from_millis(400),

@@ -5,12 +5,14 @@
 //! the per-job [`Secret`]). [`env`] names the variables the launcher sets for
 //! every worker.
 
+mod address;
 mod auth;
 mod codec;
 pub mod env;
 mod handshake;
 mod messages;
 
+pub use address::{AddressError, DataEndpoint, PeerAddress};
 pub use auth::{Nonce, Proof, Secret, SecretError, nonce};
 pub use codec::{CodecError, FrameCodec, MAX_FRAME};
 pub use handshake::{CoordinatorLink, HandshakeError, WorkerLink, accept, connect};

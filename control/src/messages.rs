@@ -1,10 +1,10 @@
 //! Every control-plane message, defined once for both ends.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::address::PeerAddress;
 use crate::auth::{Nonce, Proof};
 
 /// Worker -> coordinator.
@@ -26,7 +26,7 @@ pub enum WorkerMsg {
     /// `generation`, its data plane now listening on `data_addr`.
     Rejoin {
         generation: u64,
-        data_addr: SocketAddr,
+        data_addr: PeerAddress,
     },
 }
 
@@ -70,7 +70,8 @@ pub struct Registration {
     pub host: String,
     pub slot: u32,
     pub pid: u32,
-    pub data_addr: SocketAddr,
+    /// Where this worker's data plane listens.
+    pub data_addr: PeerAddress,
     /// The generation the worker is in: 0 when it first registers; the
     /// current one when it reconnects after its control connection dropped
     /// (to the same coordinator, or one that took the job over).
@@ -88,7 +89,7 @@ pub struct Assignment {
     pub cross_rank: u32,
     pub cross_size: u32,
     /// Data-plane address of every rank, by rank.
-    pub peers: Vec<SocketAddr>,
+    pub peers: Vec<PeerAddress>,
     /// Host of every rank, by rank: ranks with equal numbers share a host
     /// (the number is the host's position in the job's host list). The
     /// hierarchical collectives group ranks by it.

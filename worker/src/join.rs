@@ -1,11 +1,11 @@
-//! Joining a job: authenticate to the coordinator, register, receive the
-//! assignment, build the data-plane mesh (the control task in
-//! [`crate::control_link`] takes the connection from there).
+//! Joining a job: authenticate to the coordinator, then enter the first
+//! generation ([`crate::generation::enter`]) by registering and waiting for
+//! the assignment (the control task in [`crate::control_link`] takes the
+//! connection from there).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use collectives::{Generation, TcpConfig, TcpEndpoint, TcpTransport};
 use control::{Assignment, CoordinatorMsg, PendingReport, Registration, WorkerLink, WorkerMsg};
 
 use crate::control_link::HEARTBEAT;
@@ -13,8 +13,9 @@ use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::InitError;
 use crate::env::Launch;
+use crate::error::InitError;
+use crate::generation::{self, EnterError, Entered};
 
 async fn dial(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, InitError> {
     let mut backoff = Duration::from_millis(10);
@@ -31,10 +32,9 @@ async fn dial(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, InitErro
     }
 }
 
-/// Everything `init` needs to keep: the transport and the control link.
+/// Everything `init` needs to keep: the first generation and the control link.
 pub(crate) struct Joined {
-    pub(crate) assignment: Assignment,
-    pub(crate) transport: TcpTransport,
+    pub(crate) entered: Entered,
     pub(crate) link: WorkerLink<TcpStream>,
     /// The address this host reaches the coordinator from; the data plane
     /// listens there.
@@ -53,12 +53,37 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
         .ip();
     let left = deadline.saturating_duration_since(Instant::now());
     let mut link = control::connect(stream, &launch.secret, left).await?;
-    let endpoint = TcpEndpoint::bind(SocketAddr::new(local_ip, 0), TcpConfig::default()).await?;
+    let link_ref = &mut link;
+    // Moves the borrow into the call: the placement step runs once.
+    let register = move |data_addr| {
+        let link = link_ref;
+        register(link, launch, data_addr)
+    };
+    let entered = generation::enter(local_ip, launch.start_timeout, register)
+        .await
+        .map_err(|e| match e {
+            EnterError::Bind(e) | EnterError::Mesh { source: e, .. } => InitError::DataPlane(e),
+            EnterError::Placement(e) => e,
+        })?;
+    Ok(Joined {
+        entered,
+        link,
+        local_ip,
+    })
+}
+
+/// Registers with the data-plane address `data_addr` and waits for the
+/// first assignment.
+async fn register(
+    link: &mut WorkerLink<TcpStream>,
+    launch: &Launch,
+    data_addr: control::PeerAddress,
+) -> Result<Assignment, InitError> {
     let registration = Registration {
         host: launch.host.clone(),
         slot: launch.slot,
         pid: std::process::id(),
-        data_addr: endpoint.local_addr()?,
+        data_addr,
         generation: 0,
     };
     link.send(WorkerMsg::Register(registration))
@@ -66,31 +91,9 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
         .map_err(|e| InitError::Io(e.to_string()))?;
     // An elastic job may wait for enough workers before the first assignment.
     let assigned_by = Instant::now() + launch.assignment_wait();
-    let assignment = first_assignment(&mut link, assigned_by)
+    first_assignment(link, assigned_by)
         .await?
-        .ok_or(InitError::NoAssignment(launch.assignment_wait()))?;
-    let mesh_by = Instant::now() + launch.start_timeout;
-    let transport = connect_mesh(endpoint, &assignment, mesh_by).await?;
-    Ok(Joined {
-        assignment,
-        transport,
-        link,
-        local_ip,
-    })
-}
-
-pub(crate) async fn connect_mesh(
-    mut endpoint: TcpEndpoint,
-    a: &Assignment,
-    deadline: Instant,
-) -> Result<TcpTransport, InitError> {
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_secs(1));
-    endpoint.prepare(a.data_token, left);
-    Ok(endpoint
-        .connect(a.rank as usize, Generation(a.generation), &a.peers)
-        .await?)
+        .ok_or(InitError::NoAssignment(launch.assignment_wait()))
 }
 
 /// Waits for the first assignment until `until` (`None` then), heartbeating

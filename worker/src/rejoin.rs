@@ -1,18 +1,17 @@
-//! Moving an elastic worker to its next generation: end the current data plane,
-//! tell the coordinator where the new one listens, wait for the assignment,
-//! build the mesh and a fresh engine. The elastic run loop (`elastic::run`)
+//! Moving an elastic worker to its next generation: end the current data
+//! plane, then enter the next generation ([`crate::generation::enter`]) by
+//! asking the coordinator to rejoin. The elastic run loop (`elastic::run`)
 //! calls this after a failure or a host update.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use collectives::{TcpConfig, TcpEndpoint, TransportError};
-use control::WorkerMsg;
-use tokio::time::Instant;
+use collectives::TransportError;
+use control::{Assignment, PeerAddress, WorkerMsg};
 
-use crate::control_link::Placement;
-use crate::{Worker, generation_parts, join};
+use crate::control_link::{Control, Placement};
+use crate::generation::{self, EnterError};
+use crate::worker::Worker;
 
 /// How long the engine of a finished generation gets to stop cleanly.
 const RETIRE: Duration = Duration::from_secs(2);
@@ -66,65 +65,59 @@ impl Worker {
             .shared
             .end_generation("this worker is rejoining the job");
         let wanted = self.place.generation + 1;
-        let local_ip = link.local_ip;
-        let endpoint = self
-            .rt
-            .block_on(TcpEndpoint::bind(
-                SocketAddr::new(local_ip, 0),
-                TcpConfig::default(),
-            ))
-            .map_err(|e| RejoinError::Io(e.to_string()))?;
-        let data_addr = endpoint
-            .local_addr()
-            .map_err(|e| RejoinError::Io(e.to_string()))?;
-        let ask = WorkerMsg::Rejoin {
-            generation: wanted,
-            data_addr,
-        };
-        self.rt
-            .block_on(link.control.out.send(ask))
-            .map_err(|_| RejoinError::CoordinatorGone)?;
         let wait = link.start_timeout + elastic_timeout;
-        let a = loop {
-            let placements = &mut link.control.placements;
-            let next = self
-                .rt
-                .block_on(async { tokio::time::timeout(wait, placements.recv()).await });
-            match next {
-                Err(_) => return Err(RejoinError::NoAssignment(wait)),
-                Ok(None) => return Err(RejoinError::CoordinatorGone),
-                Ok(Some(Placement::Leave(why))) => return Err(RejoinError::Left(why)),
-                Ok(Some(Placement::Assign(a))) if a.generation >= wanted => break *a,
-                Ok(Some(Placement::Assign(a))) => {
-                    tracing::debug!(generation = a.generation, "ignored a stale assignment");
-                }
-            }
+        let control = &mut link.control;
+        let ask = move |data_addr| {
+            let control = control;
+            ask_to_rejoin(control, wanted, data_addr, wait)
         };
-        let generation = a.generation;
-        self.place.generation = generation;
-        let mesh_by = Instant::now() + link.start_timeout;
-        let transport = self
+        let entered = self
             .rt
-            .block_on(join::connect_mesh(endpoint, &a, mesh_by))
+            .block_on(generation::enter(link.local_ip, link.start_timeout, ask))
             .map_err(|e| match e {
-                crate::InitError::DataPlane(source) => RejoinError::Mesh { generation, source },
-                other => RejoinError::Io(other.to_string()),
+                EnterError::Bind(e) => RejoinError::Io(e.to_string()),
+                EnterError::Placement(e) => e,
+                EnterError::Mesh { generation, source } => {
+                    // In the new generation, with its data plane down.
+                    self.place.generation = generation;
+                    RejoinError::Mesh { generation, source }
+                }
             })?;
-        let p = generation_parts(a.clone(), transport);
-        let cfg = crate::engine_config(Some(&a.knobs), p.grid, &self.memory);
-        let engine = Worker::engine_for(self.rt.handle(), p.comm, cfg);
-        let old = std::mem::replace(&mut self.engine, engine);
+        let old = self.install(entered.assignment, entered.plane);
         // The old engine's data plane is ended; let it wind down on its own.
         self.rt.spawn(async move {
             let _ = tokio::time::timeout(RETIRE, old.shutdown()).await;
         });
-        self.place = p.place;
-        self.paths = p.paths;
-        // Unnamed tensors are numbered afresh in every generation, so that
-        // survivors and newcomers generate the same names.
-        self.names = crate::api::Names::default();
-        self.knobs = Some(a.knobs);
-        self.publish_generation(p.breaker);
         Ok(())
+    }
+}
+
+/// Asks to be placed in generation `wanted` (or later) with the data plane at
+/// `data_addr`, and waits up to `wait` for that assignment.
+async fn ask_to_rejoin(
+    control: &mut Control,
+    wanted: u64,
+    data_addr: PeerAddress,
+    wait: Duration,
+) -> Result<Assignment, RejoinError> {
+    let ask = WorkerMsg::Rejoin {
+        generation: wanted,
+        data_addr,
+    };
+    control
+        .out
+        .send(ask)
+        .await
+        .map_err(|_| RejoinError::CoordinatorGone)?;
+    loop {
+        match tokio::time::timeout(wait, control.placements.recv()).await {
+            Err(_) => return Err(RejoinError::NoAssignment(wait)),
+            Ok(None) => return Err(RejoinError::CoordinatorGone),
+            Ok(Some(Placement::Leave(why))) => return Err(RejoinError::Left(why)),
+            Ok(Some(Placement::Assign(a))) if a.generation >= wanted => return Ok(*a),
+            Ok(Some(Placement::Assign(a))) => {
+                tracing::debug!(generation = a.generation, "ignored a stale assignment");
+            }
+        }
     }
 }

@@ -135,6 +135,42 @@ fn fusion_on_and_off_give_bit_identical_results() {
 }
 
 #[test]
+fn the_fusion_buffer_is_kept_across_steps() {
+    let steps = 30;
+    let cfg = EngineConfig {
+        // Long cycles: a step's tensors land in one round and fuse.
+        cycle_time: Duration::from_millis(20),
+        ..EngineConfig::default()
+    };
+    let out = on_every_rank(2, cfg, move |rank, e| {
+        for step in 0..steps {
+            let hs: Vec<_> = (0..8)
+                .map(|t| {
+                    let data = (0..100).map(|i| value(rank, t + step, i)).collect();
+                    allreduce(e, &format!("g.{t}"), data, ReduceOp::Sum)
+                })
+                .collect();
+            for (t, h) in hs.into_iter().enumerate() {
+                let got = h.wait().unwrap().data;
+                let want: Vec<f32> = (0..100)
+                    .map(|i| value(0, t + step, i) + value(1, t + step, i))
+                    .collect();
+                assert_eq!(got, want, "rank {rank} step {step} tensor {t}");
+            }
+        }
+    });
+    for (rank, ((), stats)) in out.iter().enumerate() {
+        assert!(stats.collectives < stats.tensors, "rank {rank}: {stats:?}");
+        // Grown only when a larger group than any before arrived (at most
+        // once per group size, 8 tensors), never once per fused group.
+        assert!(
+            stats.fusion_buffer_growths <= 8,
+            "rank {rank}: reallocated in the steady state: {stats:?}"
+        );
+    }
+}
+
+#[test]
 fn steady_state_hits_the_cache_and_eviction_keeps_results_right() {
     for capacity in [1024, 3] {
         let cfg = EngineConfig {

@@ -89,6 +89,10 @@ impl<X: Transport> Transport for GroupView<'_, X> {
         self.world.stale_refused()
     }
 
+    fn breaker(&self) -> super::end::Breaker {
+        self.world.breaker()
+    }
+
     /// Leaves nothing: the world's transport belongs to its owner, who shuts it
     /// down.
     async fn shutdown(self) {}

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::end::{Breaker, Ends};
 use super::mailbox::Mailbox;
 use super::{Transport, check_peer};
 use crate::error::{LossCause, TransportError};
@@ -27,20 +28,26 @@ impl MemTransport {
     /// Builds `size` connected transports, rank `i` at index `i`. Every `recv` waits at
     /// most `timeout`.
     pub fn world(size: usize, generation: Generation, timeout: Duration) -> Vec<MemTransport> {
-        let boxes = Arc::new(
-            (0..size)
-                .map(|_| Mailbox::new(generation))
-                .collect::<Vec<_>>(),
-        );
+        let boxes = mailboxes(size, generation);
         (0..size)
-            .map(|rank| MemTransport {
-                rank,
-                generation,
-                boxes: boxes.clone(),
-                timeout,
-                departed: false,
-            })
+            .map(|rank| MemTransport::of_world(rank, generation, boxes.clone(), timeout))
             .collect()
+    }
+
+    /// Rank `rank`'s end of the world whose mailboxes are `boxes`.
+    pub(crate) fn of_world(
+        rank: Rank,
+        generation: Generation,
+        boxes: Arc<Vec<Mailbox>>,
+        timeout: Duration,
+    ) -> MemTransport {
+        MemTransport {
+            rank,
+            generation,
+            boxes,
+            timeout,
+            departed: false,
+        }
     }
 
     fn own(&self) -> &Mailbox {
@@ -58,6 +65,24 @@ impl MemTransport {
     pub fn inject(&self, from: Rank, tag: Tag, payload: &[u8]) {
         self.own()
             .deliver(from, tag, Bytes::copy_from_slice(payload));
+    }
+}
+
+/// The mailboxes of a world of `size` ranks.
+pub(crate) fn mailboxes(size: usize, generation: Generation) -> Arc<Vec<Mailbox>> {
+    Arc::new((0..size).map(|_| Mailbox::new(generation)).collect())
+}
+
+/// What a mem transport's [`Breaker`] ends: its rank's mailbox.
+#[derive(Debug)]
+struct OwnMailbox {
+    boxes: Arc<Vec<Mailbox>>,
+    rank: Rank,
+}
+
+impl Ends for OwnMailbox {
+    fn end(&self, err: TransportError) {
+        self.boxes[self.rank].fail(err);
     }
 }
 
@@ -90,6 +115,14 @@ impl Transport for MemTransport {
 
     fn stale_refused(&self) -> u64 {
         self.own().stale_refused()
+    }
+
+    fn breaker(&self) -> Breaker {
+        let own = OwnMailbox {
+            boxes: self.boxes.clone(),
+            rank: self.rank,
+        };
+        Breaker::new(self.generation, Arc::new(own))
     }
 
     async fn shutdown(mut self) {
@@ -166,6 +199,26 @@ mod tests {
             "{e:?}"
         );
         assert!(w[1].send(0, tag, b"").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn ending_the_generation_fails_pending_and_later_calls() {
+        let w = MemTransport::world(2, Generation(3), T);
+        let tag = Tag::new(Generation(3), 0, 0);
+        w[0].send(1, tag, b"early").await.unwrap();
+        let pending = w[1].recv(0, Tag::new(Generation(3), 1, 0));
+        let breaker = w[1].breaker();
+        let (got, ()) = tokio::join!(pending, async {
+            tokio::task::yield_now().await;
+            breaker.end("peers failed");
+        });
+        let ended = |e: &TransportError| matches!(e, TransportError::Ended { generation: Generation(3), why } if &**why == "peers failed");
+        let e = got.unwrap_err();
+        assert!(ended(&e), "{e:?}");
+        let e = w[1].send(0, tag, b"late").await.unwrap_err();
+        assert!(ended(&e), "{e:?}");
+        // Only this rank's generation ended: the peer is untouched.
+        w[0].send(1, tag, b"still").await.unwrap();
     }
 
     #[tokio::test]

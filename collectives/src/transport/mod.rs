@@ -3,26 +3,36 @@
 //! A [`Transport`] serves one generation of one world: `size` ranks, fully connected.
 //! Every message is tagged ([`Tag`]); `recv(from, tag)` returns the next message that
 //! `from` sent with that tag. Implementations: [`mem`] (in-process, for tests) and
-//! [`tcp`] (tokio sockets).
+//! [`tcp`] (tokio sockets). An [`Endpoint`] builds a generation's transport from
+//! the peers' addresses (gloo's `transport::Device`); a new transport is a pair
+//! of them.
 //!
 //! Failure model: when any peer is lost (connection closed without a goodbye, i/o
 //! error, malformed frame, timeout), every pending and later `send`/`recv` fails
 //! with that error, except that messages which had already arrived are still
 //! handed out. A generation is all-or-nothing; the owner builds a new transport
 //! for the next one. A peer that leaves with [`Transport::shutdown`] only fails
-//! waits on itself.
+//! waits on itself. The owner ends a generation from outside with the
+//! transport's [`Breaker`]: every pending and later call then fails with
+//! [`TransportError::Ended`].
 
 use std::future::Future;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank, Tag};
 
+pub(crate) mod end;
+pub(crate) mod endpoint;
 pub(crate) mod group;
 mod mailbox;
 pub(crate) mod mem;
+pub(crate) mod mem_fabric;
 pub(crate) mod tcp;
+
+use end::Breaker;
 
 /// Point-to-point, tagged, ordered byte messages among the ranks of one generation.
 pub trait Transport: Send + Sync {
@@ -75,6 +85,15 @@ pub trait Transport: Send + Sync {
     /// Number of incoming messages refused because they carried an older generation.
     fn stale_refused(&self) -> u64;
 
+    /// A handle that ends this generation from outside: every pending and later
+    /// call of this rank fails with [`TransportError::Ended`].
+    fn breaker(&self) -> Breaker;
+
+    /// Ends this generation now (see [`Transport::breaker`]).
+    fn end(&self, why: &str) {
+        self.breaker().end(why);
+    }
+
     /// Leaves the generation cleanly: what this rank sent stays receivable, and only
     /// waits on this rank fail. Dropping a transport without it looks like a crash
     /// to the peers (every wait of theirs fails), which is what an abandoned
@@ -82,6 +101,67 @@ pub trait Transport: Send + Sync {
     fn shutdown(self) -> impl Future<Output = ()> + Send
     where
         Self: Sized;
+}
+
+/// A transport shared by several owners (a data communicator and the engine's
+/// negotiation communicator over one mesh): the last owner to shut down says
+/// goodbye for all.
+impl<X: Transport> Transport for Arc<X> {
+    fn rank(&self) -> Rank {
+        (**self).rank()
+    }
+
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+
+    fn generation(&self) -> Generation {
+        (**self).generation()
+    }
+
+    fn world_rank(&self, rank: Rank) -> Rank {
+        (**self).world_rank(rank)
+    }
+
+    fn send(
+        &self,
+        to: Rank,
+        tag: Tag,
+        payload: &[u8],
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        (**self).send(to, tag, payload)
+    }
+
+    fn recv(
+        &self,
+        from: Rank,
+        tag: Tag,
+    ) -> impl Future<Output = Result<Bytes, TransportError>> + Send {
+        (**self).recv(from, tag)
+    }
+
+    fn recv_into(
+        &self,
+        from: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        (**self).recv_into(from, tag, dst)
+    }
+
+    fn stale_refused(&self) -> u64 {
+        (**self).stale_refused()
+    }
+
+    fn breaker(&self) -> Breaker {
+        (**self).breaker()
+    }
+
+    async fn shutdown(self) {
+        if let Some(x) = Arc::into_inner(self) {
+            x.shutdown().await;
+        }
+    }
 }
 
 /// Copies a whole received message into `dst` if the lengths agree.

@@ -2,11 +2,9 @@
 //! and cross ranks from [`crate::layout::placements`] (hosts numbered by their
 //! first rank), every rank's data-plane address. Pure.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-
-use control::{Assignment, Knobs};
+use control::{Assignment, Knobs, PeerAddress};
 use elastic::membership::SlotId;
+use std::collections::HashMap;
 
 use crate::layout::placements;
 
@@ -23,11 +21,11 @@ pub struct AssignmentBase<'a> {
 pub fn assignments(
     g: &AssignmentBase<'_>,
     ranks: &[SlotId],
-    addrs: &HashMap<SlotId, SocketAddr>,
+    addrs: &HashMap<SlotId, PeerAddress>,
 ) -> Result<Vec<Assignment>, SlotId> {
     let peers = ranks
         .iter()
-        .map(|s| addrs.get(s).copied().ok_or_else(|| s.clone()))
+        .map(|s| addrs.get(s).cloned().ok_or_else(|| s.clone()))
         .collect::<Result<Vec<_>, _>>()?;
     let mut host_names: Vec<&str> = Vec::new();
     let hosts: Vec<usize> = ranks
@@ -76,13 +74,13 @@ mod tests {
     fn ranks_keep_the_given_order_and_hosts_number_by_first_rank() {
         // Survivors a/0, b/0, a/1, then a newcomer on c.
         let ranks = vec![slot("a", 0), slot("b", 0), slot("a", 1), slot("c", 0)];
-        let addrs: HashMap<SlotId, SocketAddr> = ranks
+        let addrs: HashMap<SlotId, PeerAddress> = ranks
             .iter()
             .enumerate()
             .map(|(i, s)| {
                 (
                     s.clone(),
-                    SocketAddr::from(([127, 0, 0, 1], 9000 + i as u16)),
+                    PeerAddress::tcp(([127, 0, 0, 1], 9000 + i as u16).into()),
                 )
             })
             .collect();
@@ -99,7 +97,7 @@ mod tests {
             .map(|x| (x.local_rank, x.local_size, x.cross_rank, x.cross_size))
             .collect();
         assert_eq!(t, [(0, 2, 0, 3), (0, 1, 1, 3), (1, 2, 0, 1), (0, 1, 2, 3)]);
-        assert_eq!(a[3].peers[3].port(), 9003);
+        assert_eq!(a[3].peers[3].tcp_addr().map(|a| a.port()), Some(9003));
         assert!(a.iter().all(|x| x.generation == 3 && x.data_token == 7));
         let mut short = addrs.clone();
         short.remove(&slot("b", 0));

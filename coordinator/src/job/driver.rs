@@ -90,7 +90,7 @@ pub(super) struct Driver {
     pub(super) next_id: usize,
     /// Control connections numbered in arrival order.
     pub(super) next_link: usize,
-    pub(super) addrs: HashMap<SlotId, SocketAddr>,
+    pub(super) addrs: HashMap<SlotId, control::PeerAddress>,
     pub(super) forwarders: Vec<JoinHandle<std::io::Result<()>>>,
     pub(super) stopping: Vec<JoinHandle<()>>,
     pub(super) events: mpsc::Sender<LinkEvent>,

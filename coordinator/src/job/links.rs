@@ -1,7 +1,6 @@
 //! One task per registered worker's control connection: what the worker says
 //! goes to the driver as [`LinkEvent`]s, what the driver says goes out.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use control::{CoordinatorMsg, PendingReport, WorkerMsg};
@@ -16,7 +15,7 @@ pub enum LinkEventKind {
     Beat(PendingReport),
     Rejoin {
         generation: u64,
-        data_addr: SocketAddr,
+        data_addr: control::PeerAddress,
     },
     /// The connection closed, failed or went silent.
     Ended(String),

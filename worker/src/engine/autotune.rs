@@ -2,7 +2,7 @@
 //! collectives is one step of the `autotune` crate's [`Tuner`] (its bytes
 //! and the wall time since the previous such round); when a sample completes,
 //! the next values and the sample go out in rank 0's negotiation message
-//! ([`super::request::RankMsg::retune`], [`super::request::RankMsg::sample`]),
+//! ([`super::messages::RankMsg::retune`], [`super::messages::RankMsg::sample`]),
 //! so every rank switches after the same round and adds the sample to its
 //! replica of the per-world-size [`TuningMemory`]. One CSV row per sample goes
 //! to the log file; at the final decision the chosen values are written beside
@@ -16,8 +16,8 @@ use std::time::Instant;
 use autotune::{Decision, Knob, Layout, Memory, SampleRecord, Space, Tuner, TunerConfig};
 use collectives::{Communicator, Hierarchy, Transport};
 
-use super::driver::EngineConfig;
-use super::request::Tuning;
+use super::config::EngineConfig;
+use super::messages::Tuning;
 
 /// What an autotuned job's engines need (every rank: rank 0 tunes, the
 /// others keep the memory replica).

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::request::Ready;
+use super::messages::Ready;
 
 #[derive(Debug)]
 struct Entry {
@@ -15,7 +15,7 @@ struct Entry {
 /// Least-recently-used cache of negotiated tensors, at most `capacity` entries
 /// (0 turns it off).
 #[derive(Debug)]
-pub struct ResponseCache {
+pub(super) struct ResponseCache {
     capacity: usize,
     by_bit: Vec<Option<Entry>>,
     by_name: HashMap<String, usize>,
@@ -24,7 +24,7 @@ pub struct ResponseCache {
 }
 
 impl ResponseCache {
-    pub fn new(capacity: usize) -> Self {
+    pub(super) fn new(capacity: usize) -> Self {
         ResponseCache {
             capacity,
             by_bit: Vec::new(),
@@ -35,42 +35,40 @@ impl ResponseCache {
     }
 
     /// Most entries held; 0: the cache is off.
-    pub fn capacity(&self) -> usize {
+    pub(super) fn capacity(&self) -> usize {
         self.capacity
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
         self.by_name.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
-    }
-
     /// How many submissions were sent as bits.
-    pub fn hits(&self) -> u64 {
+    pub(super) fn hits(&self) -> u64 {
         self.hits
     }
 
     /// The bit `rank` may send for a request equal to its own part of a cached
     /// tensor.
-    pub fn bit_for(&self, rank: usize, req: &super::request::Request) -> Option<usize> {
+    pub(super) fn bit_for(&self, rank: usize, req: &super::messages::Request) -> Option<usize> {
         let &bit = self.by_name.get(&req.name)?;
         let e = self.by_bit[bit].as_ref()?;
         (e.ready.per_rank.get(rank) == Some(req)).then_some(bit)
     }
 
     /// The cached tensor under `bit`.
-    pub fn get(&self, bit: usize) -> Option<&Ready> {
+    pub(super) fn get(&self, bit: usize) -> Option<&Ready> {
         self.by_bit.get(bit)?.as_ref().map(|e| &e.ready)
     }
 
-    pub fn contains(&self, name: &str) -> bool {
+    #[cfg(test)]
+    pub(super) fn contains(&self, name: &str) -> bool {
         self.by_name.contains_key(name)
     }
 
     /// Records a use of `bit` (a hit).
-    pub fn touch(&mut self, bit: usize) {
+    pub(super) fn touch(&mut self, bit: usize) {
         self.clock += 1;
         self.hits += 1;
         if let Some(Some(e)) = self.by_bit.get_mut(bit) {
@@ -78,7 +76,7 @@ impl ResponseCache {
         }
     }
 
-    pub fn remove(&mut self, name: &str) {
+    pub(super) fn remove(&mut self, name: &str) {
         if let Some(bit) = self.by_name.remove(name) {
             self.by_bit[bit] = None;
         }
@@ -86,7 +84,7 @@ impl ResponseCache {
 
     /// Caches a negotiated tensor, evicting the least recently used entry when
     /// full. Same calls in the same order give the same bits on every rank.
-    pub fn insert(&mut self, ready: Ready) {
+    pub(super) fn insert(&mut self, ready: Ready) {
         if self.capacity == 0 {
             return;
         }
@@ -132,7 +130,7 @@ impl ResponseCache {
 mod tests {
     use collectives::{DType, ReduceOp};
 
-    use super::super::request::{Kind, Request};
+    use super::super::messages::{Kind, Request};
     use super::*;
 
     fn ready(name: &str) -> Ready {

@@ -12,12 +12,15 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::autotune::{AutotuneSetup, Autotuner, layout, starting_tuning};
+use super::config::EngineConfig;
 use super::exec;
 use super::fusion::{FusionPolicy, fused_bytes};
+use super::fusion_buffer::FusionBuffer;
+use super::marks::Marks;
+use super::messages::{Decision, RankMsg, Ready, Request, Tuning};
 use super::negotiate::Negotiator;
-use super::request::{Decision, RankMsg, Ready, Request, Tuning};
-use super::tensor::{EngineError, Local};
-use super::timeline::{Phase, Timeline, TimelineConfig};
+use super::tensor::{EngineError, Submission};
+use super::timeline::{Phase, Timeline};
 
 /// Longest cycle time the engine sleeps (an hour): longer would stall the
 /// job, and an unbounded one could overflow the clock.
@@ -25,39 +28,10 @@ const MAX_CYCLE_US: u64 = 3_600_000_000;
 /// Largest segment a retune may set.
 const MAX_SEGMENT_BYTES: u64 = 1 << 30;
 
-/// Engine settings (from the job's knobs).
-#[derive(Clone, Debug, PartialEq)]
-pub struct EngineConfig {
-    pub cycle_time: Duration,
-    pub cache_capacity: usize,
-    pub fusion_threshold_bytes: usize,
-    /// Rank 0 writes the timeline here (Horovod's `--timeline-filename`).
-    pub timeline: Option<TimelineConfig>,
-    /// Rank 0 tunes the knobs while the engine runs.
-    pub autotune: Option<AutotuneSetup>,
-    /// The ranks' host grid, when the layout has one: hierarchical
-    /// collectives can be switched on only then (the communicator's options
-    /// say whether they start on).
-    pub hierarchy: Option<Arc<Hierarchy>>,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            cycle_time: Duration::from_millis(1),
-            cache_capacity: 1024,
-            fusion_threshold_bytes: 64 << 20,
-            timeline: None,
-            autotune: None,
-            hierarchy: None,
-        }
-    }
-}
-
 /// What the API sends the engine.
 #[derive(Debug)]
 pub(crate) enum Command {
-    Submit(Local),
+    Submit(Submission),
     /// Leave once every rank has asked to.
     Shutdown,
     /// This rank has no more data: answer with the last rank to join once
@@ -80,6 +54,9 @@ pub struct EngineStats {
     /// it applied.
     pub retunes: u64,
     pub last_retune: Option<(u64, Tuning)>,
+    /// Times the fusion buffer was allocated or grown: it is kept across
+    /// cycles, so this stays small in a steady state.
+    pub fusion_buffer_growths: u64,
 }
 
 struct State<X> {
@@ -87,7 +64,7 @@ struct State<X> {
     neg: Negotiator,
     rank: usize,
     /// Submitted here, not yet finished.
-    waiting: HashMap<String, Local>,
+    waiting: HashMap<String, Submission>,
     /// Submitted since the last round, in order.
     fresh: Vec<Request>,
     shutdown: bool,
@@ -109,6 +86,8 @@ struct State<X> {
     /// Every rank of an autotuned job.
     autotune: Option<AutotuneSetup>,
     hierarchy: Option<Arc<Hierarchy>>,
+    /// Where fused groups are packed, kept across cycles.
+    fusion: FusionBuffer,
 }
 
 /// Runs the engine until every rank has shut down or the data plane fails;
@@ -146,6 +125,7 @@ pub(super) async fn run<X: Transport>(
         sample: None,
         autotune: cfg.autotune.clone(),
         hierarchy: cfg.hierarchy.clone(),
+        fusion: FusionBuffer::default(),
     };
     if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
         st.start_autotuner(setup, &cfg);
@@ -183,6 +163,7 @@ pub(super) async fn run<X: Transport>(
         }
     }
     st.stats.cache_hits = st.neg.cache_hits();
+    st.stats.fusion_buffer_growths = st.fusion.growths();
     st.timeline.close();
     (st.comm, st.stats)
 }
@@ -368,7 +349,7 @@ impl<X: Transport> State<X> {
         let mut locals = Vec::with_capacity(group.len());
         for t in &group {
             if self.joined.contains(&self.rank) && !self.waiting.contains_key(t.name()) {
-                locals.push(Local::stand_in(&t.per_rank[self.rank]));
+                locals.push(Submission::stand_in(&t.per_rank[self.rank]));
                 continue;
             }
             let l = self.waiting.remove(t.name()).ok_or_else(|| {
@@ -383,9 +364,13 @@ impl<X: Transport> State<X> {
         self.stats.tensors += group.len() as u64;
         let submitted: Vec<std::time::Instant> = locals.iter().map(|l| l.submitted).collect();
         let start = std::time::Instant::now();
-        let mut marks = exec::Marks::default();
+        let mut marks = Marks::default();
         let active = self.comm.size() - self.joined.len();
-        let result = exec::run(&self.comm, &group, locals, &mut marks, active).await;
+        let at = exec::Fused {
+            buffer: &mut self.fusion,
+            marks: &mut marks,
+        };
+        let result = exec::run(&self.comm, &group, locals, at, active).await;
         if self.timeline.enabled() {
             let done = std::time::Instant::now();
             let at = Span {
@@ -418,7 +403,7 @@ struct Span<'a> {
     submitted: &'a [std::time::Instant],
     decided: std::time::Instant,
     start: std::time::Instant,
-    marks: exec::Marks,
+    marks: Marks,
     done: std::time::Instant,
 }
 

@@ -7,19 +7,12 @@ use std::time::Instant;
 use collectives::schedule::even_counts;
 use collectives::{Communicator, Element, Layout, ReduceOp, Scaling, Transport};
 
-use super::request::{Kind, Ready};
-use super::tensor::{EngineError, Local, with_element};
+use super::fusion_buffer::FusionBuffer;
+use super::marks::Marks;
+use super::messages::{Kind, Ready};
+use super::tensor::{EngineError, Submission, with_element};
 
 type Result<T> = std::result::Result<T, EngineError>;
-
-/// When a fused group finished packing its fusion buffer and when its
-/// collective finished (unset for a tensor that ran alone): the timeline's
-/// memcpy phases.
-#[derive(Debug, Default)]
-pub(super) struct Marks {
-    pub(super) packed: Option<Instant>,
-    pub(super) reduced: Option<Instant>,
-}
 
 fn collective(e: collectives::CollectiveError) -> EngineError {
     EngineError::Collective(Arc::new(e))
@@ -32,39 +25,46 @@ fn collective(e: collectives::CollectiveError) -> EngineError {
 pub(super) async fn run<X: Transport>(
     comm: &Communicator<X>,
     group: &[Ready],
-    locals: Vec<Local>,
-    marks: &mut Marks,
+    locals: Vec<Submission>,
+    at: Fused<'_>,
     active: usize,
-) -> std::result::Result<(), (EngineError, Vec<Local>)> {
+) -> std::result::Result<(), (EngineError, Vec<Submission>)> {
     let first = &group[0];
-    with_element!(first.dtype(), T => run_typed::<T, X>(comm, group, locals, marks, active).await)
+    with_element!(first.dtype(), T => run_typed::<T, X>(comm, group, locals, at, active).await)
+}
+
+/// Where a fused group is packed, and where its timeline marks go.
+#[derive(Debug)]
+pub(super) struct Fused<'a> {
+    pub(super) buffer: &'a mut FusionBuffer,
+    pub(super) marks: &'a mut Marks,
 }
 
 async fn run_typed<T: Element, X: Transport>(
     comm: &Communicator<X>,
     group: &[Ready],
-    mut locals: Vec<Local>,
-    marks: &mut Marks,
+    mut locals: Vec<Submission>,
+    at: Fused<'_>,
     active: usize,
-) -> std::result::Result<(), (EngineError, Vec<Local>)> {
-    let taken: Result<Vec<Vec<T>>> = locals.iter_mut().map(Local::take::<T>).collect();
+) -> std::result::Result<(), (EngineError, Vec<Submission>)> {
+    let taken: Result<Vec<Vec<T>>> = locals.iter_mut().map(Submission::take::<T>).collect();
     let data = match taken {
         Ok(d) => d,
         Err(e) => return Err((e, locals)),
     };
     let result = match group[0].kind() {
         Kind::Allreduce(op) if op == ReduceOp::Average && active < comm.size() => {
-            allreduce(comm, ReduceOp::Sum, data, marks)
+            allreduce(comm, ReduceOp::Sum, data, at)
                 .await
                 .map(|mut outs| {
                     outs.iter_mut().for_each(|d| average_over(d, active));
                     outs.into_iter().map(|d| (d, None, vec![])).collect()
                 })
         }
-        Kind::Allreduce(op) => allreduce(comm, op, data, marks)
+        Kind::Allreduce(op) => allreduce(comm, op, data, at)
             .await
             .map(|outs| outs.into_iter().map(|d| (d, None, vec![])).collect()),
-        Kind::Allgather => allgather(comm, group, data, marks).await.map(|outs| {
+        Kind::Allgather => allgather(comm, group, data, at).await.map(|outs| {
             outs.into_iter()
                 .zip(group)
                 .map(|((d, rows), g)| {
@@ -136,19 +136,21 @@ async fn allreduce<T: Element, X: Transport>(
     comm: &Communicator<X>,
     op: ReduceOp,
     mut data: Vec<Vec<T>>,
-    marks: &mut Marks,
+    at: Fused<'_>,
 ) -> Result<Vec<Vec<T>>> {
     if data.len() == 1 {
         comm.allreduce(&mut data[0], op).await.map_err(collective)?;
         return Ok(data);
     }
+    let Fused { buffer, marks } = at;
+    let total: usize = data.iter().map(Vec::len).sum();
+    let mut buf = buffer.take::<T>(total);
     if let Some(h) = comm.options().hierarchical_allreduce.clone() {
-        super::fused_hierarchical::allreduce(comm, op, &mut data, &h, marks).await?;
+        super::fused_hierarchical::allreduce(comm, op, &mut data, &mut buf, &h, marks).await?;
+        buffer.put_back(buf);
         return Ok(data);
     }
     let bytes0 = data[0].len() * std::mem::size_of::<T>();
-    let total: usize = data.iter().map(Vec::len).sum();
-    let mut buf = Vec::with_capacity(total);
     if comm.allreduce_is_doubling(bytes0) {
         data.iter().for_each(|d| buf.extend_from_slice(d));
         marks.packed = Some(Instant::now());
@@ -188,6 +190,7 @@ async fn allreduce<T: Element, X: Transport>(
             }
         }
     }
+    buffer.put_back(buf);
     Ok(data)
 }
 
@@ -218,7 +221,7 @@ async fn allgather<T: Element, X: Transport>(
     comm: &Communicator<X>,
     group: &[Ready],
     data: Vec<Vec<T>>,
-    marks: &mut Marks,
+    at: Fused<'_>,
 ) -> Result<Vec<(Vec<T>, usize)>> {
     let n = comm.size();
     // elements[t][r]: what rank r contributes to tensor t.
@@ -230,13 +233,14 @@ async fn allgather<T: Element, X: Transport>(
         .map(|r| elements.iter().map(|e| e[r]).sum())
         .collect();
     let mine: Vec<T> = data.concat();
-    let mut out = vec![T::zeroed(); counts.iter().sum()];
+    let mut out = at.buffer.take::<T>(counts.iter().sum());
+    out.resize(counts.iter().sum(), T::zeroed());
     let fused = group.len() > 1;
-    marks.packed = fused.then(Instant::now);
+    at.marks.packed = fused.then(Instant::now);
     comm.allgatherv_into(&mine, &counts, &mut out)
         .await
         .map_err(collective)?;
-    marks.reduced = fused.then(Instant::now);
+    at.marks.reduced = fused.then(Instant::now);
     let starts = prefix(&counts);
     let mut result = Vec::with_capacity(group.len());
     for (t, g) in group.iter().enumerate() {
@@ -253,5 +257,6 @@ async fn allgather<T: Element, X: Transport>(
             .sum();
         result.push((gathered, rows));
     }
+    at.buffer.put_back(out);
     Ok(result)
 }

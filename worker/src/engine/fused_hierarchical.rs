@@ -20,14 +20,16 @@ use std::time::Instant;
 use collectives::schedule::{CrossStep, HierarchicalLayout, block_ranges};
 use collectives::{Communicator, Element, Hierarchy, Layout, ReduceOp, Scaling, Transport};
 
-use super::exec::Marks;
+use super::marks::Marks;
 use super::tensor::EngineError;
 
-/// Allreduces `data` (two or more tensors) in one hierarchical collective.
+/// Allreduces `data` (two or more tensors) in one hierarchical collective,
+/// packed into `buf` (the engine's fusion buffer, empty).
 pub(super) async fn allreduce<T: Element, X: Transport>(
     comm: &Communicator<X>,
     op: ReduceOp,
     data: &mut [Vec<T>],
+    buf: &mut Vec<T>,
     h: &Hierarchy,
     marks: &mut Marks,
 ) -> Result<(), EngineError> {
@@ -52,7 +54,6 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
         })
         .collect();
     let mut pieces = vec![vec![0; hosts]; local];
-    let mut buf = Vec::with_capacity(data.iter().map(Vec::len).sum());
     for p in 0..local * hosts {
         for (d, r) in data.iter().zip(&ranges) {
             pieces[p / hosts][p % hosts] += r[p].len();
@@ -61,7 +62,7 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
     }
     marks.packed = Some(Instant::now());
     let layout = Layout::Hierarchical(HierarchicalLayout { pieces, cross });
-    comm.allreduce_layout(&mut buf, op, Scaling::default(), layout)
+    comm.allreduce_layout(buf, op, Scaling::default(), layout)
         .await
         .map_err(|e| EngineError::Collective(Arc::new(e)))?;
     marks.reduced = Some(Instant::now());

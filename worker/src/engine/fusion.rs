@@ -8,10 +8,10 @@
 //! so that every element meets the same partners in the same order as it
 //! would alone: fused and unfused results are bit-identical.
 
-use super::request::{Kind, Ready};
+use super::messages::{Kind, Ready};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FusionPolicy {
+pub(super) struct FusionPolicy {
     /// Largest fused buffer; 0 turns fusion off.
     pub threshold_bytes: usize,
     /// Allreduce tensors up to this size run the latency algorithm.
@@ -22,10 +22,10 @@ pub struct FusionPolicy {
 /// copying one in and out of a fusion buffer costs more than the one
 /// collective's start-up that fusing saves (about 50 us here against ~0.3 ms
 /// of copies per MiB), and fusing them only delays the small ones.
-pub const ALONE_BYTES: usize = 1 << 20;
+pub(super) const ALONE_BYTES: usize = 1 << 20;
 
 /// Bytes a tensor adds to a fusion buffer.
-pub fn fused_bytes(t: &Ready) -> usize {
+pub(super) fn fused_bytes(t: &Ready) -> usize {
     let size = t.dtype().size();
     match t.kind() {
         Kind::Allgather => t.per_rank.iter().map(|r| r.elements() * size).sum(),
@@ -46,7 +46,7 @@ fn key(t: &Ready, p: FusionPolicy) -> Option<Key> {
 }
 
 /// Groups `ready` (in negotiated order) into collectives to run, in order.
-pub fn plan(ready: Vec<Ready>, p: FusionPolicy) -> Vec<Vec<Ready>> {
+pub(super) fn plan(ready: Vec<Ready>, p: FusionPolicy) -> Vec<Vec<Ready>> {
     let mut out = Vec::new();
     // Open buffers: key, bytes so far, members.
     let mut open: Vec<(Option<Key>, usize, Vec<Ready>)> = Vec::new();
@@ -81,7 +81,7 @@ pub fn plan(ready: Vec<Ready>, p: FusionPolicy) -> Vec<Vec<Ready>> {
 mod tests {
     use collectives::{DType, ReduceOp};
 
-    use super::super::request::Request;
+    use super::super::messages::Request;
     use super::*;
 
     fn t(name: &str, kind: Kind, dtype: DType, len: usize) -> Ready {

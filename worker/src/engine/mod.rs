@@ -10,14 +10,17 @@
 //! ```
 
 mod autotune;
-pub mod cache;
+mod cache;
+mod config;
 mod driver;
 mod exec;
 mod fused_hierarchical;
-pub mod fusion;
-pub mod negotiate;
+mod fusion;
+mod fusion_buffer;
+mod marks;
+mod messages;
+mod negotiate;
 mod pending;
-pub mod request;
 mod tensor;
 mod timeline;
 
@@ -28,15 +31,16 @@ use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use autotune::tuned_knob;
 pub use autotune::{AutotuneSetup, TuningMemory};
+pub use config::EngineConfig;
 use driver::Command;
-pub use driver::{EngineConfig, EngineStats};
+pub use driver::EngineStats;
+pub use messages::{Kind, Tuning};
 pub use pending::PendingBoard;
-pub use request::{Kind, Tuning};
 pub use tensor::{EngineError, Output, Tensor};
 pub use timeline::TimelineConfig;
 
-use request::Request;
-use tensor::Local;
+use messages::Request;
+use tensor::Submission;
 
 /// A submitted collective: [`Handle::poll`] says whether it is done,
 /// [`Handle::wait`] blocks for the result.
@@ -158,7 +162,7 @@ impl Engine {
             shape: data.shape,
             parts,
         };
-        let local = Local {
+        let local = Submission {
             req,
             data: Box::new(data.data),
             splits,

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use super::cache::ResponseCache;
 use super::fusion::{FusionPolicy, plan};
-use super::request::{Decision, RankMsg, Ready, Request, Tuning};
+use super::messages::{Decision, RankMsg, Ready, Request, Tuning};
 
 /// Sort key: the round a tensor was first submitted in, then cached tensors by
 /// bit, then new ones by (rank, position).
@@ -22,7 +22,7 @@ struct Pending {
 
 /// The replicated negotiation state.
 #[derive(Debug)]
-pub struct Negotiator {
+pub(super) struct Negotiator {
     size: usize,
     round: u64,
     pending: HashMap<String, Pending>,
@@ -41,7 +41,7 @@ pub struct Negotiator {
 
 /// What a round decided.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Outcome {
+pub(super) struct Outcome {
     pub decisions: Vec<Decision>,
     /// Ranks that had joined when the decisions were made: they take part
     /// with zeros (allreduce) or no rows (allgather); an average divides by
@@ -57,7 +57,7 @@ pub struct Outcome {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum NegotiationError {
+pub(super) enum NegotiationError {
     #[error("expected {expected} ranks' messages, got {got}")]
     Ranks { expected: usize, got: usize },
     #[error("rank {rank} sent cache bit {bit}, which is not in the cache")]
@@ -65,7 +65,7 @@ pub enum NegotiationError {
 }
 
 impl Negotiator {
-    pub fn new(size: usize, cache_capacity: usize, fusion: FusionPolicy) -> Self {
+    pub(super) fn new(size: usize, cache_capacity: usize, fusion: FusionPolicy) -> Self {
         Negotiator {
             size,
             round: 0,
@@ -81,7 +81,7 @@ impl Negotiator {
     }
 
     /// Cache hits since the start, across cache switches.
-    pub fn cache_hits(&self) -> u64 {
+    pub(super) fn cache_hits(&self) -> u64 {
         self.retired_hits + self.cache.hits()
     }
 
@@ -103,18 +103,20 @@ impl Negotiator {
         }
     }
 
-    pub fn cache(&self) -> &ResponseCache {
+    #[cfg(test)]
+    pub(super) fn cache(&self) -> &ResponseCache {
         &self.cache
     }
 
     /// The bit this rank may send instead of `req`, if cached as it is.
-    pub fn cached_bit(&self, rank: usize, req: &Request) -> Option<usize> {
+    pub(super) fn cached_bit(&self, rank: usize, req: &Request) -> Option<usize> {
         self.cache.bit_for(rank, req)
     }
 
     /// Names submitted by some ranks and not yet by others, with the ranks
     /// still missing.
-    pub fn waiting(&self) -> Vec<(String, Vec<usize>)> {
+    #[cfg(test)]
+    pub(super) fn waiting(&self) -> Vec<(String, Vec<usize>)> {
         let mut w: Vec<(String, Vec<usize>)> = self
             .pending
             .iter()
@@ -144,7 +146,7 @@ impl Negotiator {
     }
 
     /// Processes one round of every rank's message.
-    pub fn round(&mut self, msgs: &[RankMsg]) -> Result<Outcome, NegotiationError> {
+    pub(super) fn round(&mut self, msgs: &[RankMsg]) -> Result<Outcome, NegotiationError> {
         if msgs.len() != self.size {
             return Err(NegotiationError::Ranks {
                 expected: self.size,

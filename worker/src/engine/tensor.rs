@@ -7,8 +7,8 @@ use std::sync::Arc;
 use collectives::{CollectiveError, Element};
 use tokio::sync::oneshot;
 
+use super::messages::Request;
 use super::pending::Entry;
-use super::request::Request;
 
 /// A tensor: flat data in row-major order and its shape.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,7 +63,7 @@ pub(super) type Reply = oneshot::Sender<Result<Output, EngineError>>;
 
 /// A submission waiting on this rank.
 #[derive(Debug)]
-pub(crate) struct Local {
+pub(crate) struct Submission {
     pub req: Request,
     pub data: Box<dyn Any + Send>,
     /// Alltoall: elements for each rank.
@@ -75,7 +75,7 @@ pub(crate) struct Local {
     pub _pending: Entry,
 }
 
-impl Local {
+impl Submission {
     pub(crate) fn take<T: Element>(&mut self) -> Result<Vec<T>, EngineError> {
         let data = std::mem::replace(&mut self.data, Box::new(()));
         data.downcast::<Vec<T>>().map(|b| *b).map_err(|_| {
@@ -94,10 +94,10 @@ impl Local {
     /// What a rank that has joined contributes to `req`: zeros of its shape
     /// (a stand-in request already has no rows for an allgather), answered
     /// to nobody.
-    pub(crate) fn stand_in(req: &Request) -> Local {
+    pub(crate) fn stand_in(req: &Request) -> Submission {
         let (reply, _) = oneshot::channel();
         let data = with_element!(req.dtype, T => Box::new(vec![<T as Element>::from_f64(0.0); req.elements()]) as Box<dyn Any + Send>);
-        Local {
+        Submission {
             req: req.clone(),
             data,
             splits: Vec::new(),

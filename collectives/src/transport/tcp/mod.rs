@@ -29,6 +29,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
+use super::end::Breaker;
 use super::mailbox::{Delivery, Mailbox};
 use super::{Transport, check_peer, copy_exact};
 use crate::error::{LossCause, TransportError};
@@ -190,35 +191,6 @@ impl TcpTransport {
             generation: self.generation,
             cause: LossCause::Shutdown,
         })
-    }
-}
-
-/// Ends a transport's generation from outside it: every waiting and later
-/// call fails with [`TransportError::Ended`] at once (an elastic worker does
-/// this when the coordinator says peers failed, instead of waiting for its
-/// own sockets or timeouts to notice).
-#[derive(Clone, Debug)]
-pub struct Breaker {
-    generation: Generation,
-    mailbox: Arc<TcpMailbox>,
-}
-
-impl Breaker {
-    pub fn end(&self, why: &str) {
-        self.mailbox.fail(TransportError::Ended {
-            generation: self.generation,
-            why: why.into(),
-        });
-    }
-}
-
-impl TcpTransport {
-    /// A handle that ends this transport's generation (see [`Breaker`]).
-    pub fn breaker(&self) -> Breaker {
-        Breaker {
-            generation: self.generation,
-            mailbox: self.mailbox.clone(),
-        }
     }
 }
 
@@ -442,6 +414,10 @@ impl Transport for TcpTransport {
 
     fn stale_refused(&self) -> u64 {
         self.mailbox.stale_refused()
+    }
+
+    fn breaker(&self) -> Breaker {
+        Breaker::new(self.generation, self.mailbox.clone())
     }
 
     async fn shutdown(self) {

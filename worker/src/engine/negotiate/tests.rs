@@ -3,7 +3,7 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 
 use super::*;
-use crate::engine::request::Kind;
+use crate::engine::messages::Kind;
 
 const SUM: Kind = Kind::Allreduce(ReduceOp::Sum);
 const FUSE: FusionPolicy = FusionPolicy {

@@ -104,7 +104,7 @@ impl Request {
 /// since the last round, as bits for those in the response cache and as full
 /// requests for the rest, and whether it is shutting down.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct RankMsg {
+pub(super) struct RankMsg {
     pub cached: Vec<u64>,
     pub new: Vec<Request>,
     pub shutdown: bool,
@@ -125,7 +125,7 @@ pub struct RankMsg {
 pub use autotune::Knobs as Tuning;
 
 impl RankMsg {
-    pub fn set_bit(&mut self, bit: usize) {
+    pub(super) fn set_bit(&mut self, bit: usize) {
         let word = bit / 64;
         if self.cached.len() <= word {
             self.cached.resize(word + 1, 0);
@@ -133,7 +133,7 @@ impl RankMsg {
         self.cached[word] |= 1 << (bit % 64);
     }
 
-    pub fn bits(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(super) fn bits(&self) -> impl Iterator<Item = usize> + '_ {
         self.cached.iter().enumerate().flat_map(|(w, &word)| {
             (0..64)
                 .filter(move |b| word & (1 << b) != 0)
@@ -144,18 +144,18 @@ impl RankMsg {
 
 /// A negotiated tensor: every rank's request (they agree), in rank order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ready {
+pub(super) struct Ready {
     pub per_rank: Vec<Request>,
 }
 
 impl Ready {
-    pub fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         &self.per_rank[0].name
     }
-    pub fn kind(&self) -> Kind {
+    pub(super) fn kind(&self) -> Kind {
         self.per_rank[0].kind
     }
-    pub fn dtype(&self) -> DType {
+    pub(super) fn dtype(&self) -> DType {
         self.per_rank[0].dtype
     }
 }
@@ -163,7 +163,7 @@ impl Ready {
 /// What every rank does, in the same order, after a round (the [`Kind`]s that
 /// run while ranks have joined: see [`Kind::runs_with_joined_ranks`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(super) enum Decision {
     /// Run these tensors as one collective (several: fused).
     Run(Vec<Ready>),
     /// Fail this tensor on every rank that submitted it.

@@ -1,0 +1,157 @@
+//! Where a worker's data plane can be reached: a [`PeerAddress`] lists one
+//! [`DataEndpoint`] per transport the worker offers (TCP today; a QUIC port
+//! or a shared-memory segment name later). The coordinator stores it per slot
+//! and copies it into every rank's [`crate::Assignment::peers`] unread.
+//!
+//! On the wire each endpoint is a kind name and an address text, so that a
+//! kind this build does not know is a decoding error that names it (and the
+//! frame is refused with that reason), never a panic or a misread.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// One way to reach a worker's data plane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "WireEndpoint", into = "WireEndpoint")]
+#[non_exhaustive]
+pub enum DataEndpoint {
+    /// The TCP mesh's listening socket.
+    Tcp(SocketAddr),
+}
+
+/// Every data-plane endpoint of one worker.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PeerAddress {
+    pub endpoints: Vec<DataEndpoint>,
+}
+
+impl PeerAddress {
+    /// A worker reachable over TCP at `addr` only.
+    pub fn tcp(addr: SocketAddr) -> Self {
+        Self {
+            endpoints: vec![DataEndpoint::Tcp(addr)],
+        }
+    }
+
+    /// The TCP endpoint, if the worker offers one.
+    // One kind today; the match stays right as kinds are added.
+    #[allow(clippy::unnecessary_find_map)]
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.endpoints.iter().find_map(|e| match e {
+            DataEndpoint::Tcp(a) => Some(*a),
+        })
+    }
+}
+
+impl From<SocketAddr> for PeerAddress {
+    fn from(addr: SocketAddr) -> Self {
+        Self::tcp(addr)
+    }
+}
+
+/// Why a data-plane address could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error("unknown data-plane address kind {kind:?} (this build knows: tcp)")]
+    UnknownKind { kind: String },
+    #[error("malformed {kind} data-plane address {address:?}")]
+    Malformed { kind: &'static str, address: String },
+}
+
+/// An endpoint as it travels: its kind's name and its address as text.
+#[derive(Serialize, Deserialize)]
+struct WireEndpoint {
+    kind: String,
+    address: String,
+}
+
+const TCP: &str = "tcp";
+
+impl From<DataEndpoint> for WireEndpoint {
+    fn from(e: DataEndpoint) -> Self {
+        match e {
+            DataEndpoint::Tcp(a) => WireEndpoint {
+                kind: TCP.into(),
+                address: a.to_string(),
+            },
+        }
+    }
+}
+
+impl TryFrom<WireEndpoint> for DataEndpoint {
+    type Error = AddressError;
+
+    fn try_from(w: WireEndpoint) -> Result<Self, AddressError> {
+        match w.kind.as_str() {
+            TCP => w
+                .address
+                .parse()
+                .map(DataEndpoint::Tcp)
+                .map_err(|_| AddressError::Malformed {
+                    kind: TCP,
+                    address: w.address,
+                }),
+            _ => Err(AddressError::UnknownKind { kind: w.kind }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+        bincode::serde::encode_to_vec(v, bincode::config::standard()).unwrap()
+    }
+
+    fn decode(bytes: &[u8]) -> Result<PeerAddress, bincode::error::DecodeError> {
+        bincode::serde::decode_from_slice(bytes, bincode::config::standard()).map(|(a, _)| a)
+    }
+
+    #[test]
+    fn a_tcp_address_round_trips() {
+        let a = PeerAddress::tcp("10.1.2.3:4567".parse().unwrap());
+        let back = decode(&encode(&a)).unwrap();
+        assert_eq!(back, a);
+        assert_eq!(back.tcp_addr(), Some("10.1.2.3:4567".parse().unwrap()));
+        let v6 = PeerAddress::tcp("[::1]:9".parse().unwrap());
+        assert_eq!(decode(&encode(&v6)).unwrap(), v6);
+    }
+
+    #[test]
+    fn an_unknown_kind_is_an_error_that_names_it() {
+        let future = vec![WireEndpoint {
+            kind: "quic".into(),
+            address: "10.0.0.1:7000".into(),
+        }];
+        let e = decode(&encode(&future)).unwrap_err();
+        let bincode::error::DecodeError::OtherString(text) = e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(
+            text,
+            AddressError::UnknownKind {
+                kind: "quic".into()
+            }
+            .to_string()
+        );
+        assert!(
+            text.contains("unknown data-plane address kind \"quic\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_address_is_an_error() {
+        let bad = vec![WireEndpoint {
+            kind: TCP.into(),
+            address: "not an address".into(),
+        }];
+        let e = decode(&encode(&bad)).unwrap_err();
+        assert!(
+            matches!(&e, bincode::error::DecodeError::OtherString(t) if t.contains("malformed tcp data-plane address")),
+            "{e:?}"
+        );
+    }
+}

@@ -1,0 +1,101 @@
+//! The data plane a worker runs on, chosen at run time: the transports are
+//! not object-safe (their methods return `impl Future`), so [`DataPlane`] is
+//! an enum over them that implements [`Transport`] by delegation. A new
+//! transport is a new variant here and a new [`collectives::Endpoint`].
+
+use bytes::Bytes;
+use collectives::{
+    Breaker, Generation, MemTransport, Rank, Tag, TcpTransport, Transport, TransportError,
+};
+
+/// One generation's connected transport, whichever kind it is.
+#[derive(Debug)]
+pub enum DataPlane {
+    /// The TCP mesh of a launched job.
+    Tcp(TcpTransport),
+    /// The in-process transport: a world of one, or ranks in one process.
+    Mem(MemTransport),
+}
+
+impl From<TcpTransport> for DataPlane {
+    fn from(t: TcpTransport) -> Self {
+        DataPlane::Tcp(t)
+    }
+}
+
+impl From<MemTransport> for DataPlane {
+    fn from(t: MemTransport) -> Self {
+        DataPlane::Mem(t)
+    }
+}
+
+/// Runs `$body` with `$t` bound to the transport inside `$plane`.
+macro_rules! delegate {
+    ($plane:expr, $t:ident => $body:expr) => {
+        match $plane {
+            DataPlane::Tcp($t) => $body,
+            DataPlane::Mem($t) => $body,
+        }
+    };
+}
+
+impl Transport for DataPlane {
+    fn rank(&self) -> Rank {
+        delegate!(self, t => t.rank())
+    }
+
+    fn size(&self) -> usize {
+        delegate!(self, t => t.size())
+    }
+
+    fn generation(&self) -> Generation {
+        delegate!(self, t => t.generation())
+    }
+
+    async fn send(&self, to: Rank, tag: Tag, payload: &[u8]) -> Result<(), TransportError> {
+        delegate!(self, t => t.send(to, tag, payload).await)
+    }
+
+    async fn recv(&self, from: Rank, tag: Tag) -> Result<Bytes, TransportError> {
+        delegate!(self, t => t.recv(from, tag).await)
+    }
+
+    async fn recv_into(&self, from: Rank, tag: Tag, dst: &mut [u8]) -> Result<(), TransportError> {
+        delegate!(self, t => t.recv_into(from, tag, dst).await)
+    }
+
+    fn stale_refused(&self) -> u64 {
+        delegate!(self, t => t.stale_refused())
+    }
+
+    fn breaker(&self) -> Breaker {
+        delegate!(self, t => t.breaker())
+    }
+
+    async fn shutdown(self) {
+        delegate!(self, t => t.shutdown().await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_mem_plane_delegates_and_ends() {
+        let mut w: Vec<DataPlane> = MemTransport::world(2, Generation(2), Duration::from_secs(5))
+            .into_iter()
+            .map(DataPlane::from)
+            .collect();
+        let tag = Tag::new(Generation(2), 0, 0);
+        w[0].send(1, tag, b"hi").await.unwrap();
+        assert_eq!(w[1].recv(0, tag).await.unwrap(), "hi");
+        assert_eq!((w[1].rank(), w[1].size()), (1, 2));
+        w[1].end("reset");
+        let e = w[1].recv(0, tag).await.unwrap_err();
+        assert!(matches!(e, TransportError::Ended { .. }), "{e:?}");
+        w.remove(0).shutdown().await;
+    }
+}

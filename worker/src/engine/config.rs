@@ -1,0 +1,38 @@
+//! [`EngineConfig`]: what an engine runs with, from the job's knobs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use collectives::Hierarchy;
+
+use super::autotune::AutotuneSetup;
+use super::timeline::TimelineConfig;
+
+/// Engine settings (from the job's knobs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    pub cycle_time: Duration,
+    pub cache_capacity: usize,
+    pub fusion_threshold_bytes: usize,
+    /// Rank 0 writes the timeline here (Horovod's `--timeline-filename`).
+    pub timeline: Option<TimelineConfig>,
+    /// Rank 0 tunes the knobs while the engine runs.
+    pub autotune: Option<AutotuneSetup>,
+    /// The ranks' host grid, when the layout has one: hierarchical
+    /// collectives can be switched on only then (the communicator's options
+    /// say whether they start on).
+    pub hierarchy: Option<Arc<Hierarchy>>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            cycle_time: Duration::from_millis(1),
+            cache_capacity: 1024,
+            fusion_threshold_bytes: 64 << 20,
+            timeline: None,
+            autotune: None,
+            hierarchy: None,
+        }
+    }
+}

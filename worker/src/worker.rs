@@ -1,0 +1,232 @@
+//! [`Worker`]: a training process's place in the job and its engine.
+
+use std::time::Duration;
+
+use collectives::{Breaker, CollectiveOptions, Generation, MemTransport};
+use control::{Assignment, Knobs};
+
+use crate::control_link;
+use crate::data_plane::DataPlane;
+use crate::engine::{Engine, EngineStats, TuningMemory};
+use crate::error::InitError;
+use crate::generation::{self, Entered};
+use crate::hierarchy::CollectivePaths;
+use crate::settings::engine_config;
+use crate::{api, env, join};
+
+/// This process's place in the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    pub rank: usize,
+    pub size: usize,
+    pub local_rank: usize,
+    pub local_size: usize,
+    pub cross_rank: usize,
+    pub cross_size: usize,
+    pub generation: u64,
+}
+
+/// A joined worker. Dropping it without [`Worker::shutdown`] looks like a crash
+/// to its peers.
+#[derive(Debug)]
+pub struct Worker {
+    pub(crate) rt: tokio::runtime::Runtime,
+    pub(crate) engine: Engine,
+    pub(crate) place: Place,
+    pub(crate) knobs: Option<Knobs>,
+    pub(crate) paths: CollectivePaths,
+    pub(crate) names: api::Names,
+    /// The coordinator connection (`None` when running alone).
+    pub(crate) link: Option<Link>,
+    /// Autotune samples per world size, across generations.
+    pub(crate) memory: TuningMemory,
+}
+
+/// A launched worker's tie to its coordinator.
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub(crate) control: control_link::Control,
+    pub(crate) local_ip: std::net::IpAddr,
+    pub(crate) start_timeout: Duration,
+    /// `Some` in an elastic job.
+    pub(crate) elastic_timeout: Option<Duration>,
+}
+
+/// How long a world of one waits on itself (it never does: every message it
+/// receives it has sent).
+const ALONE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Joins the job described by the environment `elasticrun` set, or makes a world
+/// of one when there is none.
+pub fn init() -> Result<Worker, InitError> {
+    let launch = env::read(|k| std::env::var(k).ok())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("elasticrun-worker")
+        .enable_all()
+        .build()
+        .map_err(|e| InitError::Io(e.to_string()))?;
+    let Some(launch) = launch else {
+        return Ok(Worker::alone(rt));
+    };
+    let joined = rt.block_on(join::join(&launch))?;
+    let control = control_link::spawn(rt.handle(), joined.link);
+    let link = Link {
+        control,
+        local_ip: joined.local_ip,
+        start_timeout: launch.start_timeout,
+        elastic_timeout: launch.elastic_timeout,
+    };
+    Ok(Worker::launched(rt, joined.entered, link))
+}
+
+impl Worker {
+    /// A world of one, on the in-memory transport.
+    fn alone(rt: tokio::runtime::Runtime) -> Worker {
+        let place = Place {
+            rank: 0,
+            size: 1,
+            local_rank: 0,
+            local_size: 1,
+            cross_rank: 0,
+            cross_size: 1,
+            generation: 0,
+        };
+        let memory = TuningMemory::default();
+        let mut world = MemTransport::world(1, Generation(0), ALONE_TIMEOUT);
+        let plane = DataPlane::from(world.remove(0));
+        let cfg = engine_config(None, None, &memory);
+        let engine = generation::engine_on(rt.handle(), plane, CollectiveOptions::default(), cfg);
+        Worker {
+            engine,
+            rt,
+            place,
+            knobs: None,
+            paths: CollectivePaths::default(),
+            names: api::Names::default(),
+            link: None,
+            memory,
+        }
+    }
+
+    /// A worker placed in the generation it entered through `link`.
+    fn launched(rt: tokio::runtime::Runtime, entered: Entered, link: Link) -> Worker {
+        let memory = TuningMemory::default();
+        let a = entered.assignment;
+        let (engine, p) = generation::start(rt.handle(), &a, entered.plane, &memory);
+        let worker = Worker {
+            engine,
+            rt,
+            place: p.place,
+            knobs: Some(a.knobs),
+            paths: p.paths,
+            names: api::Names::default(),
+            link: Some(link),
+            memory,
+        };
+        worker.publish_generation(p.breaker);
+        worker
+    }
+
+    /// Moves to the generation of assignment `a` on `plane`; returns the
+    /// previous generation's engine, to be retired.
+    pub(crate) fn install(&mut self, a: Assignment, plane: DataPlane) -> Engine {
+        let (engine, p) = generation::start(self.rt.handle(), &a, plane, &self.memory);
+        let old = std::mem::replace(&mut self.engine, engine);
+        self.place = p.place;
+        self.paths = p.paths;
+        // Unnamed tensors are numbered afresh in every generation, so that
+        // survivors and newcomers generate the same names.
+        self.names = api::Names::default();
+        self.knobs = Some(a.knobs);
+        self.publish_generation(p.breaker);
+        old
+    }
+
+    /// Tells the control task about the current generation: heartbeats carry
+    /// it, a `Reset` ends its data plane, the stall check sees its engine.
+    fn publish_generation(&self, breaker: Breaker) {
+        let Some(link) = &self.link else { return };
+        let stall_check = self
+            .knobs
+            .as_ref()
+            .is_some_and(|k| k.stall_warning_ms.is_some());
+        let pending = stall_check.then(|| self.engine.pending());
+        link.control
+            .shared
+            .set_generation(self.place.generation, breaker, pending);
+    }
+
+    pub fn place(&self) -> Place {
+        self.place
+    }
+    pub fn rank(&self) -> usize {
+        self.place.rank
+    }
+    pub fn size(&self) -> usize {
+        self.place.size
+    }
+    pub fn local_rank(&self) -> usize {
+        self.place.local_rank
+    }
+    pub fn local_size(&self) -> usize {
+        self.place.local_size
+    }
+    pub fn cross_rank(&self) -> usize {
+        self.place.cross_rank
+    }
+    pub fn cross_size(&self) -> usize {
+        self.place.cross_size
+    }
+
+    /// The engine settings from elasticrun (`None` when running alone).
+    pub fn knobs(&self) -> Option<&Knobs> {
+        self.knobs.as_ref()
+    }
+
+    /// Whether allreduce and allgather run hierarchically in this generation
+    /// (and why not, when that was asked for but the hosts do not allow it).
+    pub fn collective_paths(&self) -> &CollectivePaths {
+        &self.paths
+    }
+
+    /// Leaves the job cleanly once every rank has asked to (peers still
+    /// finishing are not disturbed); returns the engine's counters.
+    pub fn shutdown(self) -> Option<EngineStats> {
+        let Worker { rt, engine, .. } = self;
+        rt.block_on(engine.shutdown()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ReduceOp;
+
+    #[test]
+    fn alone_is_a_world_of_one() {
+        // The test process was not started by elasticrun.
+        if std::env::var(env::COORDINATOR).is_ok() {
+            return;
+        }
+        let w = init().unwrap();
+        assert_eq!(
+            (w.rank(), w.size(), w.local_size(), w.cross_size()),
+            (0, 1, 1, 1)
+        );
+        let mut v = [1.0f32, 2.0];
+        w.allreduce(&mut v, ReduceOp::Sum).unwrap();
+        assert_eq!(v, [1.0, 2.0]);
+        assert_eq!(w.allgather(&[7u8, 8]).unwrap(), vec![7, 8]);
+        assert_eq!(
+            w.broadcast_object(&("model".to_owned(), 3u32), 0).unwrap(),
+            ("model".to_owned(), 3)
+        );
+        assert_eq!(
+            w.reducescatter(&[1i64, 2, 3], ReduceOp::Max).unwrap(),
+            vec![1, 2, 3]
+        );
+        w.barrier().unwrap();
+        w.shutdown();
+    }
+}
