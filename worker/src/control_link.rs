@@ -1,9 +1,12 @@
 //! The worker's end of its control connection once joined: heartbeats out, the
-//! coordinator's directions in. A lost coordinator ends the process, so that no
-//! worker outlives its job.
+//! coordinator's directions in. A dropped connection is dialled again with
+//! backoff and the worker registers anew, saying which generation it is in
+//! ([`crate::reconnect`]); a coordinator that cannot be reached within
+//! `--coordinator-timeout` ends the process, so that no worker outlives its job.
 //!
 //! ```text
 //!  heartbeat every second ──> coordinator      Stop        -> exit(1)
+//!  connection lost ──> redial + Register{generation} until the timeout -> exit(1)
 //!  Rejoin (from Worker::rejoin) ──>            Reset{g}    -> end the current
 //!                                                             data plane now
 //!                                              HostsUpdated{g} -> flag, read at
@@ -16,12 +19,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use collectives::Breaker;
-use control::{Assignment, CoordinatorMsg, PendingReport, WorkerLink, WorkerMsg};
+use control::{Assignment, CoordinatorMsg, PeerAddress, PendingReport, WorkerLink, WorkerMsg};
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::engine::PendingBoard;
+pub(crate) use crate::reconnect::Redial;
 
 /// How often a worker tells the coordinator it is alive.
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -37,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) breaker: Mutex<Option<Breaker>>,
     /// The current engine's pending tensors, when the stall check is on.
     pub(crate) pending: Mutex<Option<PendingBoard>>,
+    /// This worker's data-plane address in the current generation.
+    pub(crate) data_addr: Mutex<Option<PeerAddress>>,
 }
 
 impl Shared {
@@ -45,8 +51,13 @@ impl Shared {
         generation: u64,
         breaker: Breaker,
         pending: Option<PendingBoard>,
+        data_addr: Option<PeerAddress>,
     ) {
         self.generation.store(generation, Ordering::SeqCst);
+        *self
+            .data_addr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = data_addr;
         *self.breaker.lock().unwrap_or_else(PoisonError::into_inner) = Some(breaker);
         *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = pending;
     }
@@ -89,12 +100,21 @@ pub(crate) struct Control {
     pub(crate) placements: mpsc::Receiver<Placement>,
 }
 
-/// Starts the control task on `rt`.
-pub(crate) fn spawn(rt: &tokio::runtime::Handle, link: WorkerLink<TcpStream>) -> Control {
+/// Starts the control task on `rt`; `redial` says how to reach the
+/// coordinator again if the connection drops.
+pub(crate) fn spawn(
+    rt: &tokio::runtime::Handle,
+    link: WorkerLink<TcpStream>,
+    redial: Redial,
+) -> Control {
     let shared = Arc::new(Shared::default());
     let (out, out_rx) = mpsc::channel(16);
     let (placements_tx, placements) = mpsc::channel(16);
-    rt.spawn(run(link, shared.clone(), out_rx, placements_tx));
+    let task_shared = shared.clone();
+    rt.spawn(async move {
+        let why = run(link, task_shared, out_rx, placements_tx, redial).await;
+        exit(&why);
+    });
     Control {
         shared,
         out,
@@ -102,39 +122,92 @@ pub(crate) fn spawn(rt: &tokio::runtime::Handle, link: WorkerLink<TcpStream>) ->
     }
 }
 
-async fn run(
+/// Serves the control connection, reconnecting when it drops; returns why
+/// the worker must exit (the coordinator stopped it, or stayed unreachable).
+pub(crate) async fn run(
     mut link: WorkerLink<TcpStream>,
     shared: Arc<Shared>,
     mut out: mpsc::Receiver<WorkerMsg>,
     placements: mpsc::Sender<Placement>,
-) {
-    let mut tick = tokio::time::interval(HEARTBEAT);
+    redial: Redial,
+) -> String {
+    let mut unsent = None;
     loop {
-        let msg = tokio::select! {
-            _ = tick.tick() => WorkerMsg::Heartbeat {
-                generation: shared.generation.load(Ordering::SeqCst),
-                pending: shared.report(),
-            },
-            Some(m) = out.recv() => m,
-            m = link.next() => {
-                match m {
-                    Some(Ok(m)) => obey(m, &shared, &placements).await,
-                    Some(Err(e)) => exit(&format!("control connection failed: {e}")),
-                    None => exit("lost the coordinator (connection closed)"),
-                }
-                continue;
-            }
+        let lost = match serve(&mut link, &shared, &mut out, &placements, &mut unsent).await {
+            Served::Stop(why) => return why,
+            Served::Lost(lost) => lost,
         };
-        let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(msg)).await;
-        if !matches!(sent, Ok(Ok(()))) {
-            exit("lost the coordinator (a message could not be sent)");
+        tracing::warn!(%lost, "control connection lost; reconnecting");
+        match redial.reconnect(&shared).await {
+            Ok(l) => link = l,
+            Err(e) => return format!("lost the coordinator ({lost}) and {e}"),
         }
     }
 }
 
-async fn obey(m: CoordinatorMsg, shared: &Shared, placements: &mpsc::Sender<Placement>) {
+/// How [`serve`] ended.
+enum Served {
+    /// The worker must exit, for this reason.
+    Stop(String),
+    /// The connection dropped, for this reason.
+    Lost(String),
+}
+
+/// One connection's life. A message that could not be sent is kept in
+/// `unsent` and goes first on the next connection (heartbeats excepted).
+async fn serve(
+    link: &mut WorkerLink<TcpStream>,
+    shared: &Shared,
+    out: &mut mpsc::Receiver<WorkerMsg>,
+    placements: &mpsc::Sender<Placement>,
+    unsent: &mut Option<WorkerMsg>,
+) -> Served {
+    let mut tick = tokio::time::interval(HEARTBEAT);
+    loop {
+        let msg = match unsent.take() {
+            Some(m) => m,
+            None => tokio::select! {
+                _ = tick.tick() => WorkerMsg::Heartbeat {
+                    generation: shared.generation.load(Ordering::SeqCst),
+                    pending: shared.report(),
+                },
+                Some(m) = out.recv() => m,
+                m = link.next() => {
+                    match m {
+                        Some(Ok(m)) => {
+                            if let Some(why) = obey(m, shared, placements).await {
+                                return Served::Stop(why);
+                            }
+                        }
+                        Some(Err(e)) => return Served::Lost(format!("control connection failed: {e}")),
+                        None => return Served::Lost("connection closed".into()),
+                    }
+                    continue;
+                }
+            },
+        };
+        let heartbeat = matches!(msg, WorkerMsg::Heartbeat { .. });
+        let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(msg.clone())).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            if !heartbeat {
+                *unsent = Some(msg);
+            }
+            return Served::Lost("a message could not be sent".into());
+        }
+    }
+}
+
+/// Carries out the coordinator's message; `Some(why)` when the worker must
+/// exit.
+async fn obey(
+    m: CoordinatorMsg,
+    shared: &Shared,
+    placements: &mpsc::Sender<Placement>,
+) -> Option<String> {
     match m {
-        CoordinatorMsg::Stop { reason } => exit(&format!("stopped by the coordinator: {reason}")),
+        CoordinatorMsg::Stop { reason } => {
+            return Some(format!("stopped by the coordinator: {reason}"));
+        }
         CoordinatorMsg::Reset { generation } => {
             if generation > shared.generation.load(Ordering::SeqCst) {
                 shared.end_generation("the coordinator reset the job (workers failed)");
@@ -153,6 +226,7 @@ async fn obey(m: CoordinatorMsg, shared: &Shared, placements: &mpsc::Sender<Plac
             tracing::debug!("ignored a handshake message after the handshake");
         }
     }
+    None
 }
 
 fn exit(why: &str) -> ! {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use control::Secret;
 // Re-exported for the tests that check whether this process was launched.
 pub(crate) use control::env::COORDINATOR;
-use control::env::{ELASTIC_TIMEOUT, HOST, SECRET, SLOT, START_TIMEOUT};
+use control::env::{COORDINATOR_TIMEOUT, ELASTIC_TIMEOUT, HOST, SECRET, SLOT, START_TIMEOUT};
 
 use crate::InitError;
 
@@ -21,6 +21,8 @@ pub(crate) struct Launch {
     pub(crate) start_timeout: Duration,
     /// `Some` in an elastic job.
     pub(crate) elastic_timeout: Option<Duration>,
+    /// How long to keep reconnecting after the coordinator connection drops.
+    pub(crate) coordinator_timeout: Duration,
 }
 
 impl Launch {
@@ -30,6 +32,10 @@ impl Launch {
         self.start_timeout + self.elastic_timeout.unwrap_or_default()
     }
 }
+
+/// How long a worker keeps reconnecting when `elasticrun` did not say
+/// (`--coordinator-timeout`'s default).
+const DEFAULT_COORDINATOR_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn seconds(s: &str) -> Option<Duration> {
     s.parse::<f64>()
@@ -69,6 +75,11 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         ),
         None => None,
     };
+    let coordinator_timeout = match get(COORDINATOR_TIMEOUT) {
+        Some(s) => seconds(&s)
+            .ok_or_else(|| bad(COORDINATOR_TIMEOUT, "is not a positive number of seconds"))?,
+        None => DEFAULT_COORDINATOR_TIMEOUT,
+    };
     Ok(Some(Launch {
         coordinator,
         secret,
@@ -76,6 +87,7 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         slot,
         start_timeout,
         elastic_timeout,
+        coordinator_timeout,
     }))
 }
 
@@ -127,6 +139,22 @@ mod tests {
         .unwrap();
         assert_eq!(l.elastic_timeout, Some(Duration::from_secs(600)));
         assert_eq!(l.assignment_wait(), Duration::from_secs(630));
+        assert_eq!(l.coordinator_timeout, DEFAULT_COORDINATOR_TIMEOUT);
+        let with = |v: &str| {
+            read(env(&[
+                (COORDINATOR, "127.0.0.1:4000"),
+                (SECRET, &k),
+                (HOST, "a"),
+                (SLOT, "0"),
+                (COORDINATOR_TIMEOUT, v),
+            ]))
+        };
+        let l = with("2.5").unwrap().unwrap();
+        assert_eq!(l.coordinator_timeout, Duration::from_millis(2500));
+        for bad in ["0", "-1", "soon"] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("ELASTICRUN_COORDINATOR_TIMEOUT"), "{e}");
+        }
     }
 
     #[test]

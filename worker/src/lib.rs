@@ -20,6 +20,7 @@ mod generation;
 mod hierarchy;
 mod join;
 mod optimizer;
+mod reconnect;
 mod rejoin;
 mod settings;
 mod worker;

@@ -70,7 +70,15 @@ pub fn init() -> Result<Worker, InitError> {
         return Ok(Worker::alone(rt));
     };
     let joined = rt.block_on(join::join(&launch))?;
-    let control = control_link::spawn(rt.handle(), joined.link);
+    let redial = control_link::Redial {
+        coordinator: launch.coordinator,
+        secret: launch.secret.clone(),
+        host: launch.host.clone(),
+        slot: launch.slot,
+        give_up_after: launch.coordinator_timeout,
+        launcher: Some(std::os::unix::process::parent_id()),
+    };
+    let control = control_link::spawn(rt.handle(), joined.link, redial);
     let link = Link {
         control,
         local_ip: joined.local_ip,
@@ -114,6 +122,7 @@ impl Worker {
         let memory = TuningMemory::default();
         let a = entered.assignment;
         let (engine, p) = generation::start(rt.handle(), &a, entered.plane, &memory);
+        let own = a.peers.get(p.place.rank).cloned();
         let worker = Worker {
             engine,
             rt,
@@ -124,7 +133,7 @@ impl Worker {
             link: Some(link),
             memory,
         };
-        worker.publish_generation(p.breaker);
+        worker.publish_generation(p.breaker, own);
         worker
     }
 
@@ -132,6 +141,7 @@ impl Worker {
     /// previous generation's engine, to be retired.
     pub(crate) fn install(&mut self, a: Assignment, plane: DataPlane) -> Engine {
         let (engine, p) = generation::start(self.rt.handle(), &a, plane, &self.memory);
+        let own = a.peers.get(p.place.rank).cloned();
         let old = std::mem::replace(&mut self.engine, engine);
         self.place = p.place;
         self.paths = p.paths;
@@ -139,13 +149,14 @@ impl Worker {
         // survivors and newcomers generate the same names.
         self.names = api::Names::default();
         self.knobs = Some(a.knobs);
-        self.publish_generation(p.breaker);
+        self.publish_generation(p.breaker, own);
         old
     }
 
     /// Tells the control task about the current generation: heartbeats carry
-    /// it, a `Reset` ends its data plane, the stall check sees its engine.
-    fn publish_generation(&self, breaker: Breaker) {
+    /// it, a `Reset` ends its data plane, the stall check sees its engine, and
+    /// a reconnection registers with its data-plane address `own`.
+    fn publish_generation(&self, breaker: Breaker, own: Option<control::PeerAddress>) {
         let Some(link) = &self.link else { return };
         let stall_check = self
             .knobs
@@ -154,7 +165,7 @@ impl Worker {
         let pending = stall_check.then(|| self.engine.pending());
         link.control
             .shared
-            .set_generation(self.place.generation, breaker, pending);
+            .set_generation(self.place.generation, breaker, pending, own);
     }
 
     pub fn place(&self) -> Place {

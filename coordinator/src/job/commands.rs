@@ -52,13 +52,17 @@ impl Driver {
                 self.retire(&slot);
             }
             Command::Reset { generation } => {
-                self.tell_all(&CoordinatorMsg::Reset { generation });
+                let m = CoordinatorMsg::Reset { generation };
+                self.tell_all(&m);
+                self.announced = Some(m);
             }
             Command::HostsUpdated { generation } => {
                 eprintln!(
                     "elasticrun: hosts changed; workers move to generation {generation} at their next commit"
                 );
-                self.tell_all(&CoordinatorMsg::HostsUpdated { generation });
+                let m = CoordinatorMsg::HostsUpdated { generation };
+                self.tell_all(&m);
+                self.announced = Some(m);
             }
             Command::Assign { generation, ranks } => return self.assign(generation, &ranks),
             Command::Leave { slot } => {
@@ -116,8 +120,11 @@ impl Driver {
                 tracing::debug!(workers = ranks.len(), %summary, "every worker registered")
             }
         }
+        self.announced = None;
+        self.assigned.clear();
         for (slot, a) in ranks.iter().zip(all) {
-            self.tell(slot, CoordinatorMsg::Assign(a));
+            self.tell(slot, CoordinatorMsg::Assign(a.clone()));
+            self.assigned.insert(slot.clone(), a);
         }
         self.inspector = self.stall.map(Inspector::new);
         Vec::new()
@@ -125,7 +132,7 @@ impl Driver {
 
     /// Sends `msg` to the worker on `slot`, if it is connected. A full channel
     /// means a stuck connection, which its task reports.
-    fn tell(&self, slot: &SlotId, msg: CoordinatorMsg) {
+    pub(super) fn tell(&self, slot: &SlotId, msg: CoordinatorMsg) {
         if let Some(link) = self.workers.get(slot).and_then(|l| l.link.as_ref()) {
             let _ = link.try_send(msg);
         }

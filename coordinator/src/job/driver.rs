@@ -91,6 +91,11 @@ pub(super) struct Driver {
     /// Control connections numbered in arrival order.
     pub(super) next_link: usize,
     pub(super) addrs: HashMap<SlotId, control::PeerAddress>,
+    /// Each member's assignment of the current generation, and the last
+    /// `Reset`/`HostsUpdated` sent since: what a reconnecting worker is told
+    /// again.
+    pub(super) assigned: HashMap<SlotId, control::Assignment>,
+    pub(super) announced: Option<CoordinatorMsg>,
     pub(super) forwarders: Vec<JoinHandle<std::io::Result<()>>>,
     pub(super) stopping: Vec<JoinHandle<()>>,
     pub(super) events: mpsc::Sender<LinkEvent>,
@@ -212,9 +217,31 @@ impl Driver {
         let now = self.now();
         if reconnecting {
             tracing::info!(%slot, generation = r.generation, "worker reconnected");
+            self.catch_up(&slot, r.generation);
             return self.core.reattached(now, &slot, r.generation);
         }
         self.core.registered(now, &slot)
+    }
+
+    /// Re-sends what a reconnected worker in `generation` may have missed
+    /// while it was away: its assignment of a newer generation, and the
+    /// announcement of the generation being gathered.
+    fn catch_up(&self, slot: &SlotId, generation: u64) {
+        if let Some(a) = self
+            .assigned
+            .get(slot)
+            .filter(|a| a.generation > generation)
+        {
+            self.tell(slot, CoordinatorMsg::Assign(a.clone()));
+        }
+        let pending = match &self.announced {
+            Some(m @ CoordinatorMsg::Reset { generation: g }) if *g > generation => Some(m),
+            Some(m @ CoordinatorMsg::HostsUpdated { generation: g }) if *g > generation => Some(m),
+            _ => None,
+        };
+        if let Some(m) = pending {
+            self.tell(slot, m.clone());
+        }
     }
 
     fn link_event(&mut self, e: LinkEvent) -> Vec<Command> {

@@ -177,6 +177,8 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         next_id: 0,
         next_link: 0,
         addrs: HashMap::new(),
+        assigned: HashMap::new(),
+        announced: None,
         forwarders: Vec::new(),
         stopping: Vec::new(),
         events: events_tx,

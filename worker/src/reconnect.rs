@@ -1,0 +1,330 @@
+//! Reaching the coordinator again after the control connection dropped: dial
+//! with exponential backoff, authenticate, and register as the same process
+//! (host, slot, pid) in the generation the worker is in, until
+//! `--coordinator-timeout` runs out. The coordinator takes a registration
+//! from its worker's own process as that worker coming back; one that
+//! restarted and resumed the job from its store reattaches it.
+//!
+//! ```text
+//!  lost ─► dial (50 ms, 100 ms, ... ≤ 1 s apart) ─► handshake ─► Register { generation }
+//!            └─ not within the timeout, or the launching process gone ─► the worker exits
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use control::{Registration, Secret, WorkerLink, WorkerMsg};
+use futures::SinkExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::control_link::Shared;
+
+/// First pause between attempts; each failure doubles it up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How to reach the coordinator again, and for how long to try.
+#[derive(Clone, Debug)]
+pub(crate) struct Redial {
+    pub(crate) coordinator: SocketAddr,
+    pub(crate) secret: Secret,
+    pub(crate) host: String,
+    pub(crate) slot: u32,
+    /// `--coordinator-timeout`.
+    pub(crate) give_up_after: Duration,
+    /// The process that started this worker (`elasticrun`, or the remote
+    /// shell ssh runs), when it must outlive it: once it is gone, so is the
+    /// job, and the worker stops trying at once.
+    pub(crate) launcher: Option<u32>,
+}
+
+impl Redial {
+    /// Whether the process that started this worker has exited (this one
+    /// was handed to another parent).
+    fn launcher_gone(&self) -> bool {
+        self.launcher
+            .is_some_and(|pid| std::os::unix::process::parent_id() != pid)
+    }
+}
+
+/// Why the worker gave the coordinator up.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CoordinatorGone {
+    #[error(
+        "could not reach it again at {addr} within {after:?} ({attempts} attempts; last: {last})"
+    )]
+    Unreachable {
+        addr: SocketAddr,
+        after: Duration,
+        attempts: u32,
+        last: String,
+    },
+    /// The launcher that started this worker has exited: the job is over.
+    #[error("the launcher that started this worker is gone")]
+    Launcher,
+}
+
+impl Redial {
+    /// A new, registered control connection, or [`CoordinatorGone`].
+    pub(crate) async fn reconnect(
+        &self,
+        shared: &Shared,
+    ) -> Result<WorkerLink<TcpStream>, CoordinatorGone> {
+        let deadline = Instant::now() + self.give_up_after;
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempts = 0;
+        loop {
+            if self.launcher_gone() {
+                return Err(CoordinatorGone::Launcher);
+            }
+            attempts += 1;
+            let last = match tokio::time::timeout_at(deadline, self.attempt(shared, deadline)).await
+            {
+                Ok(Ok(link)) => {
+                    tracing::info!(attempts, "reconnected to the coordinator");
+                    return Ok(link);
+                }
+                Ok(Err(why)) => why,
+                Err(_) => "timed out".to_owned(),
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(CoordinatorGone::Unreachable {
+                    addr: self.coordinator,
+                    after: self.give_up_after,
+                    attempts,
+                    last,
+                });
+            }
+            tracing::debug!(%last, ?backoff, "coordinator not back yet");
+            // The last pause is cut short so that one attempt falls at the deadline.
+            tokio::time::sleep(backoff.min(left)).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn attempt(
+        &self,
+        shared: &Shared,
+        deadline: Instant,
+    ) -> Result<WorkerLink<TcpStream>, String> {
+        let stream = TcpStream::connect(self.coordinator)
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = stream.set_nodelay(true);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut link = control::connect(stream, &self.secret, left)
+            .await
+            .map_err(|e| e.to_string())?;
+        let data_addr = shared
+            .data_addr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or("no data-plane address yet")?;
+        let registration = Registration {
+            host: self.host.clone(),
+            slot: self.slot,
+            pid: std::process::id(),
+            data_addr,
+            generation: shared.generation.load(Ordering::SeqCst),
+        };
+        link.send(WorkerMsg::Register(registration))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(link)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::sync::Arc;
+
+    use control::{CoordinatorMsg, PeerAddress, PendingReport};
+    use futures::StreamExt;
+    use tokio::net::TcpListener;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::control_link::run;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    /// A worker's control task connected to a stand-in coordinator on
+    /// loopback; the coordinator's end of the first connection.
+    async fn started(
+        give_up_after: Duration,
+    ) -> (
+        TcpListener,
+        control::CoordinatorLink<TcpStream>,
+        Secret,
+        tokio::task::JoinHandle<String>,
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let secret = Secret::generate().unwrap();
+        let (worker_end, coordinator_end) = tokio::join!(
+            async {
+                control::connect(TcpStream::connect(addr).await.unwrap(), &secret, LIMIT).await
+            },
+            async { control::accept(listener.accept().await.unwrap().0, &secret, LIMIT).await },
+        );
+        let shared = Arc::new(Shared::default());
+        shared.generation.store(7, Ordering::SeqCst);
+        let own = PeerAddress::tcp("127.0.0.1:4321".parse().unwrap());
+        *shared.data_addr.lock().unwrap() = Some(own);
+        let redial = Redial {
+            coordinator: addr,
+            secret: secret.clone(),
+            host: "h".into(),
+            slot: 2,
+            give_up_after,
+            launcher: None,
+        };
+        let (_out_tx, out_rx) = mpsc::channel(4);
+        let (placements_tx, _placements) = mpsc::channel(4);
+        let task = tokio::spawn(async move {
+            // Keep the channels' other ends alive for the task's life.
+            let _keep = (_out_tx, _placements);
+            run(worker_end.unwrap(), shared, out_rx, placements_tx, redial).await
+        });
+        (listener, coordinator_end.unwrap(), secret, task)
+    }
+
+    #[tokio::test]
+    async fn a_dropped_connection_is_redialled_and_the_task_carries_on() {
+        let (listener, first, secret, task) = started(LIMIT).await;
+        drop(first);
+        let again = async {
+            let (s, _) = listener.accept().await.unwrap();
+            let mut link = control::accept(s, &secret, LIMIT).await.unwrap();
+            let registration = link.next().await.unwrap().unwrap();
+            (link, registration)
+        };
+        let (mut link, registration) = tokio::time::timeout(LIMIT, again)
+            .await
+            .expect("the worker did not come back within 10 s");
+        let WorkerMsg::Register(r) = registration else {
+            panic!("expected a registration, got {registration:?}");
+        };
+        assert_eq!(
+            (r.host.as_str(), r.slot, r.pid, r.generation),
+            ("h", 2, std::process::id(), 7)
+        );
+        link.send(CoordinatorMsg::Stop {
+            reason: "done".into(),
+        })
+        .await
+        .unwrap();
+        let why = tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
+        assert_eq!(why, "stopped by the coordinator: done");
+    }
+
+    #[tokio::test]
+    async fn it_registers_as_the_same_process_in_its_generation() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let secret = Secret::generate().unwrap();
+        let shared = Shared::default();
+        shared.generation.store(7, Ordering::SeqCst);
+        let own = PeerAddress::tcp("127.0.0.1:4321".parse().unwrap());
+        *shared.data_addr.lock().unwrap() = Some(own.clone());
+        let redial = Redial {
+            coordinator: addr,
+            secret: secret.clone(),
+            host: "h".into(),
+            slot: 2,
+            give_up_after: LIMIT,
+            launcher: None,
+        };
+        let coordinator = async {
+            let mut link = control::accept(listener.accept().await.unwrap().0, &secret, LIMIT)
+                .await
+                .unwrap();
+            let first = link.next().await.unwrap().unwrap();
+            (link, first)
+        };
+        let (worker, (mut link, first)) = tokio::join!(redial.reconnect(&shared), coordinator);
+        let mut worker = worker.unwrap();
+        let expected = Registration {
+            host: "h".into(),
+            slot: 2,
+            pid: std::process::id(),
+            data_addr: own,
+            generation: 7,
+        };
+        assert_eq!(first, WorkerMsg::Register(expected));
+        // The new connection carries the conversation on.
+        link.send(CoordinatorMsg::Stop { reason: "x".into() })
+            .await
+            .unwrap();
+        let got = worker.next().await.unwrap().unwrap();
+        assert_eq!(got, CoordinatorMsg::Stop { reason: "x".into() });
+        let hb = WorkerMsg::Heartbeat {
+            generation: 7,
+            pending: PendingReport::default(),
+        };
+        worker.send(hb.clone()).await.unwrap();
+        assert_eq!(link.next().await.unwrap().unwrap(), hb);
+    }
+
+    #[tokio::test]
+    async fn a_coordinator_that_stays_away_ends_the_worker_after_the_timeout() {
+        let (listener, first, _, task) = started(Duration::from_millis(300)).await;
+        drop(listener);
+        drop(first);
+        let started = std::time::Instant::now();
+        let why = tokio::time::timeout(LIMIT, task)
+            .await
+            .expect("the worker kept trying past its timeout")
+            .unwrap();
+        assert!(
+            why.contains("lost the coordinator (connection closed)")
+                && why.contains("could not reach it again at")
+                && why.contains("300ms"),
+            "{why}"
+        );
+        // It did try until its timeout (a hang guard aside, no upper bound).
+        assert!(
+            started.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn stop_from_the_coordinator_ends_the_task_with_its_reason() {
+        let (_listener, mut first, _, task) = started(LIMIT).await;
+        first
+            .send(CoordinatorMsg::Stop {
+                reason: "the job is stopping".into(),
+            })
+            .await
+            .unwrap();
+        let why = tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
+        assert_eq!(why, "stopped by the coordinator: the job is stopping");
+    }
+
+    #[tokio::test]
+    async fn a_worker_whose_launcher_is_gone_stops_trying_at_once() {
+        let redial = Redial {
+            // Nothing listens there; the launcher check comes first anyway.
+            coordinator: "127.0.0.1:9".parse().unwrap(),
+            secret: Secret::generate().unwrap(),
+            host: "h".into(),
+            slot: 0,
+            give_up_after: Duration::from_secs(3600),
+            // Not this process's parent: as if the launcher had exited.
+            launcher: Some(std::os::unix::process::parent_id().wrapping_add(1)),
+        };
+        let e = tokio::time::timeout(LIMIT, redial.reconnect(&Shared::default()))
+            .await
+            .expect("it kept trying")
+            .unwrap_err();
+        assert!(matches!(e, CoordinatorGone::Launcher), "{e}");
+    }
+}
