@@ -8,4 +8,4 @@ mod run;
 mod state;
 
 pub use run::{ElasticError, Outcome, run};
-pub use state::{Interrupt, State};
+pub use state::{Interrupt, PeerLost, State, WorkersFailed};

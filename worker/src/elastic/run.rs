@@ -4,6 +4,8 @@ use crate::{RejoinError, Worker};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+#[cfg(test)]
+use super::state::WorkersFailed;
 use super::state::{Interrupt, State};
 
 /// Why [`run`] gave up.
@@ -52,11 +54,12 @@ where
         match attempt {
             Ok(value) => return Ok(Outcome { value, resets }),
             Err(Interrupt::Fatal(why)) => return Err(ElasticError::Train(why)),
-            Err(Interrupt::WorkersFailed(why)) => {
+            Err(Interrupt::WorkersFailed(failed)) => {
                 if !w.is_elastic() {
-                    return Err(ElasticError::NotElastic(why));
+                    return Err(ElasticError::NotElastic(failed.why));
                 }
-                tracing::info!(rank = w.rank(), %why, "workers failed; restoring the last commit");
+                let lost = failed.lost.map(|p| p.rank);
+                tracing::info!(rank = w.rank(), ?lost, why = %failed.why, "workers failed; restoring the last commit");
                 state.restore();
             }
             Err(Interrupt::HostsUpdated) => {
@@ -102,7 +105,9 @@ mod tests {
         let e = run(&mut w, &mut st, |_, s| {
             calls += 1;
             *s.get_mut() += 1;
-            Err::<(), _>(Interrupt::WorkersFailed("peer rank 1 lost".into()))
+            Err::<(), _>(Interrupt::WorkersFailed(WorkersFailed::because(
+                "peer rank 1 lost",
+            )))
         })
         .unwrap_err();
         assert!(matches!(e, ElasticError::NotElastic(_)), "{e}");

@@ -1,6 +1,8 @@
 //! Training state that survives membership changes: committed in memory,
 //! restored after a failure, synced from rank 0 into every new generation.
 
+use collectives::{CollectiveError, TransportError};
+
 use crate::{EngineError, ObjectError, ReduceOp, Worker};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -11,7 +13,7 @@ pub enum Interrupt {
     /// A peer failed (or the coordinator said so): roll back to the last
     /// commit and carry on in the next generation.
     #[error("workers failed: {0}")]
-    WorkersFailed(String),
+    WorkersFailed(WorkersFailed),
     /// Hosts were added or removed: carry on in the next generation from
     /// here, with no rollback. Raised by [`State::commit`].
     #[error("hosts were updated")]
@@ -21,16 +23,60 @@ pub enum Interrupt {
     Fatal(String),
 }
 
+/// Which workers failed, as far as this rank saw it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct WorkersFailed {
+    /// The peer this rank lost, when the data plane said which (a
+    /// coordinator's `Reset` or a timeout does not).
+    pub lost: Option<PeerLost>,
+    pub why: String,
+}
+
+/// A peer's data-plane connection broke: rank `rank` of `generation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerLost {
+    pub rank: usize,
+    pub generation: u64,
+}
+
+impl WorkersFailed {
+    /// A failure this rank was told of, with no peer named.
+    pub fn because(why: impl Into<String>) -> Self {
+        Self {
+            lost: None,
+            why: why.into(),
+        }
+    }
+}
+
 impl From<EngineError> for Interrupt {
     fn from(e: EngineError) -> Self {
-        match e {
+        match &e {
             // The data plane broke: a peer died, timed out or the generation
             // was ended.
-            EngineError::Collective(_) | EngineError::ShutDown => {
-                Interrupt::WorkersFailed(e.to_string())
+            EngineError::Collective(c) => Interrupt::WorkersFailed(WorkersFailed {
+                lost: peer_lost(c),
+                why: e.to_string(),
+            }),
+            EngineError::ShutDown => {
+                Interrupt::WorkersFailed(WorkersFailed::because(e.to_string()))
             }
             other => Interrupt::Fatal(other.to_string()),
         }
+    }
+}
+
+/// The peer a collective lost, if that is why it failed.
+fn peer_lost(e: &CollectiveError) -> Option<PeerLost> {
+    match e {
+        CollectiveError::Transport(TransportError::PeerLost {
+            rank, generation, ..
+        }) => Some(PeerLost {
+            rank: *rank,
+            generation: generation.0,
+        }),
+        _ => None,
     }
 }
 
@@ -157,8 +203,32 @@ mod tests {
     fn only_data_plane_failures_are_worker_failures() {
         assert!(matches!(
             Interrupt::from(EngineError::ShutDown),
-            Interrupt::WorkersFailed(_)
+            Interrupt::WorkersFailed(WorkersFailed { lost: None, .. })
         ));
+        // A lost peer is named, typed, up to the elastic layer.
+        let lost = TransportError::PeerLost {
+            rank: 3,
+            generation: collectives::Generation(5),
+            cause: collectives::LossCause::Closed,
+        };
+        let e = EngineError::Collective(std::sync::Arc::new(lost.into()));
+        match Interrupt::from(e) {
+            Interrupt::WorkersFailed(f) => {
+                assert_eq!(
+                    f.lost,
+                    Some(PeerLost {
+                        rank: 3,
+                        generation: 5
+                    })
+                );
+                assert!(
+                    f.why.contains("peer rank 3 lost in generation 5"),
+                    "{}",
+                    f.why
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(matches!(
             Interrupt::from(EngineError::Mismatch("grad.0".into())),
             Interrupt::Fatal(_)
