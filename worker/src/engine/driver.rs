@@ -11,6 +11,7 @@ use collectives::{Communicator, Hierarchy, Transport};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::Planes;
 use super::autotune::{AutotuneSetup, Autotuner, layout, starting_tuning};
 use super::config::EngineConfig;
 use super::exec;
@@ -59,8 +60,10 @@ pub struct EngineStats {
     pub fusion_buffer_growths: u64,
 }
 
-struct State<X> {
+struct State<X, H> {
     comm: Communicator<X>,
+    /// The per-cycle messages travel here, never on `comm`.
+    negotiation: Communicator<H>,
     neg: Negotiator,
     rank: usize,
     /// Submitted here, not yet finished.
@@ -92,11 +95,15 @@ struct State<X> {
 
 /// Runs the engine until every rank has shut down or the data plane fails;
 /// returns the communicator (to shut its transport down) and the counters.
-pub(super) async fn run<X: Transport>(
-    comm: Communicator<X>,
+pub(super) async fn run<X: Transport, H: Transport>(
+    planes: Planes<X, H>,
     cfg: EngineConfig,
     mut rx: mpsc::UnboundedReceiver<Command>,
-) -> (Communicator<X>, EngineStats) {
+) -> (Planes<X, H>, EngineStats) {
+    let Planes {
+        data: comm,
+        negotiation,
+    } = planes;
     let fusion = FusionPolicy {
         threshold_bytes: cfg.fusion_threshold_bytes,
         small_bytes: comm.options().small_message_bytes,
@@ -109,6 +116,7 @@ pub(super) async fn run<X: Transport>(
     };
     let mut st = State {
         comm,
+        negotiation,
         neg,
         rank,
         waiting: HashMap::new(),
@@ -165,7 +173,11 @@ pub(super) async fn run<X: Transport>(
     st.stats.cache_hits = st.neg.cache_hits();
     st.stats.fusion_buffer_growths = st.fusion.growths();
     st.timeline.close();
-    (st.comm, st.stats)
+    let planes = Planes {
+        data: st.comm,
+        negotiation: st.negotiation,
+    };
+    (planes, st.stats)
 }
 
 /// After a fatal error, answers every later submission with it until the
@@ -183,7 +195,7 @@ async fn drain_after_failure(rx: &mut mpsc::UnboundedReceiver<Command>, e: &Engi
     }
 }
 
-impl<X: Transport> State<X> {
+impl<X: Transport, H: Transport> State<X, H> {
     /// Rank 0: starts (or, for a world size tuned before, resumes) tuning;
     /// a resumed size's best point so far goes out with the first message.
     fn start_autotuner(&mut self, setup: &AutotuneSetup, cfg: &EngineConfig) {
@@ -268,8 +280,16 @@ impl<X: Transport> State<X> {
         self.timeline.cycle(std::time::Instant::now());
         let mine = bincode::serde::encode_to_vec(self.message(), bincode::config::standard())
             .map_err(|e| EngineError::Internal(e.to_string()))?;
+        let (n, r) = (self.negotiation.size(), self.negotiation.rank());
+        if (n, r) != (self.comm.size(), self.rank) {
+            return Err(EngineError::Internal(format!(
+                "the negotiation communicator is rank {r} of {n}, the data plane rank {} of {}",
+                self.rank,
+                self.comm.size()
+            )));
+        }
         let (all, counts) = self
-            .comm
+            .negotiation
             .allgather(&mine)
             .await
             .map_err(|e| EngineError::Collective(Arc::new(e)))?;
