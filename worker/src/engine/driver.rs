@@ -100,44 +100,7 @@ pub(super) async fn run<X: Transport, H: Transport>(
     cfg: EngineConfig,
     mut rx: mpsc::UnboundedReceiver<Command>,
 ) -> (Planes<X, H>, EngineStats) {
-    let Planes {
-        data: comm,
-        negotiation,
-    } = planes;
-    let fusion = FusionPolicy {
-        threshold_bytes: cfg.fusion_threshold_bytes,
-        small_bytes: comm.options().small_message_bytes,
-    };
-    let neg = Negotiator::new(comm.size(), cfg.cache_capacity, fusion);
-    let rank = comm.rank();
-    let timeline = match &cfg.timeline {
-        Some(t) if rank == 0 => Timeline::open(t),
-        _ => Timeline::disabled(),
-    };
-    let mut st = State {
-        comm,
-        negotiation,
-        neg,
-        rank,
-        waiting: HashMap::new(),
-        fresh: Vec::new(),
-        shutdown: false,
-        join_news: false,
-        join_reply: None,
-        joined: Vec::new(),
-        stats: EngineStats::default(),
-        timeline,
-        retune: None,
-        cycle_time: cfg.cycle_time.min(Duration::from_micros(MAX_CYCLE_US)),
-        autotuner: None,
-        sample: None,
-        autotune: cfg.autotune.clone(),
-        hierarchy: cfg.hierarchy.clone(),
-        fusion: FusionBuffer::default(),
-    };
-    if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
-        st.start_autotuner(setup, &cfg);
-    }
+    let mut st = State::new(planes, &cfg);
     let mut next = Instant::now();
     let mut open = true;
     loop {
@@ -196,6 +159,50 @@ async fn drain_after_failure(rx: &mut mpsc::UnboundedReceiver<Command>, e: &Engi
 }
 
 impl<X: Transport, H: Transport> State<X, H> {
+    /// The state an engine starts in; rank 0 of an autotuned job starts
+    /// (or resumes) tuning.
+    fn new(planes: Planes<X, H>, cfg: &EngineConfig) -> Self {
+        let Planes {
+            data: comm,
+            negotiation,
+        } = planes;
+        let fusion = FusionPolicy {
+            threshold_bytes: cfg.fusion_threshold_bytes,
+            small_bytes: comm.options().small_message_bytes,
+        };
+        let neg = Negotiator::new(comm.size(), cfg.cache_capacity, fusion);
+        let rank = comm.rank();
+        let timeline = match &cfg.timeline {
+            Some(t) if rank == 0 => Timeline::open(t),
+            _ => Timeline::disabled(),
+        };
+        let mut st = State {
+            comm,
+            negotiation,
+            neg,
+            rank,
+            waiting: HashMap::new(),
+            fresh: Vec::new(),
+            shutdown: false,
+            join_news: false,
+            join_reply: None,
+            joined: Vec::new(),
+            stats: EngineStats::default(),
+            timeline,
+            retune: None,
+            cycle_time: cfg.cycle_time.min(Duration::from_micros(MAX_CYCLE_US)),
+            autotuner: None,
+            sample: None,
+            autotune: cfg.autotune.clone(),
+            hierarchy: cfg.hierarchy.clone(),
+            fusion: FusionBuffer::default(),
+        };
+        if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
+            st.start_autotuner(setup, cfg);
+        }
+        st
+    }
+
     /// Rank 0: starts (or, for a world size tuned before, resumes) tuning;
     /// a resumed size's best point so far goes out with the first message.
     fn start_autotuner(&mut self, setup: &AutotuneSetup, cfg: &EngineConfig) {
