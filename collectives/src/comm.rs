@@ -105,6 +105,28 @@ impl Default for Scaling {
     }
 }
 
+/// Where a communicator numbers its operations. Two communicators over one
+/// transport (the engine's data and negotiation communicators over one TCP
+/// mesh) take different spaces, so their messages never meet: op ids of the
+/// data space count from 0, those of the negotiation space from 2^55, and
+/// both stay below the 2^56 where the ids of composite operations' parts
+/// begin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OpSpace {
+    #[default]
+    Data,
+    Negotiation,
+}
+
+impl OpSpace {
+    fn first_op(self) -> u64 {
+        match self {
+            OpSpace::Data => 0,
+            OpSpace::Negotiation => 1 << 55,
+        }
+    }
+}
+
 /// The collectives of one world. Every rank must call the same collectives in the
 /// same order with matching sizes (the worker engine's negotiation guarantees it);
 /// each call gets the next operation id, which tags its messages.
@@ -117,10 +139,15 @@ pub struct Communicator<X> {
 
 impl<X: Transport> Communicator<X> {
     pub fn new(transport: X, options: CollectiveOptions) -> Self {
+        Self::in_space(transport, options, OpSpace::Data)
+    }
+
+    /// A communicator numbering its operations in `space` (see [`OpSpace`]).
+    pub fn in_space(transport: X, options: CollectiveOptions, space: OpSpace) -> Self {
         Self {
             transport,
             options,
-            next_op: AtomicU64::new(0),
+            next_op: AtomicU64::new(space.first_op()),
         }
     }
 

@@ -28,7 +28,8 @@ mod topology;
 mod transport;
 
 pub use comm::{
-    AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, Layout, Scaling,
+    AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, Layout, OpSpace,
+    Scaling,
 };
 pub use dtype::{DType, Element, UnknownDType};
 pub use error::{CollectiveError, LossCause, Result, TransportError};

@@ -336,3 +336,42 @@ async fn prescale_and_postscale_apply_around_the_reduction() {
     );
     shutdown_all(comms).await;
 }
+
+/// Two communicators over one shared transport, in different op-id spaces,
+/// run collectives at the same time without their messages meeting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn communicators_in_two_op_spaces_share_one_transport() {
+    use std::sync::Arc;
+
+    use collectives::{OpSpace, Transport};
+    for n in [2, 3, 4] {
+        let world = MemTransport::world(n, Generation(1), Duration::from_secs(20));
+        let runs = world.into_iter().map(|t| {
+            let t = Arc::new(t);
+            let opts = CollectiveOptions::default();
+            let data = Communicator::new(t.clone(), opts.clone());
+            let neg = Communicator::in_space(t, opts, OpSpace::Negotiation);
+            async move {
+                let rank = data.rank();
+                let mut buf = vec![rank as f32 + 1.0; 1000];
+                let mine = vec![rank as u8; rank + 1];
+                let (sum, gathered) = tokio::join!(
+                    data.allreduce(&mut buf, ReduceOp::Sum),
+                    neg.allgather(&mine)
+                );
+                sum.unwrap();
+                // The last owner's shutdown says goodbye for both.
+                data.into_transport().shutdown().await;
+                neg.into_transport().shutdown().await;
+                (buf, gathered.unwrap())
+            }
+        });
+        let want_sum = (1..=n).sum::<usize>() as f32;
+        for (buf, (all, counts)) in futures::future::join_all(runs).await {
+            assert!(buf.iter().all(|&x| x == want_sum), "n={n}");
+            assert_eq!(counts, (1..=n).collect::<Vec<_>>());
+            let want: Vec<u8> = (0..n).flat_map(|r| vec![r as u8; r + 1]).collect();
+            assert_eq!(all, want);
+        }
+    }
+}

@@ -12,15 +12,17 @@
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{
-    Breaker, Communicator, Endpoint, Generation, TcpConfig, TcpEndpoint, Transport, TransportError,
+    Breaker, CollectiveOptions, Communicator, Endpoint, Generation, OpSpace, TcpConfig,
+    TcpEndpoint, Transport, TransportError,
 };
 use control::{Assignment, PeerAddress};
 
 use crate::data_plane::DataPlane;
-use crate::engine::{Engine, TuningMemory};
+use crate::engine::{Engine, Planes, TuningMemory};
 use crate::hierarchy::{self, CollectivePaths};
 use crate::settings::engine_config;
 use crate::worker::Place;
@@ -129,19 +131,25 @@ pub(crate) fn start(
     (engine, parts)
 }
 
-/// An engine on `plane`, which it shuts down cleanly when it stops.
+/// An engine on `plane`, which it shuts down cleanly when it stops. Its
+/// negotiation runs on a communicator of its own over the same mesh, in
+/// another op-id space, so the tensors' messages and the negotiation's never
+/// meet.
 pub(crate) fn engine_on(
     rt: &tokio::runtime::Handle,
     plane: DataPlane,
-    options: collectives::CollectiveOptions,
+    options: CollectiveOptions,
     cfg: crate::EngineConfig,
 ) -> Engine {
-    Engine::start(
-        rt,
-        Communicator::new(plane, options),
-        cfg,
-        |comm| async move {
-            comm.into_transport().shutdown().await;
-        },
-    )
+    let plane = Arc::new(plane);
+    let negotiation = CollectiveOptions::default();
+    let planes = Planes {
+        data: Communicator::new(plane.clone(), options),
+        negotiation: Communicator::in_space(plane, negotiation, OpSpace::Negotiation),
+    };
+    Engine::start(rt, planes, cfg, |planes| async move {
+        // The last owner to shut down says goodbye for both.
+        planes.data.into_transport().shutdown().await;
+        planes.negotiation.into_transport().shutdown().await;
+    })
 }

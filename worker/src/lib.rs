@@ -29,7 +29,7 @@ pub use api::GroupHandle;
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
 pub use data_plane::DataPlane;
 pub use engine::{
-    Engine, EngineConfig, EngineError, EngineStats, Handle, Tensor, TimelineConfig, Tuning,
+    Engine, EngineConfig, EngineError, EngineStats, Handle, Planes, Tensor, TimelineConfig, Tuning,
     TuningMemory,
 };
 pub use error::{Error, InitError, ObjectError};

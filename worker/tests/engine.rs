@@ -319,10 +319,15 @@ fn every_collective_runs_through_the_engine() {
 fn a_lost_peer_fails_pending_tensors_instead_of_hanging() {
     let rt = runtime();
     let mut world = MemTransport::world(2, Generation(1), Duration::from_secs(2));
-    let dead = world.pop().unwrap();
-    let comm = Communicator::new(world.pop().unwrap(), CollectiveOptions::default());
-    let e = Engine::start(rt.handle(), comm, EngineConfig::default(), |_| async {});
-    dead.kill();
+    let mut negotiation = MemTransport::world(2, Generation(1), Duration::from_secs(2));
+    let dead = (world.pop().unwrap(), negotiation.pop().unwrap());
+    let planes = worker::Planes {
+        data: Communicator::new(world.pop().unwrap(), CollectiveOptions::default()),
+        negotiation: Communicator::new(negotiation.pop().unwrap(), CollectiveOptions::default()),
+    };
+    let e = Engine::start(rt.handle(), planes, EngineConfig::default(), |_| async {});
+    dead.0.kill();
+    dead.1.kill();
     let r = allreduce(&e, "x", vec![1.0f32; 4], ReduceOp::Sum).wait();
     assert!(matches!(r, Err(EngineError::Collective(_))), "{r:?}");
     // Later submissions get the same error straight away.

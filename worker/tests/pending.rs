@@ -5,19 +5,30 @@ use std::time::{Duration, Instant};
 
 use collectives::{CollectiveOptions, Communicator, Generation, MemTransport, ReduceOp, Transport};
 use worker::engine::{Kind, PendingBoard};
-use worker::{Engine, EngineConfig, Tensor};
+use worker::{Engine, EngineConfig, Planes, Tensor};
 
 /// Bound on anything a test waits for.
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn engines(rt: &tokio::runtime::Runtime, size: usize) -> Vec<Engine> {
+    let negotiation = MemTransport::world(size, Generation(1), DEADLINE);
     MemTransport::world(size, Generation(1), DEADLINE)
         .into_iter()
-        .map(|t| {
-            let comm = Communicator::new(t, CollectiveOptions::default());
-            Engine::start(rt.handle(), comm, EngineConfig::default(), |c| async move {
-                c.into_transport().shutdown().await;
-            })
+        .zip(negotiation)
+        .map(|(t, n)| {
+            let planes = Planes {
+                data: Communicator::new(t, CollectiveOptions::default()),
+                negotiation: Communicator::new(n, CollectiveOptions::default()),
+            };
+            Engine::start(
+                rt.handle(),
+                planes,
+                EngineConfig::default(),
+                |p| async move {
+                    p.data.into_transport().shutdown().await;
+                    p.negotiation.into_transport().shutdown().await;
+                },
+            )
         })
         .collect()
 }

@@ -11,6 +11,7 @@ use collectives::{Communicator, Hierarchy, Transport};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::Planes;
 use super::autotune::{AutotuneSetup, Autotuner, layout, starting_tuning};
 use super::config::EngineConfig;
 use super::exec;
@@ -59,8 +60,10 @@ pub struct EngineStats {
     pub fusion_buffer_growths: u64,
 }
 
-struct State<X> {
+struct State<X, H> {
     comm: Communicator<X>,
+    /// The per-cycle messages travel here, never on `comm`.
+    negotiation: Communicator<H>,
     neg: Negotiator,
     rank: usize,
     /// Submitted here, not yet finished.
@@ -92,44 +95,12 @@ struct State<X> {
 
 /// Runs the engine until every rank has shut down or the data plane fails;
 /// returns the communicator (to shut its transport down) and the counters.
-pub(super) async fn run<X: Transport>(
-    comm: Communicator<X>,
+pub(super) async fn run<X: Transport, H: Transport>(
+    planes: Planes<X, H>,
     cfg: EngineConfig,
     mut rx: mpsc::UnboundedReceiver<Command>,
-) -> (Communicator<X>, EngineStats) {
-    let fusion = FusionPolicy {
-        threshold_bytes: cfg.fusion_threshold_bytes,
-        small_bytes: comm.options().small_message_bytes,
-    };
-    let neg = Negotiator::new(comm.size(), cfg.cache_capacity, fusion);
-    let rank = comm.rank();
-    let timeline = match &cfg.timeline {
-        Some(t) if rank == 0 => Timeline::open(t),
-        _ => Timeline::disabled(),
-    };
-    let mut st = State {
-        comm,
-        neg,
-        rank,
-        waiting: HashMap::new(),
-        fresh: Vec::new(),
-        shutdown: false,
-        join_news: false,
-        join_reply: None,
-        joined: Vec::new(),
-        stats: EngineStats::default(),
-        timeline,
-        retune: None,
-        cycle_time: cfg.cycle_time.min(Duration::from_micros(MAX_CYCLE_US)),
-        autotuner: None,
-        sample: None,
-        autotune: cfg.autotune.clone(),
-        hierarchy: cfg.hierarchy.clone(),
-        fusion: FusionBuffer::default(),
-    };
-    if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
-        st.start_autotuner(setup, &cfg);
-    }
+) -> (Planes<X, H>, EngineStats) {
+    let mut st = State::new(planes, &cfg);
     let mut next = Instant::now();
     let mut open = true;
     loop {
@@ -165,7 +136,11 @@ pub(super) async fn run<X: Transport>(
     st.stats.cache_hits = st.neg.cache_hits();
     st.stats.fusion_buffer_growths = st.fusion.growths();
     st.timeline.close();
-    (st.comm, st.stats)
+    let planes = Planes {
+        data: st.comm,
+        negotiation: st.negotiation,
+    };
+    (planes, st.stats)
 }
 
 /// After a fatal error, answers every later submission with it until the
@@ -183,7 +158,51 @@ async fn drain_after_failure(rx: &mut mpsc::UnboundedReceiver<Command>, e: &Engi
     }
 }
 
-impl<X: Transport> State<X> {
+impl<X: Transport, H: Transport> State<X, H> {
+    /// The state an engine starts in; rank 0 of an autotuned job starts
+    /// (or resumes) tuning.
+    fn new(planes: Planes<X, H>, cfg: &EngineConfig) -> Self {
+        let Planes {
+            data: comm,
+            negotiation,
+        } = planes;
+        let fusion = FusionPolicy {
+            threshold_bytes: cfg.fusion_threshold_bytes,
+            small_bytes: comm.options().small_message_bytes,
+        };
+        let neg = Negotiator::new(comm.size(), cfg.cache_capacity, fusion);
+        let rank = comm.rank();
+        let timeline = match &cfg.timeline {
+            Some(t) if rank == 0 => Timeline::open(t),
+            _ => Timeline::disabled(),
+        };
+        let mut st = State {
+            comm,
+            negotiation,
+            neg,
+            rank,
+            waiting: HashMap::new(),
+            fresh: Vec::new(),
+            shutdown: false,
+            join_news: false,
+            join_reply: None,
+            joined: Vec::new(),
+            stats: EngineStats::default(),
+            timeline,
+            retune: None,
+            cycle_time: cfg.cycle_time.min(Duration::from_micros(MAX_CYCLE_US)),
+            autotuner: None,
+            sample: None,
+            autotune: cfg.autotune.clone(),
+            hierarchy: cfg.hierarchy.clone(),
+            fusion: FusionBuffer::default(),
+        };
+        if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
+            st.start_autotuner(setup, cfg);
+        }
+        st
+    }
+
     /// Rank 0: starts (or, for a world size tuned before, resumes) tuning;
     /// a resumed size's best point so far goes out with the first message.
     fn start_autotuner(&mut self, setup: &AutotuneSetup, cfg: &EngineConfig) {
@@ -268,8 +287,16 @@ impl<X: Transport> State<X> {
         self.timeline.cycle(std::time::Instant::now());
         let mine = bincode::serde::encode_to_vec(self.message(), bincode::config::standard())
             .map_err(|e| EngineError::Internal(e.to_string()))?;
+        let (n, r) = (self.negotiation.size(), self.negotiation.rank());
+        if (n, r) != (self.comm.size(), self.rank) {
+            return Err(EngineError::Internal(format!(
+                "the negotiation communicator is rank {r} of {n}, the data plane rank {} of {}",
+                self.rank,
+                self.comm.size()
+            )));
+        }
         let (all, counts) = self
-            .comm
+            .negotiation
             .allgather(&mine)
             .await
             .map_err(|e| EngineError::Collective(Arc::new(e)))?;

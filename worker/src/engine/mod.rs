@@ -105,6 +105,17 @@ impl<T: Element> Handle<T> {
     }
 }
 
+/// The two communicators an engine runs on: `data` carries the tensors;
+/// `negotiation` carries the ranks' messages of every cycle, always in host
+/// memory, so that the data plane can be one that moves device buffers.
+/// They may share one transport if their op ids differ
+/// ([`collectives::OpSpace`]); both must have the same ranks.
+#[derive(Debug)]
+pub struct Planes<X, H> {
+    pub data: Communicator<X>,
+    pub negotiation: Communicator<H>,
+}
+
 /// The API side of a running engine.
 #[derive(Debug)]
 pub struct Engine {
@@ -114,22 +125,24 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Starts the engine on `rt`; `on_finish` gets the communicator back when
-    /// it stops (to shut the transport down cleanly).
-    pub fn start<X: Transport + 'static, F, Fut>(
+    /// Starts the engine on `rt`; `on_finish` gets the communicators back
+    /// when it stops (to shut the transports down cleanly).
+    pub fn start<X, H, F, Fut>(
         rt: &tokio::runtime::Handle,
-        comm: Communicator<X>,
+        planes: Planes<X, H>,
         cfg: EngineConfig,
         on_finish: F,
     ) -> Engine
     where
-        F: FnOnce(Communicator<X>) -> Fut + Send + 'static,
+        X: Transport + 'static,
+        H: Transport + 'static,
+        F: FnOnce(Planes<X, H>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send,
     {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = rt.spawn(async move {
-            let (comm, stats) = driver::run(comm, cfg, rx).await;
-            on_finish(comm).await;
+            let (planes, stats) = driver::run(planes, cfg, rx).await;
+            on_finish(planes).await;
             stats
         });
         Engine {

@@ -5,11 +5,49 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use collectives::{CollectiveOptions, Communicator, Generation, MemTransport, Transport};
-use worker::{Engine, EngineConfig, EngineStats};
+use collectives::{
+    CollectiveOptions, Communicator, Endpoint, Generation, MemFabric, MemTransport, Transport,
+};
+use worker::{Engine, EngineConfig, EngineStats, Planes};
 
 /// Bound on anything a test waits for.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
+
+/// One in-memory world of `size` ranks built the way a job builds its data
+/// plane: an endpoint per rank, addresses exchanged, every rank connecting.
+pub(crate) fn mem_world(rt: &tokio::runtime::Runtime, size: usize) -> Vec<MemTransport> {
+    let fabric = MemFabric::new(DEADLINE);
+    let eps: Vec<_> = (0..size).map(|_| fabric.endpoint()).collect();
+    let peers: Vec<_> = eps.iter().map(|e| e.address().unwrap()).collect();
+    eps.into_iter()
+        .enumerate()
+        .map(|(rank, e)| rt.block_on(e.connect(rank, Generation(1), &peers)).unwrap())
+        .collect()
+}
+
+/// Every rank's engine communicators: the data world, and a separate world
+/// for the negotiation, so a message on the wrong one would never arrive.
+pub(crate) fn planes(
+    rt: &tokio::runtime::Runtime,
+    size: usize,
+    options: impl Fn(usize) -> CollectiveOptions,
+) -> Vec<Planes<MemTransport, MemTransport>> {
+    mem_world(rt, size)
+        .into_iter()
+        .zip(mem_world(rt, size))
+        .enumerate()
+        .map(|(rank, (data, negotiation))| Planes {
+            data: Communicator::new(data, options(rank)),
+            negotiation: Communicator::new(negotiation, CollectiveOptions::default()),
+        })
+        .collect()
+}
+
+/// Shuts both of an engine's transports down.
+pub(crate) async fn shut_down(p: Planes<MemTransport, MemTransport>) {
+    p.data.into_transport().shutdown().await;
+    p.negotiation.into_transport().shutdown().await;
+}
 
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -30,19 +68,11 @@ pub(crate) fn on_ranks<R: Send + 'static>(
     let rt = Arc::new(runtime());
     let f = Arc::new(f);
     let (tx, rx) = std::sync::mpsc::channel();
-    for (rank, t) in MemTransport::world(size, Generation(1), DEADLINE)
-        .into_iter()
-        .enumerate()
-    {
-        let (opts, cfg) = setup(rank);
-        let engine = Engine::start(
-            rt.handle(),
-            Communicator::new(t, opts),
-            cfg,
-            |c| async move {
-                c.into_transport().shutdown().await;
-            },
-        );
+    let setups: Vec<_> = (0..size).map(&setup).collect();
+    let all = planes(&rt, size, |rank| setups[rank].0.clone());
+    for (rank, p) in all.into_iter().enumerate() {
+        let cfg = setups[rank].1.clone();
+        let engine = Engine::start(rt.handle(), p, cfg, shut_down);
         let (f, tx, rt) = (f.clone(), tx.clone(), rt.clone());
         thread::spawn(move || {
             let r = f(rank, &engine);
