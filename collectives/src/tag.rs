@@ -5,16 +5,9 @@ use std::fmt;
 /// A rank: the position of a process in the current world, `0..size`.
 pub type Rank = usize;
 
-/// A membership epoch. Every membership change bumps it; a message from an older
-/// generation is refused.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Generation(pub u64);
-
-impl fmt::Display for Generation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
+/// A membership epoch: the one type control messages, the membership core and
+/// the data plane share (defined in `control`).
+pub use control::Generation;
 
 /// Identity of one point-to-point message: which membership epoch, which collective
 /// operation, and which message of that operation's schedule.

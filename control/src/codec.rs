@@ -104,7 +104,7 @@ mod tests {
     #[test]
     fn round_trip_across_partial_input() {
         let msg = WorkerMsg::Heartbeat {
-            generation: 7,
+            generation: crate::Generation(7),
             pending: PendingReport::default(),
         };
         let mut wire = BytesMut::new();
@@ -130,7 +130,7 @@ mod tests {
         let pending =
             PendingReport::bounded(names.iter().map(|n| (n.as_str(), std::time::Duration::MAX)));
         let msg = WorkerMsg::Heartbeat {
-            generation: u64::MAX,
+            generation: crate::Generation(u64::MAX),
             pending,
         };
         let mut wire = BytesMut::new();
@@ -156,7 +156,7 @@ mod tests {
         Work::default()
             .encode(
                 WorkerMsg::Heartbeat {
-                    generation: 1,
+                    generation: crate::Generation(1),
                     pending: PendingReport::default(),
                 },
                 &mut one,

@@ -118,7 +118,7 @@ mod tests {
         let (mut coord, mut worker) = (coord.unwrap(), worker.unwrap());
         worker
             .send(WorkerMsg::Heartbeat {
-                generation: 2,
+                generation: crate::Generation(2),
                 pending: PendingReport::default(),
             })
             .await
@@ -126,7 +126,7 @@ mod tests {
         assert_eq!(
             coord.next().await.unwrap().unwrap(),
             WorkerMsg::Heartbeat {
-                generation: 2,
+                generation: crate::Generation(2),
                 pending: PendingReport::default(),
             }
         );
@@ -231,7 +231,7 @@ mod tests {
             let mut link: WorkerLink<_> = Framed::new(b, FrameCodec::default());
             let _challenge = link.next().await;
             link.send(WorkerMsg::Heartbeat {
-                generation: 0,
+                generation: crate::Generation(0),
                 pending: PendingReport::default(),
             })
             .await

@@ -7,14 +7,20 @@
 
 mod address;
 mod auth;
+#[cfg(feature = "io")]
 mod codec;
 pub mod env;
+mod generation;
+#[cfg(feature = "io")]
 mod handshake;
 mod messages;
 
 pub use address::{AddressError, DataEndpoint, PeerAddress};
 pub use auth::{Nonce, Proof, Secret, SecretError, nonce};
+#[cfg(feature = "io")]
 pub use codec::{CodecError, FrameCodec, MAX_FRAME};
+pub use generation::Generation;
+#[cfg(feature = "io")]
 pub use handshake::{CoordinatorLink, HandshakeError, WorkerLink, accept, connect};
 pub use messages::{
     Assignment, Autotune, CoordinatorMsg, Knob, Knobs, MAX_PENDING_NAME, MAX_PENDING_REPORTED,

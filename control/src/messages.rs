@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::address::PeerAddress;
 use crate::auth::{Nonce, Proof};
+use crate::generation::Generation;
 
 /// Worker -> coordinator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -17,7 +18,7 @@ pub enum WorkerMsg {
     /// Liveness, sent every heartbeat interval, with the tensors waiting on
     /// this worker (for the coordinator's stall inspector).
     Heartbeat {
-        generation: u64,
+        generation: Generation,
         pending: PendingReport,
     },
     /// Elastic jobs: this worker is done with its generation (a peer failed,
@@ -25,7 +26,7 @@ pub enum WorkerMsg {
     /// after [`CoordinatorMsg::HostsUpdated`]) and asks to be placed in
     /// `generation`, its data plane now listening on `data_addr`.
     Rejoin {
-        generation: u64,
+        generation: Generation,
         data_addr: PeerAddress,
     },
 }
@@ -51,12 +52,12 @@ pub enum CoordinatorMsg {
     /// Elastic jobs: workers failed; drop the current generation now (in-flight
     /// collectives fail) and rejoin for `generation`.
     Reset {
-        generation: u64,
+        generation: Generation,
     },
     /// Elastic jobs: hosts were added or removed; rejoin for `generation` at
     /// the next commit, with no rollback.
     HostsUpdated {
-        generation: u64,
+        generation: Generation,
     },
     /// Elastic jobs: this worker has no place in the new generation (its host
     /// was removed); it should exit cleanly.
@@ -75,13 +76,13 @@ pub struct Registration {
     /// The generation the worker is in: 0 when it first registers; the
     /// current one when it reconnects after its control connection dropped
     /// (to the same coordinator, or one that took the job over).
-    pub generation: u64,
+    pub generation: Generation,
 }
 
 /// A worker's place in one generation, and the knobs it runs with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Assignment {
-    pub generation: u64,
+    pub generation: Generation,
     pub rank: u32,
     pub size: u32,
     pub local_rank: u32,

@@ -14,6 +14,6 @@ pub mod membership;
 pub use discovery::parse_discovered;
 pub use hosts::{HostSlots, HostsError, parse_host_list, parse_hostfile};
 pub use membership::{
-    BlacklistPolicy, Command, JobFailure, Membership, OnFailure, Policy, PolicyError, SlotId,
-    Snapshot,
+    BlacklistPolicy, Command, Generation, JobFailure, Membership, OnFailure, Policy, PolicyError,
+    SlotId, Snapshot,
 };

@@ -210,7 +210,7 @@ impl Runner {
             "register" => each(&args, |s| job.registered(now, s)),
             "rejoin" => {
                 let g = args[0].strip_prefix("gen=").expect("gen=N");
-                let g = g.parse().unwrap();
+                let g = elastic::Generation(g.parse().unwrap());
                 each(&args[1..], |s| job.rejoined(now, s, g))
             }
             "fail" => job.failed(now, &slot(&args[0]), args.get(1).map_or("failed", |s| s)),
@@ -230,7 +230,7 @@ impl Runner {
             }
             "reattach" => {
                 let g = args[0].strip_prefix("gen=").expect("gen=N");
-                let g = g.parse().unwrap();
+                let g = elastic::Generation(g.parse().unwrap());
                 each(&args[1..], |s| job.reattached(now, s, g))
             }
             _ => panic!("unknown command {verb}"),

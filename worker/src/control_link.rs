@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use collectives::Breaker;
-use control::{Assignment, CoordinatorMsg, PeerAddress, PendingReport, WorkerLink, WorkerMsg};
+use control::{
+    Assignment, CoordinatorMsg, Generation, PeerAddress, PendingReport, WorkerLink, WorkerMsg,
+};
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -168,7 +170,7 @@ async fn serve(
             Some(m) => m,
             None => tokio::select! {
                 _ = tick.tick() => WorkerMsg::Heartbeat {
-                    generation: shared.generation.load(Ordering::SeqCst),
+                    generation: Generation(shared.generation.load(Ordering::SeqCst)),
                     pending: shared.report(),
                 },
                 Some(m) = out.recv() => m,
@@ -209,12 +211,14 @@ async fn obey(
             return Some(format!("stopped by the coordinator: {reason}"));
         }
         CoordinatorMsg::Reset { generation } => {
-            if generation > shared.generation.load(Ordering::SeqCst) {
+            if generation.0 > shared.generation.load(Ordering::SeqCst) {
                 shared.end_generation("the coordinator reset the job (workers failed)");
             }
         }
         CoordinatorMsg::HostsUpdated { generation } => {
-            shared.hosts_updated.fetch_max(generation, Ordering::SeqCst);
+            shared
+                .hosts_updated
+                .fetch_max(generation.0, Ordering::SeqCst);
         }
         CoordinatorMsg::Assign(a) => {
             let _ = placements.send(Placement::Assign(Box::new(a))).await;

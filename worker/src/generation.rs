@@ -43,7 +43,7 @@ pub(crate) enum EnterError<E> {
     Placement(E),
     /// The assignment came but the mesh could not be built.
     Mesh {
-        generation: u64,
+        generation: Generation,
         source: TransportError,
     },
 }
@@ -82,7 +82,7 @@ where
     let left = start_timeout.max(Duration::from_secs(1));
     endpoint.prepare(assignment.data_token, left);
     let t = endpoint
-        .connect(assignment.rank as usize, Generation(generation), &peers)
+        .connect(assignment.rank as usize, generation, &peers)
         .await
         .map_err(mesh)?;
     Ok(Entered {
@@ -116,7 +116,7 @@ pub(crate) fn start(
         local_size: a.local_size as usize,
         cross_rank: a.cross_rank as usize,
         cross_size: a.cross_size as usize,
-        generation: a.generation,
+        generation: a.generation.0,
     };
     let (options, paths, grid) = hierarchy::options(&a.knobs, &a.hosts);
     hierarchy::log_fallbacks(&paths, place.rank);

@@ -6,7 +6,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use control::{Assignment, CoordinatorMsg, PendingReport, Registration, WorkerLink, WorkerMsg};
+use control::{
+    Assignment, CoordinatorMsg, Generation, PendingReport, Registration, WorkerLink, WorkerMsg,
+};
 
 use crate::control_link::HEARTBEAT;
 use futures::{SinkExt, StreamExt};
@@ -84,7 +86,7 @@ async fn register(
         slot: launch.slot,
         pid: std::process::id(),
         data_addr,
-        generation: 0,
+        generation: Generation(0),
     };
     link.send(WorkerMsg::Register(registration))
         .await
@@ -108,7 +110,7 @@ async fn first_assignment(
         let m = tokio::select! {
             m = link.next() => m,
             _ = beat.tick() => {
-                let hb = WorkerMsg::Heartbeat { generation: 0, pending: PendingReport::default() };
+                let hb = WorkerMsg::Heartbeat { generation: Generation(0), pending: PendingReport::default() };
                 let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(hb)).await;
                 if !matches!(sent, Ok(Ok(()))) {
                     return Err(InitError::Io("the coordinator stopped answering".into()));

@@ -130,7 +130,7 @@ impl Redial {
             slot: self.slot,
             pid: std::process::id(),
             data_addr,
-            generation: shared.generation.load(Ordering::SeqCst),
+            generation: control::Generation(shared.generation.load(Ordering::SeqCst)),
         };
         link.send(WorkerMsg::Register(registration))
             .await
@@ -213,7 +213,7 @@ mod tests {
         };
         assert_eq!(
             (r.host.as_str(), r.slot, r.pid, r.generation),
-            ("h", 2, std::process::id(), 7)
+            ("h", 2, std::process::id(), control::Generation(7))
         );
         link.send(CoordinatorMsg::Stop {
             reason: "done".into(),
@@ -255,7 +255,7 @@ mod tests {
             slot: 2,
             pid: std::process::id(),
             data_addr: own,
-            generation: 7,
+            generation: control::Generation(7),
         };
         assert_eq!(first, WorkerMsg::Register(expected));
         // The new connection carries the conversation on.
@@ -265,7 +265,7 @@ mod tests {
         let got = worker.next().await.unwrap().unwrap();
         assert_eq!(got, CoordinatorMsg::Stop { reason: "x".into() });
         let hb = WorkerMsg::Heartbeat {
-            generation: 7,
+            generation: control::Generation(7),
             pending: PendingReport::default(),
         };
         worker.send(hb.clone()).await.unwrap();

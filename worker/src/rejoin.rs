@@ -28,7 +28,7 @@ pub enum RejoinError {
     /// between): rejoin again.
     #[error("data plane of generation {generation}: {source}")]
     Mesh {
-        generation: u64,
+        generation: collectives::Generation,
         source: TransportError,
     },
     #[error("lost the coordinator")]
@@ -79,7 +79,7 @@ impl Worker {
                 EnterError::Placement(e) => e,
                 EnterError::Mesh { generation, source } => {
                     // In the new generation, with its data plane down.
-                    self.place.generation = generation;
+                    self.place.generation = generation.0;
                     RejoinError::Mesh { generation, source }
                 }
             })?;
@@ -100,6 +100,7 @@ async fn ask_to_rejoin(
     data_addr: PeerAddress,
     wait: Duration,
 ) -> Result<Assignment, RejoinError> {
+    let wanted = collectives::Generation(wanted);
     let ask = WorkerMsg::Rejoin {
         generation: wanted,
         data_addr,
@@ -116,7 +117,7 @@ async fn ask_to_rejoin(
             Ok(Some(Placement::Leave(why))) => return Err(RejoinError::Left(why)),
             Ok(Some(Placement::Assign(a))) if a.generation >= wanted => return Ok(*a),
             Ok(Some(Placement::Assign(a))) => {
-                tracing::debug!(generation = a.generation, "ignored a stale assignment");
+                tracing::debug!(generation = a.generation.0, "ignored a stale assignment");
             }
         }
     }

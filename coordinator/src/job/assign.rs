@@ -2,7 +2,7 @@
 //! and cross ranks from [`crate::layout::placements`] (hosts numbered by their
 //! first rank), every rank's data-plane address. Pure.
 
-use control::{Assignment, Knobs, PeerAddress};
+use control::{Assignment, Generation, Knobs, PeerAddress};
 use elastic::membership::SlotId;
 use std::collections::HashMap;
 
@@ -11,7 +11,7 @@ use crate::layout::placements;
 /// What every assignment of a generation shares.
 #[derive(Debug)]
 pub struct AssignmentBase<'a> {
-    pub generation: u64,
+    pub generation: Generation,
     pub knobs: &'a Knobs,
     pub data_token: u64,
 }
@@ -86,7 +86,7 @@ mod tests {
             .collect();
         let k = knobs();
         let g = AssignmentBase {
-            generation: 3,
+            generation: Generation(3),
             knobs: &k,
             data_token: 7,
         };
@@ -98,7 +98,10 @@ mod tests {
             .collect();
         assert_eq!(t, [(0, 2, 0, 3), (0, 1, 1, 3), (1, 2, 0, 1), (0, 1, 2, 3)]);
         assert_eq!(a[3].peers[3].tcp_addr().map(|a| a.port()), Some(9003));
-        assert!(a.iter().all(|x| x.generation == 3 && x.data_token == 7));
+        assert!(
+            a.iter()
+                .all(|x| x.generation == Generation(3) && x.data_token == 7)
+        );
         let mut short = addrs.clone();
         short.remove(&slot("b", 0));
         assert_eq!(assignments(&g, &ranks, &short).unwrap_err(), slot("b", 0));

@@ -1,6 +1,6 @@
 //! Carrying out the membership core's commands.
 
-use control::CoordinatorMsg;
+use control::{CoordinatorMsg, Generation};
 use elastic::membership::{Command, SlotId};
 
 use super::assign::{AssignmentBase, assignments};
@@ -93,7 +93,7 @@ impl Driver {
         Vec::new()
     }
 
-    fn assign(&mut self, generation: u64, ranks: &[SlotId]) -> Vec<Command> {
+    fn assign(&mut self, generation: Generation, ranks: &[SlotId]) -> Vec<Command> {
         let g = AssignmentBase {
             generation,
             knobs: &self.knobs,

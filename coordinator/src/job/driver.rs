@@ -216,7 +216,7 @@ impl Driver {
         self.addrs.insert(slot.clone(), r.data_addr);
         let now = self.now();
         if reconnecting {
-            tracing::info!(%slot, generation = r.generation, "worker reconnected");
+            tracing::info!(%slot, generation = %r.generation, "worker reconnected");
             self.catch_up(&slot, r.generation);
             return self.core.reattached(now, &slot, r.generation);
         }
@@ -226,7 +226,7 @@ impl Driver {
     /// Re-sends what a reconnected worker in `generation` may have missed
     /// while it was away: its assignment of a newer generation, and the
     /// announcement of the generation being gathered.
-    fn catch_up(&self, slot: &SlotId, generation: u64) {
+    fn catch_up(&self, slot: &SlotId, generation: control::Generation) {
         if let Some(a) = self
             .assigned
             .get(slot)

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use control::{CoordinatorMsg, PendingReport, WorkerMsg};
+use control::{CoordinatorMsg, Generation, PendingReport, WorkerMsg};
 use elastic::membership::SlotId;
 use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
@@ -14,7 +14,7 @@ use crate::server::{HANDSHAKE_TIMEOUT, Link};
 pub enum LinkEventKind {
     Beat(PendingReport),
     Rejoin {
-        generation: u64,
+        generation: Generation,
         data_addr: control::PeerAddress,
     },
     /// The connection closed, failed or went silent.

@@ -128,7 +128,7 @@ async fn resume(store: &dyn Store, policy: Policy) -> Result<Resumed, JobError> 
         });
     };
     let age = state.age(SystemTime::now());
-    tracing::info!(%revision, generation = state.membership.generation, "resuming the job");
+    tracing::info!(%revision, generation = state.membership.generation.0, "resuming the job");
     Ok(Resumed {
         core: Membership::resume(policy, &state.membership, age),
         revision: Some(revision),

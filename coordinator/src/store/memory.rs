@@ -78,7 +78,7 @@ mod tests {
         JobState {
             epoch: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             membership: Snapshot {
-                generation,
+                generation: elastic::Generation(generation),
                 resets: 1,
                 members: vec![SlotId::new("a", 0), SlotId::new("b", 1)],
                 next_order: 3,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::machine::{Membership, Phase, Worker, WorkerState};
-use super::{Command, SlotId};
+use super::{Command, Generation, SlotId};
 
 impl Membership {
     /// The slot belongs to a discovered, non-blacklisted host that offers it.
@@ -61,8 +61,8 @@ impl Membership {
 
     /// How many workers generation `next` waits for: `initial_np` for the first,
     /// `min_np` after.
-    pub(super) fn threshold(&self, next: u64) -> usize {
-        if next == 1 {
+    pub(super) fn threshold(&self, next: Generation) -> usize {
+        if next == Generation(1) {
             self.policy.initial_np
         } else {
             self.policy.min_np

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::machine::{Gathering, Membership, Phase, Worker, WorkerState};
-use super::{Command, JobFailure, SlotId};
+use super::{Command, Generation, JobFailure, SlotId};
 
 /// Why a new generation is gathered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,7 +34,7 @@ impl Membership {
             self.end(Command::Fail(JobFailure::ResetLimit { limit }), out);
             return;
         }
-        let next = self.generation + 1;
+        let next = self.generation.next();
         out.push(match cause {
             Cause::Failure => Command::Reset { generation: next },
             Cause::HostsChanged => Command::HostsUpdated { generation: next },
@@ -58,7 +58,7 @@ impl Membership {
     pub(super) fn member_lost(&mut self, now: Duration, out: &mut Vec<Command>) {
         match &mut self.phase {
             Phase::Stable => self.begin_gathering(now, Cause::Failure, out),
-            Phase::Gathering(g) if g.cause == Cause::HostsChanged && g.next > 1 => {
+            Phase::Gathering(g) if g.cause == Cause::HostsChanged && g.next > Generation(1) => {
                 g.cause = Cause::Failure;
                 out.push(Command::Reset { generation: g.next });
             }
@@ -245,7 +245,13 @@ impl Membership {
     /// Starts generation `next` with the first `max_np` of `ready`. Members not
     /// placed (their slot left discovery) and newcomers over `max_np` (possible when
     /// a host comes back while its replacement was spawned) get `Leave`.
-    fn assign(&mut self, now: Duration, next: u64, mut ranks: Vec<SlotId>, out: &mut Vec<Command>) {
+    fn assign(
+        &mut self,
+        now: Duration,
+        next: Generation,
+        mut ranks: Vec<SlotId>,
+        out: &mut Vec<Command>,
+    ) {
         let surplus = ranks.split_off(ranks.len().min(self.policy.max_np));
         let mut leavers: Vec<SlotId> = self
             .members
@@ -259,7 +265,7 @@ impl Membership {
                 w.state = WorkerState::Member;
             }
         }
-        if next > 1 {
+        if next > Generation(1) {
             self.resets += 1;
         }
         self.generation = next;

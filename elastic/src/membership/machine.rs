@@ -7,7 +7,7 @@ use super::blacklist::Blacklist;
 use super::gather::Cause;
 use super::policy::{OnFailure, Policy};
 use super::snapshot::Detached;
-use super::{Command, JobFailure, SlotId};
+use super::{Command, Generation, JobFailure, SlotId};
 use crate::hosts::HostSlots;
 
 /// The membership state machine of one elastic job; see the [module
@@ -26,7 +26,7 @@ pub struct Membership {
     pub(super) members: Vec<SlotId>,
     pub(super) phase: Phase,
     /// Generation of the last `Assign` (0 before the first).
-    pub(super) generation: u64,
+    pub(super) generation: Generation,
     pub(super) resets: u32,
     /// Spawn counter: newcomers are ranked in spawn order.
     pub(super) next_order: u64,
@@ -68,7 +68,7 @@ pub(super) enum Phase {
 #[derive(Debug)]
 pub(super) struct Gathering {
     /// The generation being formed.
-    pub(super) next: u64,
+    pub(super) next: Generation,
     /// What members were told: `HostsUpdated` until a member is lost.
     pub(super) cause: Cause,
     /// When `Reset`/`HostsUpdated` was sent: the rejoin timeout counts from here.
@@ -96,7 +96,7 @@ impl Membership {
             workers: BTreeMap::new(),
             members: Vec::new(),
             phase: Phase::Gathering(Gathering {
-                next: 1,
+                next: Generation(1),
                 cause: Cause::HostsChanged,
                 started: Duration::ZERO,
                 rejoined: BTreeSet::new(),
@@ -104,7 +104,7 @@ impl Membership {
                 short_since: Some(Duration::ZERO),
                 overdue: false,
             }),
-            generation: 0,
+            generation: Generation(0),
             resets: 0,
             next_order: 0,
             detached: Detached::new(),
@@ -160,9 +160,14 @@ impl Membership {
     /// A member of the current generation asks to join generation `generation` (it
     /// saw a peer fail, was told to `Reset`, or reached a commit after
     /// `HostsUpdated`).
-    pub fn rejoined(&mut self, now: Duration, slot: &SlotId, generation: u64) -> Vec<Command> {
+    pub fn rejoined(
+        &mut self,
+        now: Duration,
+        slot: &SlotId,
+        generation: Generation,
+    ) -> Vec<Command> {
         let mut out = Vec::new();
-        if !self.is_member(slot) || generation != self.generation + 1 {
+        if !self.is_member(slot) || generation != self.generation.next() {
             return out;
         }
         match self.phase {
@@ -263,7 +268,7 @@ impl Membership {
     }
 
     /// Generation of the last `Assign` (0 before the first).
-    pub fn generation(&self) -> u64 {
+    pub fn generation(&self) -> Generation {
         self.generation
     }
 

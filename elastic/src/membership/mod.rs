@@ -96,6 +96,8 @@ mod timers;
 use std::fmt;
 use std::time::Duration;
 
+pub use control::Generation;
+
 pub use machine::Membership;
 pub use policy::{
     BlacklistPolicy, DEFAULT_ELASTIC_TIMEOUT, DEFAULT_REJOIN_TIMEOUT, DEFAULT_START_TIMEOUT,
@@ -137,12 +139,15 @@ pub enum Command {
     Stop { slot: SlotId, why: String },
     /// Tell every live member: drop the current generation now and rejoin for
     /// `generation` (workers failed).
-    Reset { generation: u64 },
+    Reset { generation: Generation },
     /// Tell every live member: rejoin for `generation` at your next commit (hosts
     /// changed; no rollback).
-    HostsUpdated { generation: u64 },
+    HostsUpdated { generation: Generation },
     /// The new generation, in rank order; send each worker its assignment.
-    Assign { generation: u64, ranks: Vec<SlotId> },
+    Assign {
+        generation: Generation,
+        ranks: Vec<SlotId>,
+    },
     /// A live worker not placed in the new generation (its host or slot left
     /// discovery): tell it to exit cleanly; exit 0 is expected and its events are
     /// ignored.

@@ -29,13 +29,13 @@ use super::blacklist::HostRecord;
 use super::gather::Cause;
 use super::machine::{Gathering, Membership, Phase, Worker, WorkerState};
 use super::policy::Policy;
-use super::{Command, SlotId};
+use super::{Command, Generation, SlotId};
 
 /// What a job's membership must not forget.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Generation of the last `Assign` (0 before the first).
-    pub generation: u64,
+    pub generation: Generation,
     /// `Assign`s after the first.
     pub resets: u32,
     /// The last generation's members still live, in rank order.
@@ -129,7 +129,7 @@ impl Membership {
         m.next_order = snapshot.next_order.max(m.members.len() as u64);
         m.phase = if m.members.is_empty() {
             Phase::Gathering(Gathering {
-                next: m.generation + 1,
+                next: m.generation.next(),
                 cause: Cause::Failure,
                 started: now,
                 rejoined: BTreeSet::new(),
@@ -147,7 +147,12 @@ impl Membership {
     /// `generation`. The current generation: it is a member again, nothing
     /// changes for the others. An older one (it had dropped out of a
     /// generation the coordinator never assigned): it has failed.
-    pub fn reattached(&mut self, now: Duration, slot: &SlotId, generation: u64) -> Vec<Command> {
+    pub fn reattached(
+        &mut self,
+        now: Duration,
+        slot: &SlotId,
+        generation: Generation,
+    ) -> Vec<Command> {
         if !self.detached.contains_key(slot) {
             return Vec::new();
         }

@@ -31,7 +31,7 @@ fn started(n: usize) -> Membership {
     for i in 0..n {
         m.registered(s(1), &slot("a", i as u32));
     }
-    assert_eq!(m.generation(), 1);
+    assert_eq!(m.generation(), Generation(1));
     m
 }
 
@@ -45,13 +45,13 @@ fn unknown_slots_and_stale_generations_are_ignored() {
     let mut m = started(2);
     let ghost = slot("zz", 9);
     assert!(m.registered(s(2), &ghost).is_empty());
-    assert!(m.rejoined(s(2), &ghost, 2).is_empty());
+    assert!(m.rejoined(s(2), &ghost, Generation(2)).is_empty());
     assert!(m.failed(s(2), &ghost, "x").is_empty());
     assert!(m.finished(s(2), &ghost).is_empty());
     // A member registering twice, and rejoins for the current or a far generation.
     assert!(m.registered(s(2), &slot("a", 0)).is_empty());
-    assert!(m.rejoined(s(2), &slot("a", 0), 1).is_empty());
-    assert!(m.rejoined(s(2), &slot("a", 0), 3).is_empty());
+    assert!(m.rejoined(s(2), &slot("a", 0), Generation(1)).is_empty());
+    assert!(m.rejoined(s(2), &slot("a", 0), Generation(3)).is_empty());
     assert_eq!(m.members(), &[slot("a", 0), slot("a", 1)]);
 }
 
@@ -75,7 +75,7 @@ fn new_normalizes_an_impossible_policy() {
     assert_eq!(
         m.registered(s(1), &slot("a", 0)),
         vec![Command::Assign {
-            generation: 1,
+            generation: Generation(1),
             ranks: vec![slot("a", 0)]
         }]
     );
@@ -105,7 +105,7 @@ fn random_run(seed: u64) {
     let mut m = Membership::new(policy);
     let names = ["a", "b", "c"];
     let mut now = Duration::ZERO;
-    let mut last_gen = 0;
+    let mut last_gen = Generation(0);
     for _ in 0..400 {
         now += Duration::from_millis(rng.below(20_000) as u64);
         let sl = pick_slot(&m, &mut rng, names);
@@ -120,7 +120,7 @@ fn random_run(seed: u64) {
                 m.discovered(now, &hosts(&list))
             }
             1 | 2 => m.registered(now, &sl),
-            3 | 4 => m.rejoined(now, &sl, m.generation() + 1),
+            3 | 4 => m.rejoined(now, &sl, m.generation().next()),
             5 => m.failed(now, &sl, "random"),
             6 if rng.below(10) == 0 => m.finished(now, &sl),
             _ => m.tick(now),
@@ -142,7 +142,7 @@ fn pick_slot(m: &Membership, rng: &mut Lcg, names: [&str; 3]) -> SlotId {
     }
 }
 
-fn check(m: &Membership, out: &[Command], max_np: usize, min_np: usize, last_gen: &mut u64) {
+fn check(m: &Membership, out: &[Command], max_np: usize, min_np: usize, last_gen: &mut Generation) {
     let placeable = m.placeable_live();
     if out.iter().any(|c| matches!(c, Command::Spawn(_))) {
         assert!(
@@ -163,13 +163,13 @@ fn check(m: &Membership, out: &[Command], max_np: usize, min_np: usize, last_gen
     }
     for c in out {
         if let Command::Assign { generation, ranks } = c {
-            assert_eq!(*generation, *last_gen + 1);
+            assert_eq!(*generation, last_gen.next());
             assert!(ranks.len() >= min_np && ranks.len() <= max_np);
             *last_gen = *generation;
         }
     }
     assert_eq!(m.generation(), *last_gen);
-    assert_eq!(u64::from(m.resets()), last_gen.saturating_sub(1));
+    assert_eq!(u64::from(m.resets()), last_gen.0.saturating_sub(1));
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::gather::Cause;
 use super::machine::{Membership, Phase};
 use super::policy::OnFailure;
-use super::{Command, JobFailure, SlotId, fmt_secs};
+use super::{Command, Generation, JobFailure, SlotId, fmt_secs};
 
 impl Membership {
     /// Timers: start and rejoin timeouts, cooldown expiry, the elastic timeout.
@@ -72,7 +72,7 @@ impl Membership {
             return false;
         };
         let overdue = g.cause == Cause::HostsChanged
-            && g.next > 1
+            && g.next > Generation(1)
             && now >= g.started.saturating_add(limit)
             && self
                 .members

@@ -81,7 +81,7 @@ fn rejoin(w: &mut Worker) -> Result<(), ElasticError> {
         match w.rejoin() {
             Ok(()) => return Ok(()),
             Err(RejoinError::Mesh { generation, source }) => {
-                tracing::info!(generation, %source, "data plane did not come up; rejoining");
+                tracing::info!(%generation, %source, "data plane did not come up; rejoining");
             }
             Err(RejoinError::Left(why)) => return Err(ElasticError::Left(why)),
             Err(e) => return Err(ElasticError::Rejoin(e)),

@@ -37,7 +37,7 @@ pub struct WorkersFailed {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerLost {
     pub rank: usize,
-    pub generation: u64,
+    pub generation: collectives::Generation,
 }
 
 impl WorkersFailed {
@@ -74,7 +74,7 @@ fn peer_lost(e: &CollectiveError) -> Option<PeerLost> {
             rank, generation, ..
         }) => Some(PeerLost {
             rank: *rank,
-            generation: generation.0,
+            generation: *generation,
         }),
         _ => None,
     }
@@ -218,7 +218,7 @@ mod tests {
                     f.lost,
                     Some(PeerLost {
                         rank: 3,
-                        generation: 5
+                        generation: collectives::Generation(5)
                     })
                 );
                 assert!(
