@@ -31,7 +31,9 @@ fn ring() -> CollectiveOptions {
 /// Survivors are mid-allreduce when `victim` dies; all of them must report it.
 async fn killed_peer(n: usize, victim: usize) {
     let comms = world(n, Duration::from_secs(30), ring());
-    let (results, took) = allreduce_while_one_dies(comms, victim, 1 << 16).await;
+    // The loss must come from the closed connection (LossCause::Closed), not
+    // from waiting out the 30 s timeout, which would be a Timeout error.
+    let (results, _took) = allreduce_while_one_dies(comms, victim, 1 << 16).await;
     for (i, r) in results.into_iter().enumerate() {
         match r {
             Err(CollectiveError::Transport(TransportError::PeerLost {
@@ -48,8 +50,6 @@ async fn killed_peer(n: usize, victim: usize) {
             other => panic!("survivor {i}: expected PeerLost {{ rank: {victim} }}, got {other:?}"),
         }
     }
-    // Loss is detected from the closed connection, not by waiting out the timeout.
-    assert!(took < Duration::from_secs(10), "took {took:?}");
 }
 
 #[tokio::test]
@@ -87,8 +87,9 @@ async fn a_silent_peer_gives_a_timeout_within_the_configured_time() {
             "{r:?}"
         );
     }
+    // It waited the configured time (DEADLINE above only guards against a hang).
     let took = started.elapsed();
-    assert!(took >= timeout && took < timeout * 10, "took {took:?}");
+    assert!(took >= timeout, "gave up after {took:?}, before the {timeout:?} timeout");
 }
 
 #[tokio::test]
