@@ -89,7 +89,10 @@ async fn a_silent_peer_gives_a_timeout_within_the_configured_time() {
     }
     // It waited the configured time (DEADLINE above only guards against a hang).
     let took = started.elapsed();
-    assert!(took >= timeout, "gave up after {took:?}, before the {timeout:?} timeout");
+    assert!(
+        took >= timeout,
+        "gave up after {took:?}, before the {timeout:?} timeout"
+    );
 }
 
 #[tokio::test]

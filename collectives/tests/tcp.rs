@@ -233,7 +233,10 @@ async fn a_silent_peer_times_out() {
         matches!(e, TransportError::Timeout { rank: 1, .. }),
         "{e:?}"
     );
-    assert!(started.elapsed() >= cfg.io_timeout, "gave up before its timeout");
+    assert!(
+        started.elapsed() >= cfg.io_timeout,
+        "gave up before its timeout"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,18 +11,23 @@ use crate::engine::EngineError;
 pub enum InitError {
     #[error("{var} {why}")]
     Environment { var: &'static str, why: String },
-    #[error("cannot reach the coordinator at {0}")]
-    Unreachable(std::net::SocketAddr),
+    #[error("cannot reach the coordinator at {addr}")]
+    Unreachable { addr: std::net::SocketAddr },
     #[error("authentication with the coordinator failed: {0}")]
     Handshake(#[from] HandshakeError),
-    #[error("the coordinator refused this worker: {0}")]
-    Refused(String),
-    #[error("no assignment from the coordinator within {0:?}")]
-    NoAssignment(Duration),
+    /// The coordinator said `Stop` or `Leave` before placing this worker.
+    #[error("the coordinator refused this worker: {reason}")]
+    Refused { reason: String },
+    #[error("no assignment from the coordinator within {waited:?}")]
+    NoAssignment { waited: Duration },
     #[error("data plane: {0}")]
     DataPlane(#[from] TransportError),
-    #[error("{0}")]
-    Io(String),
+    /// The control connection failed while joining (`what` was being done).
+    #[error("{what}: {why}")]
+    Control { what: &'static str, why: String },
+    /// The worker's own runtime could not start.
+    #[error("cannot start the worker's runtime: {why}")]
+    Runtime { why: String },
 }
 
 /// A collective failed; the message names the peer or the disagreement.

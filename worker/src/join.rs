@@ -29,7 +29,7 @@ async fn dial(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, InitErro
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_millis(500));
             }
-            _ => return Err(InitError::Unreachable(addr)),
+            _ => return Err(InitError::Unreachable { addr }),
         }
     }
 }
@@ -51,7 +51,10 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
     // from, which is where its peers can reach it too.
     let local_ip = stream
         .local_addr()
-        .map_err(|e| InitError::Io(e.to_string()))?
+        .map_err(|e| InitError::Control {
+            what: "reading the connection's local address",
+            why: e.to_string(),
+        })?
         .ip();
     let left = deadline.saturating_duration_since(Instant::now());
     let mut link = control::connect(stream, &launch.secret, left).await?;
@@ -90,12 +93,17 @@ async fn register(
     };
     link.send(WorkerMsg::Register(registration))
         .await
-        .map_err(|e| InitError::Io(e.to_string()))?;
+        .map_err(|e| InitError::Control {
+            what: "registering",
+            why: e.to_string(),
+        })?;
     // An elastic job may wait for enough workers before the first assignment.
     let assigned_by = Instant::now() + launch.assignment_wait();
     first_assignment(link, assigned_by)
         .await?
-        .ok_or(InitError::NoAssignment(launch.assignment_wait()))
+        .ok_or(InitError::NoAssignment {
+            waited: launch.assignment_wait(),
+        })
 }
 
 /// Waits for the first assignment until `until` (`None` then), heartbeating
@@ -113,7 +121,10 @@ async fn first_assignment(
                 let hb = WorkerMsg::Heartbeat { generation: Generation(0), pending: PendingReport::default() };
                 let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(hb)).await;
                 if !matches!(sent, Ok(Ok(()))) {
-                    return Err(InitError::Io("the coordinator stopped answering".into()));
+                    return Err(InitError::Control {
+                        what: "waiting for the first assignment",
+                        why: "the coordinator stopped answering".into(),
+                    });
                 }
                 continue;
             }
@@ -122,14 +133,20 @@ async fn first_assignment(
         match m {
             Some(Ok(CoordinatorMsg::Assign(a))) => return Ok(Some(a)),
             Some(Ok(CoordinatorMsg::Stop { reason } | CoordinatorMsg::Leave { reason })) => {
-                return Err(InitError::Refused(reason));
+                return Err(InitError::Refused { reason });
             }
             Some(Ok(other)) => tracing::debug!(?other, "ignored before the first assignment"),
-            Some(Err(e)) => return Err(InitError::Io(e.to_string())),
+            Some(Err(e)) => {
+                return Err(InitError::Control {
+                    what: "waiting for the first assignment",
+                    why: e.to_string(),
+                });
+            }
             None => {
-                return Err(InitError::Io(
-                    "the coordinator closed the connection".into(),
-                ));
+                return Err(InitError::Control {
+                    what: "waiting for the first assignment",
+                    why: "the coordinator closed the connection".into(),
+                });
             }
         }
     }

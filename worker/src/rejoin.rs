@@ -20,10 +20,10 @@ const RETIRE: Duration = Duration::from_secs(2);
 pub enum RejoinError {
     #[error("this worker is not part of an elastic job")]
     NotElastic,
-    #[error("left the job: {0}")]
-    Left(String),
-    #[error("no new assignment from the coordinator within {0:?}")]
-    NoAssignment(Duration),
+    #[error("left the job: {reason}")]
+    Left { reason: String },
+    #[error("no new assignment from the coordinator within {waited:?}")]
+    NoAssignment { waited: Duration },
     /// The assignment came but its mesh could not be built (a peer failed in
     /// between): rejoin again.
     #[error("data plane of generation {generation}: {source}")]
@@ -33,8 +33,9 @@ pub enum RejoinError {
     },
     #[error("lost the coordinator")]
     CoordinatorGone,
-    #[error("{0}")]
-    Io(String),
+    /// The data-plane endpoint for the new generation could not be bound.
+    #[error("cannot open the data plane: {0}")]
+    Bind(TransportError),
 }
 
 impl Worker {
@@ -75,7 +76,7 @@ impl Worker {
             .rt
             .block_on(generation::enter(link.local_ip, link.start_timeout, ask))
             .map_err(|e| match e {
-                EnterError::Bind(e) => RejoinError::Io(e.to_string()),
+                EnterError::Bind(e) => RejoinError::Bind(e),
                 EnterError::Placement(e) => e,
                 EnterError::Mesh { generation, source } => {
                     // In the new generation, with its data plane down.
@@ -112,9 +113,9 @@ async fn ask_to_rejoin(
         .map_err(|_| RejoinError::CoordinatorGone)?;
     loop {
         match tokio::time::timeout(wait, control.placements.recv()).await {
-            Err(_) => return Err(RejoinError::NoAssignment(wait)),
+            Err(_) => return Err(RejoinError::NoAssignment { waited: wait }),
             Ok(None) => return Err(RejoinError::CoordinatorGone),
-            Ok(Some(Placement::Leave(why))) => return Err(RejoinError::Left(why)),
+            Ok(Some(Placement::Leave(reason))) => return Err(RejoinError::Left { reason }),
             Ok(Some(Placement::Assign(a))) if a.generation >= wanted => return Ok(*a),
             Ok(Some(Placement::Assign(a))) => {
                 tracing::debug!(generation = a.generation.0, "ignored a stale assignment");

@@ -65,7 +65,7 @@ pub fn init() -> Result<Worker, InitError> {
         .thread_name("elasticrun-worker")
         .enable_all()
         .build()
-        .map_err(|e| InitError::Io(e.to_string()))?;
+        .map_err(|e| InitError::Runtime { why: e.to_string() })?;
     let Some(launch) = launch else {
         return Ok(Worker::alone(rt));
     };

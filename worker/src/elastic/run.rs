@@ -83,7 +83,7 @@ fn rejoin(w: &mut Worker) -> Result<(), ElasticError> {
             Err(RejoinError::Mesh { generation, source }) => {
                 tracing::info!(%generation, %source, "data plane did not come up; rejoining");
             }
-            Err(RejoinError::Left(why)) => return Err(ElasticError::Left(why)),
+            Err(RejoinError::Left { reason }) => return Err(ElasticError::Left(reason)),
             Err(e) => return Err(ElasticError::Rejoin(e)),
         }
     }
