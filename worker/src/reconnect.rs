@@ -25,6 +25,8 @@ use crate::control_link::Shared;
 /// First pause between attempts; each failure doubles it up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How often a reconnecting worker looks whether its launcher still runs.
+const LAUNCHER_POLL: Duration = Duration::from_millis(20);
 
 /// How to reach the coordinator again, and for how long to try.
 #[derive(Clone, Debug)]
@@ -68,18 +70,34 @@ pub(crate) enum CoordinatorGone {
 }
 
 impl Redial {
-    /// A new, registered control connection, or [`CoordinatorGone`].
+    /// A new, registered control connection, or [`CoordinatorGone`]. The
+    /// launcher is watched all along (an attempt may hang on a port that
+    /// another process took over), so its death ends the wait at once.
     pub(crate) async fn reconnect(
         &self,
         shared: &Shared,
     ) -> Result<WorkerLink<TcpStream>, CoordinatorGone> {
+        tokio::select! {
+            r = self.redial(shared) => r,
+            () = self.launcher_exit() => Err(CoordinatorGone::Launcher),
+        }
+    }
+
+    /// Resolves once the launcher is gone (never without one).
+    async fn launcher_exit(&self) {
+        if self.launcher.is_none() {
+            return std::future::pending().await;
+        }
+        while !self.launcher_gone() {
+            tokio::time::sleep(LAUNCHER_POLL).await;
+        }
+    }
+
+    async fn redial(&self, shared: &Shared) -> Result<WorkerLink<TcpStream>, CoordinatorGone> {
         let deadline = Instant::now() + self.give_up_after;
         let mut backoff = FIRST_BACKOFF;
         let mut attempts = 0;
         loop {
-            if self.launcher_gone() {
-                return Err(CoordinatorGone::Launcher);
-            }
             attempts += 1;
             let last = match tokio::time::timeout_at(deadline, self.attempt(shared, deadline)).await
             {
