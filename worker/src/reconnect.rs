@@ -172,6 +172,31 @@ mod tests {
 
     const LIMIT: Duration = Duration::from_secs(10);
 
+    /// A worker in generation 7 with data-plane address 127.0.0.1:4321, as
+    /// host `h` slot 2, that redials `addr` with `secret`.
+    fn worker_in_generation_7(
+        addr: std::net::SocketAddr,
+        secret: &Secret,
+        give_up_after: Duration,
+    ) -> (Shared, Redial) {
+        let shared = Shared::default();
+        shared.generation.store(7, Ordering::SeqCst);
+        *shared.data_addr.lock().unwrap() = Some(own_address());
+        let redial = Redial {
+            coordinator: addr,
+            secret: secret.clone(),
+            host: "h".into(),
+            slot: 2,
+            give_up_after,
+            launcher: None,
+        };
+        (shared, redial)
+    }
+
+    fn own_address() -> PeerAddress {
+        PeerAddress::tcp("127.0.0.1:4321".parse().unwrap())
+    }
+
     /// A worker's control task connected to a stand-in coordinator on
     /// loopback; the coordinator's end of the first connection.
     async fn started(
@@ -191,18 +216,8 @@ mod tests {
             },
             async { control::accept(listener.accept().await.unwrap().0, &secret, LIMIT).await },
         );
-        let shared = Arc::new(Shared::default());
-        shared.generation.store(7, Ordering::SeqCst);
-        let own = PeerAddress::tcp("127.0.0.1:4321".parse().unwrap());
-        *shared.data_addr.lock().unwrap() = Some(own);
-        let redial = Redial {
-            coordinator: addr,
-            secret: secret.clone(),
-            host: "h".into(),
-            slot: 2,
-            give_up_after,
-            launcher: None,
-        };
+        let (shared, redial) = worker_in_generation_7(addr, &secret, give_up_after);
+        let shared = Arc::new(shared);
         let (_out_tx, out_rx) = mpsc::channel(4);
         let (placements_tx, _placements) = mpsc::channel(4);
         let task = tokio::spawn(async move {
@@ -247,18 +262,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let secret = Secret::generate().unwrap();
-        let shared = Shared::default();
-        shared.generation.store(7, Ordering::SeqCst);
-        let own = PeerAddress::tcp("127.0.0.1:4321".parse().unwrap());
-        *shared.data_addr.lock().unwrap() = Some(own.clone());
-        let redial = Redial {
-            coordinator: addr,
-            secret: secret.clone(),
-            host: "h".into(),
-            slot: 2,
-            give_up_after: LIMIT,
-            launcher: None,
-        };
+        let (shared, redial) = worker_in_generation_7(addr, &secret, LIMIT);
         let coordinator = async {
             let mut link = control::accept(listener.accept().await.unwrap().0, &secret, LIMIT)
                 .await
@@ -272,7 +276,7 @@ mod tests {
             host: "h".into(),
             slot: 2,
             pid: std::process::id(),
-            data_addr: own,
+            data_addr: own_address(),
             generation: control::Generation(7),
         };
         assert_eq!(first, WorkerMsg::Register(expected));

@@ -296,16 +296,16 @@ impl Driver {
                 cmds.extend(self.core.failed(now, &slot, &why));
             }
         }
-        let overdue: Vec<(SlotId, usize, String)> = self
+        let overdue: Vec<(SlotId, usize, bool, String)> = self
             .workers
             .iter()
             .filter_map(|(slot, live)| {
                 let (at, why) = live.link_ended.as_ref()?;
-                (at.elapsed() >= EXIT_GRACE).then(|| (slot.clone(), live.id, why.clone()))
+                let (id, leaving) = (live.id, live.leaving);
+                (at.elapsed() >= EXIT_GRACE).then(|| (slot.clone(), id, leaving, why.clone()))
             })
             .collect();
-        for (slot, id, why) in overdue {
-            let leaving = self.workers.get(&slot).is_some_and(|l| l.leaving);
+        for (slot, id, leaving, why) in overdue {
             self.retire(&slot);
             if !leaving {
                 let why = match self.mode {
