@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use half::{bf16, f16};
 
+use crate::buffer::HostBuffer;
 use crate::reduce::{Combine, kernels};
 
 /// The element type of a tensor, as named on the command line and on the wire.
@@ -105,10 +106,31 @@ pub trait Element:
     fn from_f64(v: f64) -> Self;
 
     fn to_f64(self) -> f64;
+
+    /// `v` as a [`HostBuffer`] of this type.
+    fn into_host(v: Vec<Self>) -> HostBuffer;
+
+    /// The vector inside `b` if it holds this type; `b` back otherwise.
+    fn from_host(b: HostBuffer) -> Result<Vec<Self>, HostBuffer>;
+}
+
+/// `into_host` and `from_host` for the [`HostBuffer`] variant `$v`.
+macro_rules! host_variant {
+    ($v:ident) => {
+        fn into_host(v: Vec<Self>) -> HostBuffer {
+            HostBuffer::$v(v)
+        }
+        fn from_host(b: HostBuffer) -> Result<Vec<Self>, HostBuffer> {
+            match b {
+                HostBuffer::$v(v) => Ok(v),
+                other => Err(other),
+            }
+        }
+    };
 }
 
 macro_rules! native_float {
-    ($t:ty, $d:expr) => {
+    ($t:ty, $d:expr, $v:ident) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = $d;
@@ -128,12 +150,13 @@ macro_rules! native_float {
             fn to_f64(self) -> f64 {
                 self as f64
             }
+            host_variant!($v);
         }
     };
 }
 
 macro_rules! half_float {
-    ($t:ty, $d:expr) => {
+    ($t:ty, $d:expr, $v:ident) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = $d;
@@ -152,12 +175,13 @@ macro_rules! half_float {
             fn to_f64(self) -> f64 {
                 <$t>::to_f64(self)
             }
+            host_variant!($v);
         }
     };
 }
 
 macro_rules! integer {
-    ($t:ty, $d:expr) => {
+    ($t:ty, $d:expr, $v:ident) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = $d;
@@ -176,17 +200,18 @@ macro_rules! integer {
             fn to_f64(self) -> f64 {
                 self as f64
             }
+            host_variant!($v);
         }
     };
 }
 
-native_float!(f32, DType::F32);
-native_float!(f64, DType::F64);
-half_float!(f16, DType::F16);
-half_float!(bf16, DType::BF16);
-integer!(i32, DType::I32);
-integer!(i64, DType::I64);
-integer!(u8, DType::U8);
+native_float!(f32, DType::F32, F32);
+native_float!(f64, DType::F64, F64);
+half_float!(f16, DType::F16, F16);
+half_float!(bf16, DType::BF16, BF16);
+integer!(i32, DType::I32, I32);
+integer!(i64, DType::I64, I64);
+integer!(u8, DType::U8, U8);
 
 #[cfg(test)]
 mod tests {

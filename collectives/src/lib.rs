@@ -1,5 +1,7 @@
 //! elasticrun's data plane.
 //!
+//! The worker engine runs its tensors on a [`Collectives`] backend, generic
+//! over the [`Memory`] its buffers live in; [`Communicator`] is the host one.
 //! A [`Communicator`] runs collectives (allreduce, allgather, broadcast, alltoall,
 //! reduce-scatter, barrier) over a [`Transport`]: point-to-point, tagged byte
 //! messages among the ranks of one generation, built by an [`Endpoint`] from
@@ -18,6 +20,8 @@
 //! collectives work within hosts first and across them second ([`Hierarchy`]).
 
 mod algorithms;
+mod backend;
+mod buffer;
 mod comm;
 mod dtype;
 mod error;
@@ -27,6 +31,8 @@ mod tag;
 mod topology;
 mod transport;
 
+pub use backend::{Collectives, FusedPhases, Host, Memory};
+pub use buffer::HostBuffer;
 pub use comm::{
     AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, Layout, OpSpace,
     Scaling,

@@ -9,10 +9,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use collectives::schedule::{CrossStep, HierarchicalLayout, block_ranges};
+use collectives::schedule::{CrossStep, HierarchicalLayout};
 use collectives::{
-    AllreduceAlgorithm, CollectiveError, CollectiveOptions, Communicator, Element, Generation,
-    Layout, MemTransport, NotHierarchical, ReduceOp, Scaling, Topology, Transport, TransportError,
+    AllreduceAlgorithm, CollectiveError, CollectiveOptions, Collectives, Communicator, Element,
+    FusedPhases, Generation, Host, Layout, MemTransport, NotHierarchical, ReduceOp, Scaling,
+    Topology, Transport, TransportError,
 };
 use common::*;
 
@@ -185,125 +186,77 @@ async fn floats_differ_from_the_flat_ring_only_by_rounding() {
     assert!(differing > 0, "every float equals the flat ring's");
 }
 
-/// Packs several tensors piece by piece: piece (c, d) of every tensor, then
-/// the next piece; returns the buffer and the summed layout.
-fn pack(
-    tensors: &[Vec<f32>],
-    local: usize,
-    cross: usize,
-    step: CrossStep,
-) -> (Vec<f32>, HierarchicalLayout) {
-    let alone: Vec<HierarchicalLayout> = tensors
-        .iter()
-        .map(|t| HierarchicalLayout::even(t.len(), local, cross, step))
-        .collect();
-    let ranges: Vec<Vec<std::ops::Range<usize>>> = alone
-        .iter()
-        .map(|l| block_ranges(&l.pieces.concat()))
-        .collect();
-    let mut buf = Vec::new();
-    let mut pieces = vec![vec![0; cross]; local];
-    for p in 0..local * cross {
-        for (t, r) in tensors.iter().zip(&ranges) {
-            pieces[p / cross][p % cross] += r[p].len();
-            buf.extend_from_slice(&t[r[p].clone()]);
-        }
-    }
-    (
-        buf,
-        HierarchicalLayout {
-            pieces,
-            cross: step,
-        },
-    )
-}
-
-fn unpack(buf: &[f32], lens: &[usize], local: usize, cross: usize) -> Vec<Vec<f32>> {
-    let alone: Vec<Vec<std::ops::Range<usize>>> = lens
-        .iter()
-        .map(|&len| {
-            let l = HierarchicalLayout::even(len, local, cross, CrossStep::Ring);
-            block_ranges(&l.pieces.concat())
-        })
-        .collect();
-    let mut out: Vec<Vec<f32>> = lens.iter().map(|&l| vec![0.0; l]).collect();
-    let mut at = 0;
-    for p in 0..local * cross {
-        for (t, ranges) in alone.iter().enumerate() {
-            let r = ranges[p].clone();
-            out[t][r.clone()].copy_from_slice(&buf[at..at + r.len()]);
-            at += r.len();
-        }
-    }
-    out
-}
-
-/// The engine fuses tensors this way: each element must get exactly the bits
-/// it gets when its tensor is reduced alone.
+/// The engine fuses through [`Collectives::allreduce_fused`]: on every
+/// layout (hierarchical, and the flat ones that fall back) and algorithm,
+/// each element must get exactly the bits it gets when its tensor is reduced
+/// alone.
 #[tokio::test]
-async fn tensors_packed_piece_by_piece_get_the_bits_they_get_alone() {
+async fn fused_tensors_get_the_bits_they_get_alone() {
     let lens = [1, 7, 4099, 0, 333, 20_000];
-    for (name, hosts, _) in layouts().into_iter().take(4) {
+    for (name, hosts, _) in layouts() {
         let n = hosts.len();
         for (variant, opts) in variants() {
             let (hier, flat) = worlds(&hosts, &opts);
-            drop(flat);
-            let h = hier[0].options().hierarchical_allreduce.clone().unwrap();
-            let (local, cross) = (h.local_size(), h.cross_size());
-            // As the engine fuses: only tensors that take the same cross-host
-            // step alone (under `auto`, the small ones: doubling).
-            let (step, lens) = match opts.allreduce {
-                AllreduceAlgorithm::Ring => (CrossStep::Ring, &lens[..]),
-                AllreduceAlgorithm::RecursiveDoubling => (CrossStep::Doubling, &lens[..]),
-                AllreduceAlgorithm::Auto => (CrossStep::Doubling, &lens[..5]),
+            // As the engine fuses: only tensors that take the same algorithm
+            // alone (under `auto`, the small ones: doubling).
+            let lens = match opts.allreduce {
+                AllreduceAlgorithm::Auto => &lens[..5],
+                _ => &lens[..],
             };
-            let ctx = format!("{name} {variant}");
-            let per_rank: Vec<Vec<Vec<f32>>> = (0..n)
-                .map(|r| {
-                    lens.iter()
-                        .enumerate()
-                        .map(|(t, &len)| noisy_inputs(n, len, 31 * t)[r].clone())
-                        .collect()
-                })
-                .collect();
-            let mut alone = per_rank.clone();
-            for (t, _) in lens.iter().enumerate() {
-                let mut bufs: Vec<Vec<f32>> = alone.iter().map(|ts| ts[t].clone()).collect();
-                allreduce_all(&hier, &mut bufs, ReduceOp::Sum, &ctx).await;
-                for (r, b) in bufs.into_iter().enumerate() {
-                    alone[r][t] = b;
-                }
-            }
-            let mut packed: Vec<Vec<f32>> = Vec::new();
-            let mut layout = None;
-            for ts in &per_rank {
-                let (buf, l) = pack(ts, local, cross, step);
-                packed.push(buf);
-                layout = Some(l);
-            }
-            let layout = layout.unwrap();
-            let res = with_buffers(&hier, &mut packed, |c, b| {
-                c.allreduce_layout(
-                    b,
-                    ReduceOp::Sum,
-                    Scaling::default(),
-                    Layout::Hierarchical(layout.clone()),
-                )
-            })
-            .await;
-            for r in res {
-                ok(r, &ctx);
-            }
-            for (r, buf) in packed.iter().enumerate() {
-                let fused = unpack(buf, lens, local, cross);
-                for (t, f) in fused.iter().enumerate() {
-                    assert!(
-                        bytes(f) == bytes(&alone[r][t]),
-                        "{ctx}: tensor {t} on rank {r}"
-                    );
-                }
+            for (path, world) in [("hierarchical", &hier), ("flat", &flat)] {
+                let ctx = format!("{name} {variant} {path}");
+                fused_against_alone(world, n, lens, &ctx).await;
             }
             shutdown_all(hier).await;
+            shutdown_all(flat).await;
+        }
+    }
+}
+
+async fn fused_against_alone(
+    world: &[Communicator<MemTransport>],
+    n: usize,
+    lens: &[usize],
+    ctx: &str,
+) {
+    let mut per_rank: Vec<Vec<Vec<f32>>> = (0..n)
+        .map(|r| {
+            lens.iter()
+                .enumerate()
+                .map(|(t, &len)| noisy_inputs(n, len, 31 * t)[r].clone())
+                .collect()
+        })
+        .collect();
+    let mut alone = per_rank.clone();
+    for t in 0..lens.len() {
+        let mut bufs: Vec<Vec<f32>> = alone.iter().map(|ts| ts[t].clone()).collect();
+        allreduce_all(world, &mut bufs, ReduceOp::Sum, ctx).await;
+        for (r, b) in bufs.into_iter().enumerate() {
+            alone[r][t] = b;
+        }
+    }
+    let res = with_buffers(world, &mut per_rank, |c, ts| async move {
+        let (mut scratch, mut phases) = (Vec::new(), FusedPhases::default());
+        Collectives::<Host>::allreduce_fused(c, ts, ReduceOp::Sum, &mut scratch, &mut phases)
+            .await
+            .map(|()| (phases, scratch.capacity()))
+    })
+    .await;
+    let total: usize = lens.iter().sum();
+    for r in res {
+        let (phases, capacity) = ok(r, ctx);
+        assert!(
+            matches!((phases.packed, phases.reduced), (Some(p), Some(d)) if p <= d),
+            "{ctx}: phases {phases:?}"
+        );
+        assert!(capacity >= total, "{ctx}: packed into {capacity} < {total}");
+    }
+    for (r, fused) in per_rank.iter().enumerate() {
+        for (t, f) in fused.iter().enumerate() {
+            assert!(
+                bytes(f) == bytes(&alone[r][t]),
+                "{ctx}: tensor {t} on rank {r}"
+            );
         }
     }
 }

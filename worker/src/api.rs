@@ -8,7 +8,7 @@ use collectives::{Element, ReduceOp};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::engine::{Handle, Kind, Tensor, op_name, refuse};
+use crate::engine::{Handle, Invalid, Kind, Tensor, op_name, refuse};
 use crate::{Error, ObjectError, Worker};
 
 /// Names for unnamed submissions: `allreduce.sum.noname.3` is the fourth
@@ -78,11 +78,10 @@ impl Worker {
         splits: Vec<usize>,
     ) -> Handle<T> {
         if data.shape.iter().product::<usize>() != data.data.len() {
-            return refuse(format!(
-                "tensor data has {} elements but shape {:?}",
-                data.data.len(),
-                data.shape
-            ));
+            return refuse(Invalid::Shape {
+                elements: data.data.len(),
+                shape: data.shape,
+            });
         }
         let name = self.name(name, kind);
         self.engine.submit(name, kind, data, splits, Vec::new())
@@ -140,10 +139,10 @@ impl Worker {
             Ok(r) if root < self.size() => {
                 self.submit(name, Kind::Broadcast { root: r }, data.into(), Vec::new())
             }
-            _ => refuse(format!(
-                "broadcast root {root} is not a rank of this job (size {})",
-                self.size()
-            )),
+            _ => refuse(Invalid::Root {
+                root,
+                size: self.size(),
+            }),
         }
     }
 
@@ -156,11 +155,12 @@ impl Worker {
         splits: Vec<usize>,
     ) -> Handle<T> {
         if splits.len() != self.size() || splits.iter().sum::<usize>() != data.len() {
-            return refuse(format!(
-                "alltoall splits {splits:?} do not divide {} elements among {} ranks",
-                data.len(),
-                self.size()
-            ));
+            let (elements, size) = (data.len(), self.size());
+            return refuse(Invalid::Splits {
+                splits,
+                elements,
+                size,
+            });
         }
         self.submit(name, Kind::Alltoall, data.into(), splits)
     }

@@ -29,8 +29,8 @@ pub use api::GroupHandle;
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
 pub use data_plane::DataPlane;
 pub use engine::{
-    Engine, EngineConfig, EngineError, EngineStats, Handle, Planes, Tensor, TimelineConfig, Tuning,
-    TuningMemory,
+    Engine, EngineConfig, EngineError, EngineStats, Handle, Internal, Invalid, Mismatch, Planes,
+    Storage, Tensor, TimelineConfig, Tuning, TuningMemory,
 };
 pub use error::{Error, InitError, ObjectError};
 pub use hierarchy::{CollectivePath, CollectivePaths};

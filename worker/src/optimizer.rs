@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use collectives::{ReduceOp, f16};
 
-use crate::engine::Handle;
+use crate::engine::{Handle, Invalid};
 use crate::{Error, Worker};
 
 /// How gradients travel.
@@ -80,9 +80,7 @@ pub type Gradients = Vec<(String, Vec<f32>)>;
 impl<'w> DistributedOptimizer<'w> {
     pub fn new(worker: &'w Worker, opts: OptimizerOptions) -> Result<Self, Error> {
         if opts.backward_passes_per_step == 0 {
-            return Err(Error::Invalid(
-                "backward_passes_per_step must be at least 1".into(),
-            ));
+            return Err(Invalid::PassesPerStep.into());
         }
         Ok(DistributedOptimizer {
             worker,
@@ -101,9 +99,8 @@ impl<'w> DistributedOptimizer<'w> {
     /// pass, the same names on every rank).
     pub fn submit(&mut self, name: &str, grad: &[f32]) -> Result<(), Error> {
         if self.in_flight.iter().any(|(n, _)| n == name) {
-            return Err(Error::Invalid(format!(
-                "gradient {name} was submitted twice in one pass"
-            )));
+            let name = name.to_owned();
+            return Err(Invalid::Resubmitted { name }.into());
         }
         let sum = self.sums.remove(name);
         if !self.last_pass() {
@@ -154,9 +151,7 @@ impl<'w> DistributedOptimizer<'w> {
             out.push((name, g));
         }
         if !unsent.is_empty() {
-            return Err(Error::Invalid(format!(
-                "gradient(s) {unsent:?} were accumulated but not submitted in the step's last pass"
-            )));
+            return Err(Invalid::Unsent { names: unsent }.into());
         }
         Ok(Some(out))
     }
@@ -164,11 +159,12 @@ impl<'w> DistributedOptimizer<'w> {
 
 fn add(sum: &mut [f32], g: &[f32], name: &str) -> Result<(), Error> {
     if sum.len() != g.len() {
-        return Err(Error::Invalid(format!(
-            "gradient {name} changed length from {} to {} between passes",
-            sum.len(),
-            g.len()
-        )));
+        return Err(Invalid::Length {
+            name: name.to_owned(),
+            was: sum.len(),
+            now: g.len(),
+        }
+        .into());
     }
     sum.iter_mut().zip(g).for_each(|(s, x)| *s += x);
     Ok(())

@@ -230,7 +230,9 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            Interrupt::from(EngineError::Mismatch("grad.0".into())),
+            Interrupt::from(EngineError::from(crate::engine::Mismatch::NoSubmitter {
+                name: "grad.0".into()
+            })),
             Interrupt::Fatal(_)
         ));
         assert!(matches!(

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use autotune::{Decision, Knob, Layout, Memory, SampleRecord, Space, Tuner, TunerConfig};
-use collectives::{Communicator, Hierarchy, Transport};
+use collectives::{Collectives, Hierarchy, Host};
 
 use super::config::EngineConfig;
 use super::messages::Tuning;
@@ -159,7 +159,7 @@ fn open_log(path: &PathBuf) -> Result<std::fs::File, String> {
 }
 
 /// The settings the engine starts with.
-pub(super) fn starting_tuning<X: Transport>(cfg: &EngineConfig, comm: &Communicator<X>) -> Tuning {
+pub(super) fn starting_tuning(cfg: &EngineConfig, comm: &impl Collectives<Host>) -> Tuning {
     let o = comm.options();
     Tuning {
         fusion_threshold_bytes: cfg.fusion_threshold_bytes as u64,

@@ -7,20 +7,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use autotune::SampleRecord;
-use collectives::{Communicator, Hierarchy, Transport};
+use collectives::{Collectives, Communicator, FusedPhases, Hierarchy, Host, Transport};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::Planes;
 use super::autotune::{AutotuneSetup, Autotuner, layout, starting_tuning};
 use super::config::EngineConfig;
+use super::error::{EngineError, Internal, Invalid};
 use super::exec;
 use super::fusion::{FusionPolicy, fused_bytes};
 use super::fusion_buffer::FusionBuffer;
-use super::marks::Marks;
 use super::messages::{Decision, RankMsg, Ready, Request, Tuning};
 use super::negotiate::Negotiator;
-use super::tensor::{EngineError, Submission};
+use super::tensor::Submission;
 use super::timeline::{Phase, Timeline};
 
 /// Longest cycle time the engine sleeps (an hour): longer would stall the
@@ -60,8 +60,8 @@ pub struct EngineStats {
     pub fusion_buffer_growths: u64,
 }
 
-struct State<X, H> {
-    comm: Communicator<X>,
+struct State<D, H> {
+    comm: D,
     /// The per-cycle messages travel here, never on `comm`.
     negotiation: Communicator<H>,
     neg: Negotiator,
@@ -95,11 +95,11 @@ struct State<X, H> {
 
 /// Runs the engine until every rank has shut down or the data plane fails;
 /// returns the communicator (to shut its transport down) and the counters.
-pub(super) async fn run<X: Transport, H: Transport>(
-    planes: Planes<X, H>,
+pub(super) async fn run<D: Collectives<Host>, H: Transport>(
+    planes: Planes<D, H>,
     cfg: EngineConfig,
     mut rx: mpsc::UnboundedReceiver<Command>,
-) -> (Planes<X, H>, EngineStats) {
+) -> (Planes<D, H>, EngineStats) {
     let mut st = State::new(planes, &cfg);
     let mut next = Instant::now();
     let mut open = true;
@@ -158,10 +158,10 @@ async fn drain_after_failure(rx: &mut mpsc::UnboundedReceiver<Command>, e: &Engi
     }
 }
 
-impl<X: Transport, H: Transport> State<X, H> {
+impl<D: Collectives<Host>, H: Transport> State<D, H> {
     /// The state an engine starts in; rank 0 of an autotuned job starts
     /// (or resumes) tuning.
-    fn new(planes: Planes<X, H>, cfg: &EngineConfig) -> Self {
+    fn new(planes: Planes<D, H>, cfg: &EngineConfig) -> Self {
         let Planes {
             data: comm,
             negotiation,
@@ -241,9 +241,7 @@ impl<X: Transport, H: Transport> State<X, H> {
             Command::Shutdown => self.shutdown = true,
             Command::Retune(t) => self.retune = Some(t),
             Command::Join(reply) if self.join_reply.is_some() || self.shutdown => {
-                let _ = reply.send(Err(EngineError::Invalid(
-                    "join called twice, or after shutdown".into(),
-                )));
+                let _ = reply.send(Err(Invalid::Join.into()));
             }
             Command::Join(reply) => {
                 self.join_news = true;
@@ -286,14 +284,11 @@ impl<X: Transport, H: Transport> State<X, H> {
     async fn round(&mut self) -> Result<bool, EngineError> {
         self.timeline.cycle(std::time::Instant::now());
         let mine = bincode::serde::encode_to_vec(self.message(), bincode::config::standard())
-            .map_err(|e| EngineError::Internal(e.to_string()))?;
-        let (n, r) = (self.negotiation.size(), self.negotiation.rank());
-        if (n, r) != (self.comm.size(), self.rank) {
-            return Err(EngineError::Internal(format!(
-                "the negotiation communicator is rank {r} of {n}, the data plane rank {} of {}",
-                self.rank,
-                self.comm.size()
-            )));
+            .map_err(|e| Internal::Encode { why: e.to_string() })?;
+        let negotiation = (self.negotiation.rank(), self.negotiation.size());
+        let data = (self.rank, self.comm.size());
+        if negotiation != data {
+            return Err(Internal::Planes { negotiation, data }.into());
         }
         let (all, counts) = self
             .negotiation
@@ -305,10 +300,9 @@ impl<X: Transport, H: Transport> State<X, H> {
         for (r, &c) in counts.iter().enumerate() {
             let (m, _): (RankMsg, usize) =
                 bincode::serde::decode_from_slice(&all[at..at + c], bincode::config::standard())
-                    .map_err(|e| {
-                        EngineError::Internal(format!(
-                            "undecodable negotiation message from rank {r}: {e}"
-                        ))
+                    .map_err(|e| Internal::Decode {
+                        rank: r,
+                        why: e.to_string(),
                     })?;
             msgs.push(m);
             at += c;
@@ -317,7 +311,7 @@ impl<X: Transport, H: Transport> State<X, H> {
         let outcome = self
             .neg
             .round(&msgs)
-            .map_err(|e| EngineError::Internal(e.to_string()))?;
+            .map_err(|e| Internal::Negotiation { why: e.to_string() })?;
         let decided = std::time::Instant::now();
         self.joined = outcome.joined;
         let mut bytes = 0u64;
@@ -358,7 +352,7 @@ impl<X: Transport, H: Transport> State<X, H> {
         match d {
             Decision::Fail { name, why } => {
                 if let Some(l) = self.waiting.remove(&name) {
-                    l.fail(EngineError::Mismatch(why));
+                    l.fail(why.into());
                 }
                 Ok(())
             }
@@ -379,19 +373,19 @@ impl<X: Transport, H: Transport> State<X, H> {
                 locals.push(Submission::stand_in(&t.per_rank[self.rank]));
                 continue;
             }
-            let l = self.waiting.remove(t.name()).ok_or_else(|| {
-                EngineError::Internal(format!(
-                    "tensor {} ran but was not submitted here",
-                    t.name()
-                ))
-            })?;
+            let l = self
+                .waiting
+                .remove(t.name())
+                .ok_or_else(|| Internal::NotSubmitted {
+                    name: t.name().to_owned(),
+                })?;
             locals.push(l);
         }
         self.stats.collectives += 1;
         self.stats.tensors += group.len() as u64;
         let submitted: Vec<std::time::Instant> = locals.iter().map(|l| l.submitted).collect();
         let start = std::time::Instant::now();
-        let mut marks = Marks::default();
+        let mut marks = FusedPhases::default();
         let active = self.comm.size() - self.joined.len();
         let at = exec::Fused {
             buffer: &mut self.fusion,
@@ -430,7 +424,7 @@ struct Span<'a> {
     submitted: &'a [std::time::Instant],
     decided: std::time::Instant,
     start: std::time::Instant,
-    marks: Marks,
+    marks: FusedPhases,
     done: std::time::Instant,
 }
 

@@ -1,47 +1,42 @@
 //! Running a negotiated group: pack into the fusion buffer, one collective,
 //! unpack, reply to each submitter.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use collectives::schedule::even_counts;
-use collectives::{Communicator, Element, Layout, ReduceOp, Scaling, Transport};
+use collectives::schedule::{block_ranges, even_counts};
+use collectives::{Collectives, Element, FusedPhases, Host, ReduceOp};
 
+use super::error::{EngineError, Internal};
 use super::fusion_buffer::FusionBuffer;
-use super::marks::Marks;
 use super::messages::{Kind, Ready};
-use super::tensor::{EngineError, Submission, with_element};
+use super::tensor::{Submission, with_element};
 
 type Result<T> = std::result::Result<T, EngineError>;
-
-fn collective(e: collectives::CollectiveError) -> EngineError {
-    EngineError::Collective(Arc::new(e))
-}
 
 /// Runs `group` (all of one kind and element type) with this rank's
 /// submissions `locals`, in the same order; `active` ranks contributed data
 /// (the others joined), which is what an average divides by. An error is the data plane's and
 /// fatal to the engine; the submissions not yet answered come back with it.
-pub(super) async fn run<X: Transport>(
-    comm: &Communicator<X>,
+pub(super) async fn run<B: Collectives<Host>>(
+    comm: &B,
     group: &[Ready],
     locals: Vec<Submission>,
     at: Fused<'_>,
     active: usize,
 ) -> std::result::Result<(), (EngineError, Vec<Submission>)> {
     let first = &group[0];
-    with_element!(first.dtype(), T => run_typed::<T, X>(comm, group, locals, at, active).await)
+    with_element!(first.dtype(), T => run_typed::<T, B>(comm, group, locals, at, active).await)
 }
 
 /// Where a fused group is packed, and where its timeline marks go.
 #[derive(Debug)]
 pub(super) struct Fused<'a> {
     pub(super) buffer: &'a mut FusionBuffer,
-    pub(super) marks: &'a mut Marks,
+    pub(super) marks: &'a mut FusedPhases,
 }
 
-async fn run_typed<T: Element, X: Transport>(
-    comm: &Communicator<X>,
+async fn run_typed<T: Element, B: Collectives<Host>>(
+    comm: &B,
     group: &[Ready],
     mut locals: Vec<Submission>,
     at: Fused<'_>,
@@ -124,73 +119,28 @@ where
     F: FnOnce(Vec<T>) -> Fut,
     Fut: std::future::Future<Output = collectives::Result<Out<T>>>,
 {
-    let d = data
-        .pop()
-        .ok_or_else(|| EngineError::Internal("empty group".into()))?;
-    Ok(vec![f(d).await.map_err(collective)?])
+    let d = data.pop().ok_or(Internal::EmptyGroup)?;
+    Ok(vec![f(d).await?])
 }
 
-/// One tensor in place; several packed so that each element is reduced as it
-/// would be alone (see [`super::fusion`]).
-async fn allreduce<T: Element, X: Transport>(
-    comm: &Communicator<X>,
+/// One tensor in place; several packed into the fusion buffer by the backend
+/// so that each element is reduced as it would be alone.
+async fn allreduce<T: Element, B: Collectives<Host>>(
+    comm: &B,
     op: ReduceOp,
     mut data: Vec<Vec<T>>,
     at: Fused<'_>,
 ) -> Result<Vec<Vec<T>>> {
-    if data.len() == 1 {
-        comm.allreduce(&mut data[0], op).await.map_err(collective)?;
+    if let [one] = &mut data[..] {
+        comm.allreduce(one, op).await?;
         return Ok(data);
     }
     let Fused { buffer, marks } = at;
     let total: usize = data.iter().map(Vec::len).sum();
     let mut buf = buffer.take::<T>(total);
-    if let Some(h) = comm.options().hierarchical_allreduce.clone() {
-        super::fused_hierarchical::allreduce(comm, op, &mut data, &mut buf, &h, marks).await?;
-        buffer.put_back(buf);
-        return Ok(data);
-    }
-    let bytes0 = data[0].len() * std::mem::size_of::<T>();
-    if comm.allreduce_is_doubling(bytes0) {
-        data.iter().for_each(|d| buf.extend_from_slice(d));
-        marks.packed = Some(Instant::now());
-        comm.allreduce_layout(&mut buf, op, Scaling::default(), Layout::Doubling)
-            .await
-            .map_err(collective)?;
-        marks.reduced = Some(Instant::now());
-        let mut at = 0;
-        for d in &mut data {
-            let len = d.len();
-            d.copy_from_slice(&buf[at..at + len]);
-            at += len;
-        }
-    } else {
-        // Block-major: block c of every tensor, then block c+1 of every tensor.
-        let n = comm.size();
-        let splits: Vec<Vec<usize>> = data.iter().map(|d| even_counts(d.len(), n)).collect();
-        let offsets: Vec<Vec<usize>> = splits.iter().map(|s| prefix(s)).collect();
-        let mut counts = vec![0; n];
-        for c in 0..n {
-            for (t, d) in data.iter().enumerate() {
-                buf.extend_from_slice(&d[offsets[t][c]..offsets[t][c] + splits[t][c]]);
-                counts[c] += splits[t][c];
-            }
-        }
-        marks.packed = Some(Instant::now());
-        comm.allreduce_layout(&mut buf, op, Scaling::default(), Layout::RingBlocks(counts))
-            .await
-            .map_err(collective)?;
-        marks.reduced = Some(Instant::now());
-        let mut at = 0;
-        for c in 0..n {
-            for (t, d) in data.iter_mut().enumerate() {
-                let len = splits[t][c];
-                d[offsets[t][c]..offsets[t][c] + len].copy_from_slice(&buf[at..at + len]);
-                at += len;
-            }
-        }
-    }
+    let result = comm.allreduce_fused(&mut data, op, &mut buf, marks).await;
     buffer.put_back(buf);
+    result?;
     Ok(data)
 }
 
@@ -203,22 +153,11 @@ fn average_over<T: Element>(sum: &mut [T], active: usize) {
     }
 }
 
-fn prefix(counts: &[usize]) -> Vec<usize> {
-    counts
-        .iter()
-        .scan(0, |acc, &c| {
-            let at = *acc;
-            *acc += c;
-            Some(at)
-        })
-        .collect()
-}
-
 /// Every rank's tensors, packed rank by rank: block `r` of the gather holds
 /// rank `r`'s tensors one after another. Returns each gathered tensor and its
 /// total first dimension.
-async fn allgather<T: Element, X: Transport>(
-    comm: &Communicator<X>,
+async fn allgather<T: Element, B: Collectives<Host>>(
+    comm: &B,
     group: &[Ready],
     data: Vec<Vec<T>>,
     at: Fused<'_>,
@@ -237,11 +176,9 @@ async fn allgather<T: Element, X: Transport>(
     out.resize(counts.iter().sum(), T::zeroed());
     let fused = group.len() > 1;
     at.marks.packed = fused.then(Instant::now);
-    comm.allgatherv_into(&mine, &counts, &mut out)
-        .await
-        .map_err(collective)?;
+    comm.allgatherv_into(&mine, &counts, &mut out).await?;
     at.marks.reduced = fused.then(Instant::now);
-    let starts = prefix(&counts);
+    let starts: Vec<usize> = block_ranges(&counts).iter().map(|r| r.start).collect();
     let mut result = Vec::with_capacity(group.len());
     for (t, g) in group.iter().enumerate() {
         let mut gathered = Vec::with_capacity(elements[t].iter().sum());

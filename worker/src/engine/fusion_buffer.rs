@@ -5,15 +5,14 @@
 //! buffer per group. (A device buffer joins it when tensors can live on a
 //! GPU.)
 
-use std::any::Any;
 use std::collections::HashMap;
 
-use collectives::{DType, Element};
+use collectives::{DType, Element, HostBuffer};
 
 /// One reusable vector per element type.
 #[derive(Debug, Default)]
 pub(super) struct FusionBuffer {
-    by_dtype: HashMap<DType, Box<dyn Any + Send>>,
+    by_dtype: HashMap<DType, HostBuffer>,
     growths: u64,
 }
 
@@ -24,8 +23,8 @@ impl FusionBuffer {
         let mut v = self
             .by_dtype
             .remove(&T::DTYPE)
-            .and_then(|b| b.downcast::<Vec<T>>().ok())
-            .map_or_else(Vec::new, |b| *b);
+            .and_then(|b| b.into_vec::<T>().ok())
+            .unwrap_or_default();
         v.clear();
         if v.capacity() < len {
             self.growths += 1;
@@ -36,7 +35,7 @@ impl FusionBuffer {
 
     /// Keeps `v`'s memory for the next group of its element type.
     pub(super) fn put_back<T: Element>(&mut self, v: Vec<T>) {
-        self.by_dtype.insert(T::DTYPE, Box::new(v));
+        self.by_dtype.insert(T::DTYPE, v.into());
     }
 
     /// How many times a buffer had to be allocated or grown.

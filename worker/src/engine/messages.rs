@@ -4,6 +4,8 @@ use autotune::SampleRecord;
 use collectives::{DType, ReduceOp};
 use serde::{Deserialize, Serialize};
 
+use super::error::Mismatch;
+
 /// The collective a tensor was submitted for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Kind {
@@ -167,7 +169,7 @@ pub(super) enum Decision {
     /// Run these tensors as one collective (several: fused).
     Run(Vec<Ready>),
     /// Fail this tensor on every rank that submitted it.
-    Fail { name: String, why: String },
+    Fail { name: String, why: Mismatch },
 }
 
 #[cfg(test)]

@@ -13,11 +13,10 @@ mod autotune;
 mod cache;
 mod config;
 mod driver;
+mod error;
 mod exec;
-mod fused_hierarchical;
 mod fusion;
 mod fusion_buffer;
-mod marks;
 mod messages;
 mod negotiate;
 mod pending;
@@ -26,7 +25,7 @@ mod timeline;
 
 use std::marker::PhantomData;
 
-use collectives::{Communicator, Element, ReduceOp, Transport};
+use collectives::{Collectives, Communicator, Element, Host, ReduceOp, Transport};
 use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use autotune::tuned_knob;
@@ -34,9 +33,10 @@ pub use autotune::{AutotuneSetup, TuningMemory};
 pub use config::EngineConfig;
 use driver::Command;
 pub use driver::EngineStats;
+pub use error::{EngineError, Internal, Invalid, Mismatch};
 pub use messages::{Kind, Tuning};
 pub use pending::PendingBoard;
-pub use tensor::{EngineError, Output, Tensor};
+pub use tensor::{Output, Storage, Tensor};
 pub use timeline::TimelineConfig;
 
 use messages::Request;
@@ -93,11 +93,15 @@ impl<T: Element> Handle<T> {
         }?;
         let data = out
             .data
-            .downcast::<Vec<T>>()
-            .map_err(|_| EngineError::Internal("result of another element type".into()))?;
+            .into_host::<T>()
+            .map_err(|held| Internal::ElementType {
+                name: String::from("(a result)"),
+                held: held.dtype(),
+                wanted: T::DTYPE,
+            })?;
         Ok((
             Tensor {
-                data: *data,
+                data,
                 shape: out.shape,
             },
             out.splits,
@@ -105,14 +109,15 @@ impl<T: Element> Handle<T> {
     }
 }
 
-/// The two communicators an engine runs on: `data` carries the tensors;
+/// The two communicators an engine runs on: `data` carries the tensors (any
+/// [`Collectives`] backend; today a host [`Communicator`]);
 /// `negotiation` carries the ranks' messages of every cycle, always in host
 /// memory, so that the data plane can be one that moves device buffers.
 /// They may share one transport if their op ids differ
 /// ([`collectives::OpSpace`]); both must have the same ranks.
 #[derive(Debug)]
-pub struct Planes<X, H> {
-    pub data: Communicator<X>,
+pub struct Planes<D, H> {
+    pub data: D,
     pub negotiation: Communicator<H>,
 }
 
@@ -127,16 +132,16 @@ pub struct Engine {
 impl Engine {
     /// Starts the engine on `rt`; `on_finish` gets the communicators back
     /// when it stops (to shut the transports down cleanly).
-    pub fn start<X, H, F, Fut>(
+    pub fn start<D, H, F, Fut>(
         rt: &tokio::runtime::Handle,
-        planes: Planes<X, H>,
+        planes: Planes<D, H>,
         cfg: EngineConfig,
         on_finish: F,
     ) -> Engine
     where
-        X: Transport + 'static,
+        D: Collectives<Host> + 'static,
         H: Transport + 'static,
-        F: FnOnce(Planes<X, H>) -> Fut + Send + 'static,
+        F: FnOnce(Planes<D, H>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send,
     {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -177,7 +182,7 @@ impl Engine {
         };
         let local = Submission {
             req,
-            data: Box::new(data.data),
+            data: data.data.into(),
             splits,
             reply,
             submitted: std::time::Instant::now(),
@@ -220,13 +225,13 @@ impl Engine {
         let _ = self.tx.send(Command::Shutdown);
         self.task
             .await
-            .map_err(|e| EngineError::Internal(e.to_string()))
+            .map_err(|e| Internal::Task { why: e.to_string() }.into())
     }
 }
 
-/// Validations shared by the submitting API.
-pub fn refuse<T>(why: String) -> Handle<T> {
-    failed(EngineError::Invalid(why))
+/// A submission refused by the API's checks.
+pub fn refuse<T>(why: Invalid) -> Handle<T> {
+    failed(why.into())
 }
 
 /// `op` as Horovod names it in generated tensor names.

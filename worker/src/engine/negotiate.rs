@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use super::cache::ResponseCache;
+use super::error::Mismatch;
 use super::fusion::{FusionPolicy, plan};
 use super::messages::{Decision, RankMsg, Ready, Request, Tuning};
 
@@ -246,26 +247,26 @@ fn check(
     per_rank: Vec<Option<Request>>,
     shut_down: &[bool],
     joined: &[bool],
-) -> Result<Ready, String> {
+) -> Result<Ready, Mismatch> {
     let absent = |why: &[bool]| -> Vec<usize> {
         (0..per_rank.len())
             .filter(|&r| per_rank[r].is_none() && why[r])
             .collect()
     };
     let gone = absent(shut_down);
+    let name = name.to_owned();
     if !gone.is_empty() {
-        return Err(format!(
-            "tensor {name}: rank(s) {gone:?} shut down without submitting it"
-        ));
+        return Err(Mismatch::ShutDown { name, ranks: gone });
     }
     let Some(first) = per_rank.iter().flatten().next().cloned() else {
-        return Err(format!("tensor {name}: no rank submitted it"));
+        return Err(Mismatch::NoSubmitter { name });
     };
     let joined = absent(joined);
     if !joined.is_empty() && !first.kind.runs_with_joined_ranks() {
-        return Err(format!(
-            "tensor {name}: rank(s) {joined:?} have joined; only allreduce and allgather run while ranks have joined"
-        ));
+        return Err(Mismatch::Joined {
+            name,
+            ranks: joined,
+        });
     }
     let reqs: Vec<Request> = per_rank
         .into_iter()
@@ -274,15 +275,8 @@ fn check(
     if reqs.iter().all(|r| r.agrees_with(&first)) {
         return Ok(Ready { per_rank: reqs });
     }
-    let views: Vec<String> = reqs
-        .iter()
-        .enumerate()
-        .map(|(r, q)| format!("rank {r}: {}", q.describe()))
-        .collect();
-    Err(format!(
-        "tensor {name} was submitted differently across ranks: {}",
-        views.join("; ")
-    ))
+    let views = reqs.iter().map(Request::describe).collect();
+    Err(Mismatch::Differs { name, views })
 }
 
 #[cfg(test)]

@@ -1,11 +1,10 @@
-//! Tensors as the engine holds them: typed at the API, erased in the queue
-//! (the element type travels as a [`DType`]), typed again to run.
+//! Tensors as the engine holds them: typed at the API, a [`Storage`] in the
+//! queue (the element type known at run time), typed again to run.
 
-use std::any::Any;
-use std::sync::Arc;
-
-use collectives::{CollectiveError, Element};
+use collectives::{DType, Element, HostBuffer};
 use tokio::sync::oneshot;
+
+use super::error::{EngineError, Internal};
 
 use super::messages::Request;
 use super::pending::Entry;
@@ -31,29 +30,41 @@ impl<T> Tensor<T> {
     }
 }
 
-/// Why a submitted tensor did not complete.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum EngineError {
-    /// The ranks disagreed about the tensor; the text gives every rank's view.
-    #[error("{0}")]
-    Mismatch(String),
-    /// The data plane failed (a peer lost, a timeout); the engine has stopped.
-    #[error("collective failed: {0}")]
-    Collective(Arc<CollectiveError>),
-    #[error("tensor {0} is already in flight on this rank")]
-    Duplicate(String),
-    #[error("the engine has shut down")]
-    ShutDown,
-    #[error("{0}")]
-    Invalid(String),
-    #[error("internal error: {0}")]
-    Internal(String),
+/// Where a submitted tensor's elements are: host memory today; a device
+/// buffer joins as a variant when tensors can live on a GPU, and the engine
+/// runs each on the backend for its memory.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Storage {
+    Host(HostBuffer),
+}
+
+impl Storage {
+    /// The elements as a host vector of `T`, if that is what this holds;
+    /// itself back otherwise.
+    pub fn into_host<T: Element>(self) -> Result<Vec<T>, Storage> {
+        match self {
+            Storage::Host(b) => b.into_vec().map_err(Storage::Host),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::Host(b) => b.dtype(),
+        }
+    }
+}
+
+impl<T: Element> From<Vec<T>> for Storage {
+    fn from(v: Vec<T>) -> Self {
+        Storage::Host(v.into())
+    }
 }
 
 /// What a completed submission hands back (erased).
 #[derive(Debug)]
 pub struct Output {
-    pub data: Box<dyn Any + Send>,
+    pub data: Storage,
     pub shape: Vec<usize>,
     /// Alltoall: how many elements each rank sent here.
     pub splits: Vec<usize>,
@@ -65,7 +76,7 @@ pub(super) type Reply = oneshot::Sender<Result<Output, EngineError>>;
 #[derive(Debug)]
 pub(crate) struct Submission {
     pub req: Request,
-    pub data: Box<dyn Any + Send>,
+    pub data: Storage,
     /// Alltoall: elements for each rank.
     pub splits: Vec<usize>,
     pub reply: Reply,
@@ -76,16 +87,23 @@ pub(crate) struct Submission {
 }
 
 impl Submission {
+    /// The host elements, leaving an empty buffer in their place.
     pub(crate) fn take<T: Element>(&mut self) -> Result<Vec<T>, EngineError> {
-        let data = std::mem::replace(&mut self.data, Box::new(()));
-        data.downcast::<Vec<T>>().map(|b| *b).map_err(|_| {
-            EngineError::Internal(format!("tensor {} is not {:?}", self.req.name, T::DTYPE))
+        let data = std::mem::replace(&mut self.data, Vec::<T>::new().into());
+        data.into_host::<T>().map_err(|held| {
+            let e = Internal::ElementType {
+                name: self.req.name.clone(),
+                held: held.dtype(),
+                wanted: T::DTYPE,
+            };
+            self.data = held;
+            e.into()
         })
     }
 
     pub(crate) fn finish<T: Element>(self, data: Vec<T>, shape: Vec<usize>, splits: Vec<usize>) {
         let _ = self.reply.send(Ok(Output {
-            data: Box::new(data),
+            data: data.into(),
             shape,
             splits,
         }));
@@ -96,7 +114,7 @@ impl Submission {
     /// to nobody.
     pub(crate) fn stand_in(req: &Request) -> Submission {
         let (reply, _) = oneshot::channel();
-        let data = with_element!(req.dtype, T => Box::new(vec![<T as Element>::from_f64(0.0); req.elements()]) as Box<dyn Any + Send>);
+        let data = Storage::Host(HostBuffer::zeros(req.dtype, req.elements()));
         Submission {
             req: req.clone(),
             data,

@@ -31,7 +31,7 @@ pub(crate) fn planes(
     rt: &tokio::runtime::Runtime,
     size: usize,
     options: impl Fn(usize) -> CollectiveOptions,
-) -> Vec<Planes<MemTransport, MemTransport>> {
+) -> Vec<Planes<Communicator<MemTransport>, MemTransport>> {
     mem_world(rt, size)
         .into_iter()
         .zip(mem_world(rt, size))
@@ -44,7 +44,7 @@ pub(crate) fn planes(
 }
 
 /// Shuts both of an engine's transports down.
-pub(crate) async fn shut_down(p: Planes<MemTransport, MemTransport>) {
+pub(crate) async fn shut_down(p: Planes<Communicator<MemTransport>, MemTransport>) {
     p.data.into_transport().shutdown().await;
     p.negotiation.into_transport().shutdown().await;
 }

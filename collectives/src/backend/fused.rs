@@ -1,0 +1,110 @@
+//! A fused allreduce on the host ring: several tensors packed into one buffer
+//! so that every element meets the same partners in the same order as when
+//! its tensor runs alone, which keeps fused and unfused results
+//! bit-identical on every path.
+//!
+//! Flat ring: block-major (block `c` of every tensor, then block `c+1` of
+//! every tensor), the blocks cut as each tensor alone would be cut. Recursive
+//! doubling: plain concatenation (every element takes the same exchanges).
+//! Hierarchical: piece by piece, each tensor cut as it would be alone
+//! ([`HierarchicalLayout::even`]: one block per local rank, one piece per host
+//! within each block), piece (c, d) of every tensor followed by piece
+//! (c, d+1) of every tensor.
+//!
+//! ```text
+//!  tensors a, b; 2 local ranks x 2 hosts
+//!  buffer  [ a00 b00 | a01 b01 | a10 b10 | a11 b11 ]
+//!           \ local block 0   / \ local block 1   /
+//! ```
+
+use std::ops::Range;
+use std::time::Instant;
+
+use super::FusedPhases;
+use crate::comm::{Communicator, Layout, Scaling};
+use crate::dtype::Element;
+use crate::error::Result;
+use crate::reduce::ReduceOp;
+use crate::schedule::{CrossStep, HierarchicalLayout, block_ranges, even_counts};
+use crate::transport::Transport;
+
+/// Allreduces `data` in one collective, packed into `buf` (empty).
+pub(super) async fn allreduce<T: Element, X: Transport>(
+    comm: &Communicator<X>,
+    data: &mut [Vec<T>],
+    op: ReduceOp,
+    buf: &mut Vec<T>,
+    phases: &mut FusedPhases,
+) -> Result<()> {
+    buf.clear();
+    if data.len() == 1 {
+        return comm.allreduce(&mut data[0], op).await;
+    }
+    // The fusion planner groups tensors of one size class, so the first says
+    // which algorithm each of them takes alone.
+    let bytes0 = std::mem::size_of_val(data.first().map_or(&[][..], Vec::as_slice));
+    let doubling = comm.allreduce_is_doubling(bytes0);
+    let (ranges, layout) = match comm.options().hierarchical_allreduce.clone() {
+        Some(h) => {
+            let cross = if doubling {
+                CrossStep::Doubling
+            } else {
+                CrossStep::Ring
+            };
+            let (local, hosts) = (h.local_size(), h.cross_size());
+            let ranges: Vec<Vec<Range<usize>>> = data
+                .iter()
+                .map(|d| {
+                    let l = HierarchicalLayout::even(d.len(), local, hosts, cross);
+                    block_ranges(&l.pieces.concat())
+                })
+                .collect();
+            let mut pieces = vec![vec![0; hosts]; local];
+            for p in 0..local * hosts {
+                pieces[p / hosts][p % hosts] = ranges.iter().map(|r| r[p].len()).sum();
+            }
+            (
+                ranges,
+                Layout::Hierarchical(HierarchicalLayout { pieces, cross }),
+            )
+        }
+        None if doubling => {
+            // One piece per tensor: the whole of it.
+            let whole = data
+                .iter()
+                .map(|d| std::iter::once(0..d.len()).collect())
+                .collect();
+            (whole, Layout::Doubling)
+        }
+        None => {
+            let n = comm.size();
+            let ranges: Vec<Vec<Range<usize>>> = data
+                .iter()
+                .map(|d| block_ranges(&even_counts(d.len(), n)))
+                .collect();
+            let counts = (0..n)
+                .map(|c| ranges.iter().map(|r| r[c].len()).sum())
+                .collect();
+            (ranges, Layout::RingBlocks(counts))
+        }
+    };
+    let pieces = ranges.first().map_or(0, Vec::len);
+    for p in 0..pieces {
+        for (d, r) in data.iter().zip(&ranges) {
+            buf.extend_from_slice(&d[r[p].clone()]);
+        }
+    }
+    phases.packed = Some(Instant::now());
+    comm.allreduce_layout(buf, op, Scaling::default(), layout)
+        .await?;
+    phases.reduced = Some(Instant::now());
+    let mut at = 0;
+    for p in 0..pieces {
+        for (d, r) in data.iter_mut().zip(&ranges) {
+            let len = r[p].len();
+            d[r[p].clone()].copy_from_slice(&buf[at..at + len]);
+            at += len;
+        }
+    }
+    Ok(())
+}
