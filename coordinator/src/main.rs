@@ -44,7 +44,8 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::new(log_filter(
             cfg.log_level,
         )))
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if cfg.log_timestamps {
         fmt.init();
     } else {

@@ -59,6 +59,7 @@ const ALONE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Joins the job described by the environment `elasticrun` set, or makes a world
 /// of one when there is none.
 pub fn init() -> Result<Worker, InitError> {
+    default_logging();
     let launch = env::read(|k| std::env::var(k).ok())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -86,6 +87,23 @@ pub fn init() -> Result<Worker, InitError> {
         elastic_timeout: launch.elastic_timeout,
     };
     Ok(Worker::launched(rt, joined.entered, link))
+}
+
+/// Warnings and errors of the runtime on stderr (which elasticrun forwards)
+/// when the program set up no `tracing` subscriber of its own; colours only
+/// on a terminal.
+fn default_logging() {
+    use std::io::IsTerminal as _;
+    if tracing::dispatcher::has_been_set() {
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .without_time()
+        .try_init();
 }
 
 impl Worker {

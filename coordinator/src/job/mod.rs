@@ -62,6 +62,8 @@ pub enum JobError {
     Address(#[from] AddressError),
     #[error(transparent)]
     Server(#[from] crate::server::ServerError),
+    #[error(transparent)]
+    Output(#[from] crate::launch::output::OutputError),
 }
 
 /// How the job ended, as elasticrun's exit code.

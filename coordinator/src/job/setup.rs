@@ -16,7 +16,8 @@ use super::discovery::{self, Discovery};
 use super::driver::{Driver, Mode, STORE_TIMEOUT, bind_address};
 use super::{Ending, JobError, hosts_and_np, job_secrets, knobs};
 use crate::config::{ElasticConfig, JobConfig};
-use crate::launch::address::control_addresses;
+use crate::launch::address::{control_addresses, is_this_machine};
+use crate::launch::output;
 use crate::layout::place;
 use crate::server::Server;
 use crate::stall::StallConfig;
@@ -64,8 +65,22 @@ struct Setup {
     hosts: Hosts,
 }
 
+/// Checks before any worker starts that the job's output directory and,
+/// where rank 0 runs on this machine, its timeline file can be written (an
+/// elastic job's rank 0 reports an unwritable timeline itself).
+fn check_files(cfg: &JobConfig, rank0_here: bool) -> Result<(), JobError> {
+    if let Some(dir) = &cfg.output_dir {
+        output::check_dir(dir)?;
+    }
+    if let Some(t) = cfg.timeline.as_ref().filter(|_| rank0_here) {
+        output::check_file("timeline file", &t.file)?;
+    }
+    Ok(())
+}
+
 async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
     if let Some(e) = &cfg.elastic {
+        check_files(cfg, false)?;
         return Ok(Setup {
             mode: Mode::Elastic,
             policy: policy(cfg, e),
@@ -80,6 +95,7 @@ async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
     }
     let (hosts, np) = hosts_and_np(cfg).await?;
     place(&hosts, np)?;
+    check_files(cfg, hosts.first().is_some_and(|h| is_this_machine(&h.host)))?;
     let names: Vec<&str> = hosts.iter().map(|h| h.host.as_str()).collect();
     let addresses = control_addresses(&names, cfg.network_interface.as_deref())?;
     Ok(Setup {

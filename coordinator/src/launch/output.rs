@@ -37,7 +37,12 @@ pub fn rank_file(dir: &Path, rank: usize, stream: Stream) -> PathBuf {
 }
 
 /// Copies `from` line by line (bytes, not necessarily UTF-8) to elasticrun's own
-/// stdout or stderr with the prefix, and to `file` if given. Ends at EOF.
+/// stdout or stderr with the prefix, and to `file` if given (created 0600).
+/// Reads to EOF whatever happens to the copies: a file that cannot be opened
+/// or written (a full disk) is reported once and dropped, the terminal keeps
+/// getting the lines; a terminal that is gone (a closed pipe) stops getting
+/// them. So a worker never finds its output pipe closed under it. Only a
+/// failure to read the worker's pipe is returned.
 pub async fn forward<R: AsyncRead + Unpin>(
     from: R,
     rank: usize,
@@ -46,14 +51,10 @@ pub async fn forward<R: AsyncRead + Unpin>(
     file: Option<PathBuf>,
 ) -> std::io::Result<()> {
     let mut file = match file {
-        Some(p) => {
-            if let Some(dir) = p.parent() {
-                tokio::fs::create_dir_all(dir).await?;
-            }
-            Some(tokio::fs::File::create(p).await?)
-        }
+        Some(p) => RankFile::open(p).await,
         None => None,
     };
+    let mut terminal = true;
     let mut lines = BufReader::new(from);
     let mut line = Vec::new();
     loop {
@@ -64,25 +65,131 @@ pub async fn forward<R: AsyncRead + Unpin>(
         if !line.ends_with(b"\n") {
             line.push(b'\n');
         }
-        if let Some(f) = file.as_mut() {
-            f.write_all(&line).await?;
+        if let Some(f) = file.as_mut()
+            && !f.write(&line, rank).await
+        {
+            file = None;
         }
-        let mut out = prefix(rank, stream, timestamps.then(SystemTime::now)).into_bytes();
-        out.extend_from_slice(&line);
-        // One write per line so that ranks' lines do not interleave mid-line.
-        match stream {
-            Stream::Stdout => tokio::io::stdout().write_all(&out).await?,
-            Stream::Stderr => tokio::io::stderr().write_all(&out).await?,
+        if terminal {
+            let mut out = prefix(rank, stream, timestamps.then(SystemTime::now)).into_bytes();
+            out.extend_from_slice(&line);
+            // One write per line so that ranks' lines do not interleave mid-line.
+            let written = match stream {
+                Stream::Stdout => tokio::io::stdout().write_all(&out).await,
+                Stream::Stderr => tokio::io::stderr().write_all(&out).await,
+            };
+            terminal = written.is_ok();
         }
     }
-    if let Some(mut f) = file {
-        f.flush().await?;
+    if let Some(f) = file {
+        f.close(rank).await;
     }
     Ok(())
 }
 
+/// A rank's output file.
+struct RankFile {
+    path: PathBuf,
+    file: tokio::fs::File,
+}
+
+impl RankFile {
+    /// Creates `path` (and its directory), readable by the owner only; an
+    /// error is reported and means no file.
+    async fn open(path: PathBuf) -> Option<RankFile> {
+        match create_private(&path).await {
+            Ok(file) => Some(RankFile { path, file }),
+            Err(e) => {
+                tracing::error!(
+                    "cannot write {}: {e}; the output stays on the terminal",
+                    path.display()
+                );
+                None
+            }
+        }
+    }
+
+    /// Whether the line was written; a failure is reported here, once.
+    async fn write(&mut self, line: &[u8], rank: usize) -> bool {
+        match self.file.write_all(line).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(
+                    "cannot write {}: {e}; rank {rank}'s further output goes to the terminal only",
+                    self.path.display()
+                );
+                false
+            }
+        }
+    }
+
+    async fn close(mut self, rank: usize) {
+        if let Err(e) = self.file.flush().await {
+            tracing::error!("cannot write {} (rank {rank}): {e}", self.path.display());
+        }
+    }
+}
+
+/// Creates (truncates) `path` with mode 0600, its directory as needed.
+async fn create_private(path: &Path) -> std::io::Result<tokio::fs::File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        tokio::fs::create_dir_all(dir).await?;
+    }
+    tokio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .await
+}
+
+/// Checks, before any worker starts, that the job's output directory can be
+/// made and written: creates it and a probe file in it.
+pub fn check_dir(dir: &Path) -> Result<(), OutputError> {
+    let fail = |e: std::io::Error| OutputError {
+        what: "output directory",
+        path: dir.to_owned(),
+        why: e,
+    };
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let probe = dir.join(format!(".elasticrun-probe-{}", std::process::id()));
+    std::fs::File::create(&probe).map_err(fail)?;
+    std::fs::remove_file(&probe).map_err(fail)
+}
+
+/// Checks, before any worker starts, that a file a worker will write (the
+/// timeline) can be: opened for writing if it exists (not truncated), else
+/// created in its directory and removed again.
+pub fn check_file(what: &'static str, path: &Path) -> Result<(), OutputError> {
+    let fail = |e: std::io::Error| OutputError {
+        what,
+        path: path.to_owned(),
+        why: e,
+    };
+    if path.exists() {
+        return std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(drop)
+            .map_err(fail);
+    }
+    std::fs::File::create(path).map_err(fail)?;
+    std::fs::remove_file(path).map_err(fail)
+}
+
+/// A file or directory of the job's output cannot be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the {what} {}: {why}", path.display())]
+pub struct OutputError {
+    pub what: &'static str,
+    pub path: PathBuf,
+    pub why: std::io::Error,
+}
+
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
@@ -119,6 +226,56 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             "one\ntwo\nno newline\n"
         );
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A file that cannot be written (here: its directory is a file) costs
+    /// the file, not the pipe: every line is still read.
+    #[tokio::test]
+    async fn an_unwritable_file_still_drains_the_pipe() {
+        let dir =
+            std::env::temp_dir().join(format!("elasticrun-output-bad-{}", std::process::id()));
+        std::fs::write(&dir, b"not a directory").unwrap();
+        let (mut tx, rx) = tokio::io::duplex(64);
+        let lines = 200;
+        let writer = tokio::spawn(async move {
+            for i in 0..lines {
+                tx.write_all(format!("line {i}\n").as_bytes()).await?;
+            }
+            Ok::<_, std::io::Error>(())
+        });
+        let path = rank_file(&dir, 0, Stream::Stdout);
+        let fwd = forward(rx, 0, Stream::Stdout, false, Some(path));
+        tokio::time::timeout(Duration::from_secs(60), fwd)
+            .await
+            .expect("the forwarder did not reach EOF")
+            .unwrap();
+        writer.await.unwrap().expect("the worker's writes failed");
+        assert!(check_dir(&dir).is_err());
+        std::fs::remove_file(dir).unwrap();
+    }
+
+    #[test]
+    fn an_output_directory_is_checked_before_the_job() {
+        let base =
+            std::env::temp_dir().join(format!("elasticrun-output-check-{}", std::process::id()));
+        let ok = base.join("a/b");
+        check_dir(&ok).unwrap();
+        assert!(ok.is_dir());
+        std::fs::write(base.join("file"), b"x").unwrap();
+        let e = check_dir(&base.join("file/sub")).unwrap_err();
+        assert!(e.to_string().contains("output directory"), "{e}");
+        assert!(e.to_string().contains("file/sub"), "{e}");
+        let t = base.join("timeline.json");
+        check_file("timeline file", &t).unwrap();
+        assert!(!t.exists(), "the probe stayed behind");
+        let e = check_file("timeline file", &base.join("missing/t.json")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("cannot write the timeline file"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(base).unwrap();
     }
 }

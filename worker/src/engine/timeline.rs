@@ -13,14 +13,16 @@
 //! appear when the tensor was fused with others. With cycle marks on, every
 //! negotiation round is an instant event `CYCLE_START`.
 //!
-//! The file is written incrementally by its own thread, a whole batch of
-//! events per write, so a job that is killed still leaves a file that both
-//! viewers load (the format allows the closing `]` to be missing); a clean
-//! shutdown closes the array, which makes the file strict JSON.
+//! The file (mode 0600) is written incrementally by its own thread, a whole
+//! batch of events per write, placed before the array's closing `]`: after
+//! every batch it is strict JSON, so a job that is killed, or a disk that
+//! fills (the failed batch is undone and the error reported), still leaves a
+//! file both viewers load.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Instant;
@@ -95,7 +97,10 @@ impl Timeline {
                 }),
             },
             Err(e) => {
-                tracing::warn!(path = %cfg.path.display(), %e, "cannot write the timeline");
+                tracing::warn!(
+                    "cannot write the timeline {}: {e}; this job runs without one",
+                    cfg.path.display()
+                );
                 Timeline::disabled()
             }
         }
@@ -191,35 +196,103 @@ impl Sink {
 type Writer = (mpsc::Sender<Vec<Value>>, std::thread::JoinHandle<()>);
 
 fn start_writer(path: &Path) -> io::Result<Writer> {
-    let mut file = File::create(path)?;
-    file.write_all(b"[\n")?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    let mut out = TraceFile::new(file)?;
     let (tx, rx) = mpsc::channel::<Vec<Value>>();
     let path = path.to_owned();
     let writer = std::thread::Builder::new()
         .name("elasticrun-timeline".into())
         .spawn(move || {
-            if let Err(e) = write_batches(&mut file, &rx) {
-                tracing::warn!(path = %path.display(), %e, "timeline writing failed");
+            while let Ok(batch) = rx.recv() {
+                if let Err(e) = out.append(&batch) {
+                    tracing::warn!(
+                        "cannot write the timeline {}: {e}; it ends here (the file holds the events before)",
+                        path.display()
+                    );
+                    return;
+                }
+            }
+            if let Err(e) = out.file.sync_all() {
+                tracing::warn!("cannot write the timeline {}: {e}", path.display());
             }
         })?;
     Ok((tx, writer))
 }
 
-/// Writes each batch with one call, so the file always ends on a whole event;
-/// closes the array when the engine is done.
-fn write_batches(file: &mut File, rx: &mpsc::Receiver<Vec<Value>>) -> io::Result<()> {
-    let mut first = true;
-    while let Ok(batch) = rx.recv() {
+/// Where a trace is written: bytes at an offset, and cutting it short.
+trait Positioned {
+    fn write_all_at(&mut self, bytes: &[u8], at: u64) -> io::Result<()>;
+    fn cut(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl Positioned for File {
+    fn write_all_at(&mut self, bytes: &[u8], at: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(self, bytes, at)
+    }
+
+    fn cut(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)
+    }
+}
+
+/// A trace that is a whole JSON array after every batch: each batch goes in
+/// before the closing `]`, in one write, so a job that is killed or a disk that
+/// fills leaves a file that is strict JSON. A failed write is undone (the file
+/// cut back and closed again) before it is reported.
+struct TraceFile<F> {
+    file: F,
+    /// Bytes of the trace as last completed.
+    len: u64,
+    /// Whether an event was written (the next needs a comma).
+    any: bool,
+}
+
+/// What closes the array.
+const CLOSE: &[u8] = b"\n]\n";
+
+impl<F: Positioned> TraceFile<F> {
+    fn new(mut file: F) -> io::Result<Self> {
+        file.cut(0)?;
+        file.write_all_at(b"[", 0)?;
+        file.write_all_at(CLOSE, 1)?;
+        Ok(TraceFile {
+            file,
+            len: 1 + CLOSE.len() as u64,
+            any: false,
+        })
+    }
+
+    fn append(&mut self, batch: &[Value]) -> io::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
         let mut text = String::new();
         for ev in batch {
-            text.push_str(if first { "" } else { ",\n" });
+            text.push_str(if self.any { ",\n" } else { "\n" });
             text.push_str(&ev.to_string());
-            first = false;
+            self.any = true;
         }
-        file.write_all(text.as_bytes())?;
+        let mut bytes = text.into_bytes();
+        bytes.extend_from_slice(CLOSE);
+        let at = self.len - CLOSE.len() as u64;
+        match self.file.write_all_at(&bytes, at) {
+            Ok(()) => {
+                self.len = at + bytes.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // The close lies in space the file already had.
+                let _ = self.file.cut(at);
+                let _ = self.file.write_all_at(CLOSE, at);
+                Err(e)
+            }
+        }
     }
-    file.write_all(b"\n]\n")?;
-    file.sync_all()
 }
 
 #[cfg(test)]
@@ -282,7 +355,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unclosed_file_is_an_unterminated_array_of_whole_events() {
+    fn an_unclosed_file_is_already_a_whole_array() {
         let dir = std::env::temp_dir().join(format!("tl2-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("b.json");
@@ -303,11 +376,63 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
-        let evs: Vec<Value> = serde_json::from_str(&format!("{text}]")).unwrap();
+        let evs: Vec<Value> = serde_json::from_str(&text).unwrap();
         assert_eq!(evs.len(), 3, "{text}");
         tl.close();
         assert_eq!(read(&path).len(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Memory that fills at `cap` bytes, as a disk does.
+    struct Small {
+        bytes: Vec<u8>,
+        cap: usize,
+    }
+
+    impl Positioned for Small {
+        fn write_all_at(&mut self, bytes: &[u8], at: u64) -> io::Result<()> {
+            let at = at as usize;
+            for (i, b) in bytes.iter().enumerate() {
+                if at + i >= self.cap {
+                    return Err(io::Error::from(io::ErrorKind::StorageFull));
+                }
+                if at + i < self.bytes.len() {
+                    self.bytes[at + i] = *b;
+                } else {
+                    self.bytes.push(*b);
+                }
+            }
+            Ok(())
+        }
+
+        fn cut(&mut self, len: u64) -> io::Result<()> {
+            self.bytes.truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_full_disk_leaves_strict_json_of_the_batches_before() {
+        let mut t = TraceFile::new(Small {
+            bytes: Vec::new(),
+            cap: 200,
+        })
+        .unwrap();
+        let ev = |i: u32| json!({"name": "x", "ph": "X", "ts": i, "dur": 1, "pid": 1, "tid": 0});
+        let mut written = 0;
+        let err = loop {
+            match t.append(&[ev(written), ev(written + 1)]) {
+                Ok(()) => written += 2,
+                Err(e) => break e,
+            }
+            let evs: Vec<Value> = serde_json::from_slice(&t.file.bytes).unwrap();
+            assert_eq!(evs.len(), written as usize);
+        };
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+        assert!(written > 0, "the first batch did not fit");
+        let evs: Vec<Value> = serde_json::from_slice(&t.file.bytes)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&t.file.bytes)));
+        assert_eq!(evs.len(), written as usize);
     }
 
     #[test]
