@@ -1,15 +1,16 @@
-//! The output of a `--host-discovery-script`: one `host` or `host:slots` line per
-//! usable host, re-read every few seconds. Entries follow the `-H` rules of
+//! The output of a `--host-discovery-script`: one `host`, `host:slots` or
+//! `host slots=N` (hostfile syntax) line per usable host, re-read every few
+//! seconds. Entries follow the `-H` rules of
 //! [`crate::hosts`] (IPv6 in brackets before a count, `[fe80::1]:4`; a bare IPv6
 //! address takes the default count); blank lines and `#` comments are ignored.
 //!
 //! Unlike a hostfile, an output with no hosts is valid: it means that no host is
 //! usable right now, and the job waits (up to `--elastic-timeout`) for hosts to come
-//! back. Anything else that is not one entry per line (spaces inside an entry,
-//! `slots=` settings, a shell error message, a zero or non-numeric count) is refused
-//! naming the line, so that a broken script never silently shrinks the job.
+//! back. Anything else that is not one entry per line (spaces inside an entry
+//! other than a `slots=N` setting, a shell error message, a zero or non-numeric
+//! count) is refused naming the line, so that a broken script never silently shrinks the job.
 
-use crate::hosts::{HostSlots, HostsError, Location, parse_host_slots, push_unique};
+use crate::hosts::{HostSlots, HostsError, Location, parse_hostfile_line, push_unique};
 
 /// At most this many hosts in one discovery output.
 pub const MAX_DISCOVERED_HOSTS: usize = 4096;
@@ -35,18 +36,16 @@ pub fn parse_discovered(text: &str, default_slots: usize) -> Result<Vec<HostSlot
         if line.is_empty() {
             continue;
         }
-        if line.contains(char::is_whitespace) {
-            return Err(HostsError::BadHost {
-                at,
-                entry: line.into(),
-            });
-        }
         if out.len() == MAX_DISCOVERED_HOSTS {
             return Err(HostsError::TooManyHosts {
                 max: MAX_DISCOVERED_HOSTS,
             });
         }
-        push_unique(&mut out, parse_host_slots(line, at, default_slots)?, at)?;
+        let entry = parse_hostfile_line(line, at, default_slots, |_| HostsError::BadHost {
+            at,
+            entry: line.into(),
+        })?;
+        push_unique(&mut out, entry, at)?;
     }
     Ok(out)
 }
@@ -82,6 +81,14 @@ mod tests {
     }
 
     #[test]
+    fn hostfile_lines_are_understood_too() {
+        assert_eq!(
+            parse_discovered("alpha slots=4\nbeta\tslots=1 # ok\ngamma:3\n", 2).unwrap(),
+            vec![hs("alpha", 4), hs("beta", 1), hs("gamma", 3)]
+        );
+    }
+
+    #[test]
     fn empty_output_means_no_hosts_now() {
         assert_eq!(parse_discovered("", 1).unwrap(), vec![]);
         assert_eq!(parse_discovered("\n# none yet\n  \n", 1).unwrap(), vec![]);
@@ -98,7 +105,9 @@ mod tests {
             _ => false,
         };
         assert!(line2(parse_discovered("a\nb c\n", 1)));
-        assert!(line2(parse_discovered("a\nb slots=2\n", 1)));
+        assert!(line2(parse_discovered("a\nb slots=2 x\n", 1)));
+        assert!(line2(parse_discovered("a\nb slots=0\n", 1)));
+        assert!(line2(parse_discovered("a\nb max_slots=2\n", 1)));
         assert!(line2(parse_discovered(
             "a\nsh: 1: hosts.sh: not found\n",
             1

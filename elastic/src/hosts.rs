@@ -98,21 +98,34 @@ pub fn parse_hostfile(text: &str) -> Result<Vec<HostSlots>, HostsError> {
         if line.is_empty() {
             continue;
         }
-        let mut words = line.split_whitespace();
-        let first = words.next().unwrap_or_default();
-        let mut entry = parse_host_slots(first, at, 1)?;
-        for w in words {
-            let Some(count) = w.strip_prefix("slots=") else {
-                return Err(HostsError::UnknownSetting {
-                    at,
-                    setting: w.into(),
-                });
-            };
-            entry.slots = parse_count(count, line, at)?;
-        }
+        let entry = parse_hostfile_line(line, at, 1, |w| HostsError::UnknownSetting {
+            at,
+            setting: w.into(),
+        })?;
         push_unique(&mut out, entry, at)?;
     }
     non_empty(out)
+}
+
+/// One `host slots=N`, `host:N` or `host` line (comments stripped, not
+/// empty); `default_slots` for a host without a count; `unknown` words other
+/// than `slots=N` after the host.
+pub(crate) fn parse_hostfile_line(
+    line: &str,
+    at: Location,
+    default_slots: usize,
+    unknown: impl Fn(&str) -> HostsError,
+) -> Result<HostSlots, HostsError> {
+    let mut words = line.split_whitespace();
+    let first = words.next().unwrap_or_default();
+    let mut entry = parse_host_slots(first, at, default_slots)?;
+    for w in words {
+        let Some(count) = w.strip_prefix("slots=") else {
+            return Err(unknown(w));
+        };
+        entry.slots = parse_count(count, line, at)?;
+    }
+    Ok(entry)
 }
 
 fn non_empty(v: Vec<HostSlots>) -> Result<Vec<HostSlots>, HostsError> {

@@ -2,7 +2,8 @@
 //! to the driver. A run that fails, times out or prints garbage keeps the
 //! last good host set (the driver hears nothing) and is logged with the
 //! reason, once per distinct reason in a row so that a flapping script does
-//! not flood the log.
+//! not flood the log; an empty host list is told once too. Nothing the
+//! script starts outlives elasticrun (see [`GUARD`]).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use elastic::discovery::parse_discovered;
 use elastic::hosts::HostSlots;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
@@ -26,33 +27,54 @@ pub struct Discovery {
     pub slots_per_host: usize,
 }
 
+/// How the script is run: `/bin/sh -c GUARD sh SCRIPT`, in a process group
+/// of its own. The script line goes through the shell (`eval`), as horovodrun
+/// does, so it may carry arguments. Beside it a watcher waits on fd 3, the
+/// read end of a pipe whose write end only elasticrun holds: when elasticrun
+/// ends, however it ends (SIGKILL included), the pipe closes and the watcher
+/// kills the whole group, so nothing the script started outlives elasticrun.
+const GUARD: &str = r#"exec 3<&0 </dev/null
+( read -r _ <&3; kill -KILL 0 ) >/dev/null 2>&1 &
+w=$!
+( eval "$1" ) 3<&- &
+s=$!
+wait "$s"; rc=$?
+kill "$w" 2>/dev/null
+exit "$rc""#;
+
+/// Most bytes of the script's stderr kept for an error message (the rest is
+/// read and dropped, so a chatty script never blocks).
+const MAX_STDERR: usize = 4096;
+
 /// Runs the script once: its host set, or why there is none.
 pub async fn discover_once(d: &Discovery) -> Result<Vec<HostSlots>, String> {
-    // Through the shell, as horovodrun does: the script may carry arguments.
     let mut child = Command::new("/bin/sh")
         .arg("-c")
+        .arg(GUARD)
+        .arg("sh")
         .arg(d.script.as_os_str())
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot run /bin/sh: {e}"))?;
-    // Whatever the script started goes with it when it overstays.
     let group = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(nix::unistd::Pid::from_raw);
+    // Held until the run is over: dropping it ends the script's group.
+    let _lifeline = child.stdin.take();
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err("the script has no output pipes".into());
     };
     let run = async {
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let (mut stdout, mut stderr) = (stdout.take(MAX_OUTPUT + 1), stderr.take(4096));
-        let (o, e) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
-        o.and(e).map_err(|e| e.to_string())?;
+        let (o, e) = tokio::join!(
+            read_capped(stdout, MAX_OUTPUT as usize + 1),
+            read_capped(stderr, MAX_STDERR)
+        );
+        let ((out, _), (err, _)) = (o.map_err(|e| e.to_string())?, e.map_err(|e| e.to_string())?);
         let status = child.wait().await.map_err(|e| e.to_string())?;
         Ok::<_, String>((status, out, err))
     };
@@ -76,28 +98,72 @@ pub async fn discover_once(d: &Discovery) -> Result<Vec<HostSlots>, String> {
     parse_discovered(&text, d.slots_per_host).map_err(|e| e.to_string())
 }
 
+/// Reads `r` to its end, keeping the first `cap` bytes; says whether there
+/// was more.
+async fn read_capped(
+    mut r: impl AsyncRead + Unpin,
+    cap: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut kept = Vec::new();
+    let mut more = false;
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((kept, more));
+        }
+        let room = cap - kept.len();
+        more |= n > room;
+        kept.extend_from_slice(&buf[..n.min(room)]);
+    }
+}
+
+/// What the last run of the script found, so that each change is told once.
+#[derive(Debug, Default, PartialEq)]
+enum Last {
+    #[default]
+    Nothing,
+    Hosts,
+    NoHosts,
+    Failed(String),
+}
+
 /// Runs the script every interval for as long as `to` is open, sending each
-/// good host set.
+/// good host set. A failure is told once per distinct reason in a row, and so
+/// is an empty host list (the job pauses on it).
 pub async fn watch(d: Discovery, to: mpsc::Sender<Vec<HostSlots>>) {
     let mut tick = tokio::time::interval(d.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_error: Option<String> = None;
+    let mut last = Last::Nothing;
+    let mut had_hosts = false;
     loop {
         tick.tick().await;
-        match discover_once(&d).await {
+        let now = match discover_once(&d).await {
             Ok(hosts) => {
-                last_error = None;
+                let empty = hosts.is_empty();
                 if to.send(hosts).await.is_err() {
                     return;
                 }
+                if empty { Last::NoHosts } else { Last::Hosts }
             }
-            Err(why) => {
-                if last_error.as_ref() != Some(&why) {
-                    eprintln!("elasticrun: host discovery: {why}; keeping the last good host set");
+            Err(why) => Last::Failed(why),
+        };
+        if now != last {
+            match &now {
+                Last::NoHosts => eprintln!(
+                    "elasticrun: host discovery: the script lists no hosts; the job waits for hosts"
+                ),
+                Last::Failed(why) if had_hosts => {
+                    eprintln!("elasticrun: host discovery: {why}; keeping the last good host set")
                 }
-                last_error = Some(why);
+                Last::Failed(why) => {
+                    eprintln!("elasticrun: host discovery: {why}; there is no good host set yet")
+                }
+                Last::Hosts | Last::Nothing => {}
             }
         }
+        had_hosts |= now == Last::Hosts;
+        last = now;
     }
 }
 
@@ -149,6 +215,83 @@ mod tests {
             ..ok
         };
         assert_eq!(discover_once(&with_args).await.unwrap().len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_chatty_script_is_heard_to_the_end() {
+        let dir =
+            std::env::temp_dir().join(format!("elasticrun-disc-chatty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let chatty = script(
+            &dir,
+            "chatty.sh",
+            "i=0; while [ $i -lt 2000 ]; do echo 'a warning of some length, again and again' >&2; i=$((i+1)); done; echo a:2",
+        );
+        assert_eq!(discover_once(&chatty).await.unwrap().len(), 1);
+        let failing = script(
+            &dir,
+            "chatty-fail.sh",
+            "i=0; while [ $i -lt 2000 ]; do echo 'the same complaint' >&2; i=$((i+1)); done; exit 4",
+        );
+        let e = discover_once(&failing).await.unwrap_err();
+        assert!(
+            e.contains("the same complaint") && e.len() < 2 * MAX_STDERR,
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Whether `pid` is a process that has not exited.
+    fn running(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(')').next().map(|r| r.trim_start().chars().next()))
+            .flatten()
+            .is_some_and(|state| state != 'Z' && state != 'X')
+    }
+
+    /// A run dropped in flight (the job ended) takes the script's children with it.
+    #[tokio::test]
+    async fn nothing_the_script_started_outlives_its_run() {
+        let dir = std::env::temp_dir().join(format!("elasticrun-disc-kids-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pids = dir.join("pids");
+        let mut d = script(
+            &dir,
+            "kids.sh",
+            &format!(
+                "sleep 1000 & echo $! > {p}.tmp; mv {p}.tmp {p}; wait",
+                p = pids.display()
+            ),
+        );
+        d.timeout = Duration::from_secs(600);
+        let child = {
+            let run = discover_once(&d);
+            tokio::pin!(run);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                tokio::select! {
+                    r = &mut run => panic!("the script ended: {r:?}"),
+                    () = tokio::time::sleep(Duration::from_millis(10)) => {}
+                }
+                if let Ok(p) = std::fs::read_to_string(&pids) {
+                    break p.trim().parse::<i32>().unwrap();
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the script never started its child"
+                );
+            }
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while running(child) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pid {child} outlived the run"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
