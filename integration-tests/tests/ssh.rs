@@ -20,6 +20,9 @@ fn run_on(sshd: &TestSshd, hosts: &[&str], train_args: &[&str]) -> Running {
     launch(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
+/// A credential in elasticrun's environment, as a cloud job has.
+const CANARY: (&str, &str) = ("CLOUD_SECRET_ACCESS_KEY", "canary-9f1c2e77d0");
+
 /// Every process on this machine whose command line contains `needle`.
 fn command_lines_containing(needle: &str) -> Vec<String> {
     std::fs::read_dir("/proc")
@@ -61,24 +64,30 @@ fn training_over_ssh_matches_a_local_run() {
 }
 
 #[test]
-fn local_and_remote_slots_form_one_job_and_the_secret_stays_off_command_lines() {
+fn local_and_remote_slots_form_one_job_and_secrets_stay_off_command_lines() {
     let Some(sshd) = TestSshd::start_or_skip(&["127.0.0.3"]) else {
         return;
     };
     let hosts = format!("localhost:1,{}:1", sshd.host);
-    let job = run_on(
-        &sshd,
-        &["-H", &hosts],
-        &["--epochs", "2", "--step-delay-ms", "30"],
-    );
+    let mut cmd = std::process::Command::new(integration_tests::elasticrun());
+    cmd.args(["-H", &hosts])
+        .args(sshd.ssh_args())
+        .arg(train())
+        .args(["--epochs", "2", "--step-delay-ms", "30"])
+        .env(CANARY.0, CANARY.1);
+    let job = integration_tests::start(cmd);
     let remote = workers(sshd.pid(), 1, Duration::from_secs(30));
     let secret = env_of(remote[0], "ELASTICRUN_SECRET").expect("the remote worker got the secret");
     assert_eq!(secret.len(), 64);
-    let leaks = command_lines_containing(&secret);
-    assert!(
-        leaks.is_empty(),
-        "the secret is on a command line: {leaks:?}"
+    assert_eq!(
+        env_of(remote[0], CANARY.0).as_deref(),
+        Some(CANARY.1),
+        "the environment did not reach the remote worker"
     );
+    for value in [secret.as_str(), CANARY.1] {
+        let leaks = command_lines_containing(value);
+        assert!(leaks.is_empty(), "{value} is on a command line: {leaks:?}");
+    }
     let run = job.finish(JOB);
     run.expect_code(0);
     assert_eq!(run.done_event()["world_size"], 2);

@@ -23,6 +23,8 @@ mod optimizer;
 mod reconnect;
 mod rejoin;
 mod settings;
+#[allow(unsafe_code)]
+mod sys;
 mod worker;
 
 pub use api::GroupHandle;

@@ -61,6 +61,8 @@ const ALONE_TIMEOUT: Duration = Duration::from_secs(60);
 pub fn init() -> Result<Worker, InitError> {
     default_logging();
     let launch = env::read(|k| std::env::var(k).ok())?;
+    // Read once; the program's own children have no use for it.
+    crate::sys::remove_env(control::env::SECRET);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("elasticrun-worker")

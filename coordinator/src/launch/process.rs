@@ -37,8 +37,9 @@ pub struct Spec<'a> {
     pub argv: &'a [String],
     /// Added to elasticrun's environment.
     pub env: &'a [(String, String)],
-    /// A line written to standard input, which then stays open (remote
-    /// workers); `None` gives the worker no standard input.
+    /// Text written to standard input, which then stays open (remote
+    /// workers: the secret and the environment); `None` gives the worker no
+    /// standard input.
     pub stdin_line: Option<String>,
 }
 
@@ -70,8 +71,8 @@ pub async fn spawn(spec: Spec<'_>) -> std::io::Result<(WorkerProcess, Pipes)> {
     };
     let mut stdin = child.stdin.take();
     if let (Some(pipe), Some(line)) = (stdin.as_mut(), spec.stdin_line) {
-        // A short line into an empty pipe: never blocks.
-        pipe.write_all(format!("{line}\n").as_bytes()).await?;
+        // ssh reads it at once; a large environment waits for it here.
+        pipe.write_all(line.as_bytes()).await?;
         pipe.flush().await?;
     }
     let p = WorkerProcess {

@@ -2,11 +2,13 @@
 //! worker on another host, in the same working directory and with the same
 //! environment, and that stops it when the connection ends.
 //!
-//! Pure: the argument vector is built here and run by [`super::process`].
-//! The job secret is not on any command line; the remote shell reads it from
-//! ssh's standard input, which then stays open: when it closes (elasticrun
-//! stops the worker, exits or dies) the remote side stops the worker's process
-//! group, SIGTERM then SIGKILL.
+//! Pure: the argument vector and what goes to ssh's standard input are built
+//! here and run by [`super::process`]. No value of the environment is on any
+//! command line (`ps` on either host shows none): the remote shell reads the
+//! job secret and then the environment from ssh's standard input
+//! ([`stdin_text`]), which then stays open: when it closes (elasticrun stops
+//! the worker, exits or dies) the remote side stops the worker's process group,
+//! SIGTERM then SIGKILL.
 
 use std::path::{Path, PathBuf};
 
@@ -66,12 +68,20 @@ pub fn forwarded(name: &str) -> bool {
     valid && !LOGIN.contains(&name) && !name.starts_with("BASH_FUNC_")
 }
 
-/// The shell script the remote login shell runs (through `sh -c`).
-fn remote_script(cwd: &Path, env: &[(String, String)], command: &[String]) -> String {
-    let assignments: Vec<String> = env
+/// What elasticrun writes to ssh's standard input: the job secret on one
+/// line, the number of lines of the environment block, and the block: one
+/// `export 'NAME=value'` per variable (a value may span lines inside its
+/// quotes). The remote script reads exactly that much and `eval`s the block.
+pub fn stdin_text(secret: &str, env: &[(String, String)]) -> String {
+    let block: String = env
         .iter()
-        .map(|(k, v)| quote(&format!("{k}={v}")))
+        .map(|(k, v)| format!("export {}\n", quote(&format!("{k}={v}"))))
         .collect();
+    format!("{secret}\n{}\n{block}", block.matches('\n').count())
+}
+
+/// The shell script the remote login shell runs (through `sh -c`).
+fn remote_script(cwd: &Path, command: &[String]) -> String {
     let program: Vec<String> = command.iter().map(|a| quote(a)).collect();
     let cwd = quote(&cwd.to_string_lossy());
     // The worker gets a session (so a process group) of its own through
@@ -80,25 +90,23 @@ fn remote_script(cwd: &Path, env: &[(String, String)], command: &[String]) -> St
     // stopped (the group may not exist yet if setsid has not run: then the pid).
     format!(
         "IFS= read -r {secret} || exit 255; export {secret}; \
+         IFS= read -r n || exit 255; e=; \
+         while [ \"$n\" -gt 0 ]; do IFS= read -r l || exit 255; e=\"$e$l\n\"; n=$((n-1)); done; \
+         eval \"$e\"; unset e l n; \
          cd {cwd} || exit 255; exec 3<&0; \
-         setsid env {env} {program} </dev/null & pid=$!; \
+         setsid {program} </dev/null & pid=$!; \
          {{ while read -r _; do :; done; kill -TERM -$pid 2>/dev/null || kill -TERM $pid 2>/dev/null; \
          sleep {REMOTE_GRACE_SECS}; kill -KILL -$pid 2>/dev/null; }} <&3 & watch=$!; \
          exec 3<&-; wait $pid; rc=$?; kill -KILL $watch 2>/dev/null; exit $rc",
         secret = control::env::SECRET,
-        env = assignments.join(" "),
         program = program.join(" "),
     )
 }
 
-/// `ssh ... HOST 'sh -c ...'`: the argument vector that runs `command` on `host`.
-pub fn command(
-    host: &str,
-    opts: &SshOptions,
-    cwd: &Path,
-    env: &[(String, String)],
-    command: &[String],
-) -> Vec<String> {
+/// `ssh ... HOST 'sh -c ...'`: the argument vector that runs `command` on
+/// `host`; its environment and the secret go to standard input
+/// ([`stdin_text`]).
+pub fn command(host: &str, opts: &SshOptions, cwd: &Path, command: &[String]) -> Vec<String> {
     let mut argv: Vec<String> = [
         "ssh",
         "-o",
@@ -126,10 +134,7 @@ pub fn command(
         argv.extend(["-i".to_owned(), id.to_string_lossy().into_owned()]);
     }
     argv.push(host.to_owned());
-    argv.push(format!(
-        "sh -c {}",
-        quote(&remote_script(cwd, env, command))
-    ));
+    argv.push(format!("sh -c {}", quote(&remote_script(cwd, command))));
     argv
 }
 
@@ -197,7 +202,7 @@ mod tests {
             port: Some(2222),
             identity_file: Some("/k/id".into()),
         };
-        let argv = command("node1", &opts, Path::new("/w"), &[], &["./train".into()]);
+        let argv = command("node1", &opts, Path::new("/w"), &["./train".into()]);
         let host = argv.iter().position(|a| a == "node1").unwrap();
         assert_eq!(argv.len(), host + 2);
         let before = argv[..host].join(" ");
@@ -215,18 +220,27 @@ mod tests {
     #[test]
     fn the_remote_script_runs_the_command_where_and_as_asked() {
         let dir = std::env::temp_dir();
-        let env = [("GREETING".to_owned(), "hello 'world'".to_owned())];
+        let env = [
+            ("GREETING".to_owned(), "hello 'world'".to_owned()),
+            (
+                "TOKEN".to_owned(),
+                "t0ken\nsecond line $(x) `y`\n".to_owned(),
+            ),
+            ("EMPTY".to_owned(), String::new()),
+        ];
         let cmd: Vec<String> = [
             "sh",
             "-c",
-            "echo \"$GREETING|$ELASTICRUN_SECRET|$(pwd)\"; exit 7",
+            "printf '%s|%s|%s|%s|%s' \"$GREETING\" \"$ELASTICRUN_SECRET\" \"$TOKEN\" \"${EMPTY-unset}\" \"$(pwd)\"; exit 7",
         ]
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-        let argv = command("h", &SshOptions::default(), &dir, &env, &cmd);
+        let argv = command("h", &SshOptions::default(), &dir, &cmd);
         let script = argv.last().unwrap();
-        assert!(!script.contains("s3cret"));
+        for value in ["s3cret", "hello", "t0ken"] {
+            assert!(!argv.iter().any(|a| a.contains(value)), "{value} on argv");
+        }
         let mut child = std::process::Command::new("sh")
             .args(["-c", script])
             .stdin(std::process::Stdio::piped())
@@ -236,7 +250,9 @@ mod tests {
         use std::io::{Read, Write};
         // Standard input stays open while the command runs, as ssh's does.
         let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"s3cret\n").unwrap();
+        stdin
+            .write_all(stdin_text("s3cret", &env).as_bytes())
+            .unwrap();
         let status = child.wait().unwrap();
         drop(stdin);
         let mut stdout = String::new();
@@ -248,8 +264,11 @@ mod tests {
             .unwrap();
         let cwd = std::fs::canonicalize(&dir).unwrap();
         assert_eq!(
-            stdout.trim(),
-            format!("hello 'world'|s3cret|{}", cwd.display())
+            stdout,
+            format!(
+                "hello 'world'|s3cret|t0ken\nsecond line $(x) `y`\n||{}",
+                cwd.display()
+            )
         );
         assert_eq!(status.code(), Some(7));
     }
@@ -259,7 +278,7 @@ mod tests {
     #[test]
     fn closing_standard_input_stops_the_worker() {
         let cmd: Vec<String> = ["sleep", "30"].iter().map(|s| (*s).to_owned()).collect();
-        let argv = command("h", &SshOptions::default(), Path::new("/"), &[], &cmd);
+        let argv = command("h", &SshOptions::default(), Path::new("/"), &cmd);
         let mut child = std::process::Command::new("sh")
             .args(["-c", argv.last().unwrap()])
             .stdin(std::process::Stdio::piped())
@@ -267,7 +286,9 @@ mod tests {
             .unwrap();
         use std::io::Write;
         let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"secret\n").unwrap();
+        stdin
+            .write_all(stdin_text("secret", &[]).as_bytes())
+            .unwrap();
         // Close standard input only once the worker runs (the script has read
         // the secret and started `sleep` under it): wait for the child to appear.
         let started = std::time::Instant::now() + std::time::Duration::from_secs(10);

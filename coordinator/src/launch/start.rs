@@ -81,8 +81,8 @@ pub async fn start_one(
             .collect();
         all.append(&mut env);
         (
-            ssh::command(host, &ssh_opts, &cwd, &all, &cfg.command),
-            Some(secret.to_hex()),
+            ssh::command(host, &ssh_opts, &cwd, &cfg.command),
+            Some(ssh::stdin_text(&secret.to_hex(), &all)),
         )
     };
     let spec = Spec {

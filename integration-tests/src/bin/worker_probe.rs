@@ -132,6 +132,17 @@ fn stall(w: &Worker, late: usize, sleep: Duration) -> Result<(), String> {
     )
 }
 
+/// Whether a program this one starts finds the job secret in its environment.
+fn secret_inherited() -> Option<bool> {
+    let out = std::process::Command::new("env").output().ok()?;
+    let var = format!("{}=", control::env::SECRET);
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with(&var)),
+    )
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = match mode(&args) {
@@ -162,6 +173,7 @@ fn main() -> ExitCode {
         "local_rank": w.local_rank(), "local_size": w.local_size(),
         "cross_rank": w.cross_rank(), "cross_size": w.cross_size(),
         "knobs": w.knobs(),
+        "secret_inherited": secret_inherited(),
         "paths": {
             "allreduce": w.collective_paths().allreduce.to_string(),
             "allgather": w.collective_paths().allgather.to_string(),
