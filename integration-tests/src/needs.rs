@@ -3,7 +3,7 @@
 //! developer's machine, fail where the environment promises it.
 //!
 //! Each [`Need`] has a variable (`ELASTICRUN_REQUIRE_NETNS`,
-//! `ELASTICRUN_REQUIRE_SSHD`); `.ci/run` sets both, so that in CI a test that
+//! `ELASTICRUN_REQUIRE_SSHD`); `scripts/test.sh` (which `.ci/run` runs) sets both, so that in CI a test that
 //! cannot get what it needs fails, naming what is missing, instead of passing
 //! after "skipping".
 
@@ -33,7 +33,7 @@ impl Need {
     }
 
     /// What a test that cannot have this does, `why` saying what is missing:
-    /// fails when [`Need::required`], else prints `skipping: WHY` on stderr so
+    /// fails when [`Need::required`], else prints `skipped: WHY` on stderr so
     /// that the test can return.
     ///
     /// # Panics
@@ -46,7 +46,7 @@ impl Need {
             !self.required(),
             "{why}; {var} is set, so this test must run here instead of skipping"
         );
-        eprintln!("skipping: {why} ({var}=1 makes this a failure)");
+        eprintln!("skipped: {why} ({var}=1 makes this a failure)");
     }
 
     /// `Some(v)` when `r` is `Ok(v)`; otherwise [`Need::unavailable`] with

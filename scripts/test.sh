@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on a fresh machine: installs what the tests need
+# beyond the Rust toolchain, then runs every test binary (all of them, even
+# after a failure) and fails if any test failed.
+#   openssh-server, openssh-client: the ssh launch tests start a throw-away sshd
+#   on 127.0.0.x (integration-tests/tests/ssh.rs, hierarchical.rs) and in
+#   network namespaces.
+#   iproute2: the multi-host elastic tests create network namespaces
+#   (integration-tests/tests/elastic_netns.rs); they also need root
+#   (CAP_NET_ADMIN) and a kernel with veth and bridge support.
+# Once installed they must work: ELASTICRUN_REQUIRE_SSHD and
+# ELASTICRUN_REQUIRE_NETNS turn a test's "skipped: ..." for lack of them into a
+# failure that says what is missing (integration-tests/src/needs.rs). A plain
+# `cargo test --workspace` skips those tests instead, one line each.
+# Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p coordinator`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || missing+=(openssh-client)
+command -v ip >/dev/null || missing+=(iproute2)
+if [ "${#missing[@]}" -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "scripts/test.sh: installing ${missing[*]}" >&2
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+export ELASTICRUN_REQUIRE_SSHD=1
+export ELASTICRUN_REQUIRE_NETNS=1
+if [ "$#" -eq 0 ]; then
+    set -- --workspace
+fi
+cargo test --no-fail-fast "$@"
