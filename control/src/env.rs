@@ -2,10 +2,11 @@
 //! starts, named once here for the launcher that sets them and the worker that
 //! reads them (`worker::init`).
 //!
-//! [`START_TIMEOUT`], [`ELASTIC_TIMEOUT`] and [`COORDINATOR_TIMEOUT`] are also the names under which a
-//! user sets `--start-timeout`, `--elastic-timeout` and `--coordinator-timeout` for
-//! `elasticrun` itself,
-//! so a worker sees the values the job resolved.
+//! [`START_TIMEOUT`], [`ELASTIC_TIMEOUT`], [`COORDINATOR_TIMEOUT`],
+//! [`GLOO_TIMEOUT_SECONDS`] and [`THREAD_AFFINITY`] are also the names under
+//! which a user sets `--start-timeout`, `--elastic-timeout`,
+//! `--coordinator-timeout`, `--gloo-timeout-seconds` and `--thread-affinity`
+//! for `elasticrun` itself, so a worker sees the values the job resolved.
 
 /// Every name elasticrun sets or reads starts with this. The launcher never
 /// forwards the caller's own `ELASTICRUN_*` variables to a remote host.
@@ -30,8 +31,17 @@ pub const ELASTIC_TIMEOUT: &str = "ELASTICRUN_ELASTIC_TIMEOUT";
 /// reconnect before it gives up and exits (`--coordinator-timeout`).
 pub const COORDINATOR_TIMEOUT: &str = "ELASTICRUN_COORDINATOR_TIMEOUT";
 
+/// Seconds one data-plane operation (a send or a receive between two ranks)
+/// may wait before the peer counts as unresponsive (`--gloo-timeout-seconds`).
+pub const GLOO_TIMEOUT_SECONDS: &str = "ELASTICRUN_GLOO_TIMEOUT_SECONDS";
+
+/// The CPUs the workers' engine threads are pinned to, comma-separated, one
+/// per slot of a host: the worker of slot N takes the Nth
+/// (`--thread-affinity`). Unset: not pinned.
+pub const THREAD_AFFINITY: &str = "ELASTICRUN_THREAD_AFFINITY";
+
 /// Every variable the launcher sets for a worker.
-pub const ALL: [&str; 7] = [
+pub const ALL: [&str; 9] = [
     COORDINATOR,
     SECRET,
     HOST,
@@ -39,11 +49,64 @@ pub const ALL: [&str; 7] = [
     START_TIMEOUT,
     ELASTIC_TIMEOUT,
     COORDINATOR_TIMEOUT,
+    GLOO_TIMEOUT_SECONDS,
+    THREAD_AFFINITY,
 ];
+
+/// CPU ids a [`THREAD_AFFINITY`] list may name: Linux's `CPU_SETSIZE`.
+pub const MAX_CPUS: usize = 1024;
+
+/// Why a [`THREAD_AFFINITY`] list was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CpuListError {
+    #[error("no CPU listed")]
+    Empty,
+    #[error("{entry:?} is not a CPU number")]
+    NotACpu { entry: String },
+    #[error("CPU {cpu} is beyond the {MAX_CPUS} CPU ids a thread can be pinned to")]
+    TooHigh { cpu: usize },
+}
+
+/// Parses a [`THREAD_AFFINITY`] list: CPU ids separated by commas, spaces
+/// allowed around them (`0,2,4`).
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, CpuListError> {
+    if s.trim().is_empty() {
+        return Err(CpuListError::Empty);
+    }
+    s.split(',')
+        .map(|entry| {
+            let entry = entry.trim();
+            let cpu: usize = entry.parse().map_err(|_| CpuListError::NotACpu {
+                entry: entry.to_owned(),
+            })?;
+            if cpu >= MAX_CPUS {
+                return Err(CpuListError::TooHigh { cpu });
+            }
+            Ok(cpu)
+        })
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("3"), Ok(vec![3]));
+        assert_eq!(parse_cpu_list(" 0, 2,4 "), Ok(vec![0, 2, 4]));
+        assert_eq!(parse_cpu_list(""), Err(CpuListError::Empty));
+        for bad in ["a", "1,,2", "-1", "1;2", "0x1"] {
+            assert!(
+                matches!(parse_cpu_list(bad), Err(CpuListError::NotACpu { .. })),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parse_cpu_list("1023,1024"),
+            Err(CpuListError::TooHigh { cpu: 1024 })
+        );
+    }
 
     #[test]
     fn every_name_has_the_prefix_and_is_distinct() {

@@ -2,8 +2,13 @@
 
 use std::process::ExitCode;
 
-use coordinator::config::{self, LogLevel, cli::Cli};
+use coordinator::config::cli::{Cli, CliError};
+use coordinator::config::{self, LogLevel};
 use coordinator::job;
+
+/// Exit code of every usage error: a command line, environment variable or
+/// file elasticrun cannot run.
+const USAGE: u8 = 2;
 
 fn log_filter(level: LogLevel) -> &'static str {
     match level {
@@ -15,8 +20,32 @@ fn log_filter(level: LogLevel) -> &'static str {
     }
 }
 
-fn load() -> Result<config::JobConfig, String> {
-    let cli = Cli::parse_args(std::env::args()).unwrap_or_else(|e| e.exit());
+/// The command line, or the exit code when there is nothing (more) to run.
+fn command_line() -> Result<Cli, ExitCode> {
+    match Cli::parse_args(std::env::args()) {
+        Ok(cli) if cli.check_build => {
+            print!("{}", config::check_build());
+            Err(ExitCode::SUCCESS)
+        }
+        Ok(cli) => Ok(cli),
+        Err(CliError::Clap(e)) => {
+            // clap prints its errors (with the option they resemble) on
+            // stderr and the version on stdout.
+            let _ = e.print();
+            Err(ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(USAGE)))
+        }
+        Err(CliError::Help { text }) => {
+            print!("{text}");
+            Err(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("elasticrun: {e}");
+            Err(ExitCode::from(e.exit_code()))
+        }
+    }
+}
+
+fn load(cli: &Cli) -> Result<config::JobConfig, String> {
     let path = cli
         .config_file
         .clone()
@@ -29,15 +58,19 @@ fn load() -> Result<config::JobConfig, String> {
         }
         None => config::file::ConfigFile::default(),
     };
-    config::resolve(&cli, &|k| std::env::var(k).ok(), &file).map_err(|e| e.to_string())
+    config::resolve(cli, &|k| std::env::var(k).ok(), &file).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
-    let cfg = match load() {
+    let cli = match command_line() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    let cfg = match load(&cli) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("elasticrun: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(USAGE);
         }
     };
     let fmt = tracing_subscriber::fmt()
@@ -66,7 +99,11 @@ fn main() -> ExitCode {
         Ok(ending) => ExitCode::from(ending.code()),
         Err(e) => {
             eprintln!("elasticrun: {e}");
-            ExitCode::FAILURE
+            if e.is_usage() {
+                ExitCode::from(USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

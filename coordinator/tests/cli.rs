@@ -83,9 +83,86 @@ fn bad_input_is_a_clear_usage_error() {
 #[test]
 fn hosts_beyond_their_slots_are_refused_before_anything_starts() {
     let out = elasticrun(&["-np", "3", "-H", "localhost:2", "true"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a usage error");
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains('3') && err.contains('2'), "{err}");
+}
+
+/// Misspelled, unknown and refused options, and what is missing, as users
+/// read them: exit code 2, one message, nothing started (the program would
+/// print on stdout).
+#[test]
+fn usage_errors_exit_2_and_start_nothing() {
+    let echo = "/bin/echo";
+    for (args, says) in [
+        (
+            &["-np", "2", "--verbos", echo][..],
+            "a similar argument exists: '--verbose'",
+        ),
+        (
+            &["--num-procs", "2", echo],
+            "a similar argument exists: '--num-proc'",
+        ),
+        (&["-np", "2", "--zzz", echo], "unexpected argument '--zzz'"),
+        (
+            &["--mpi", "-np", "2", echo],
+            "elasticrun: --mpi: elasticrun does not run MPI",
+        ),
+        (&["--jsrun", "-np", "2", echo], "elasticrun: --jsrun: "),
+        (
+            &["--num-nccl-streams", "2", "-np", "2", echo],
+            "elasticrun: --num-nccl-streams: ",
+        ),
+        (&[echo], "elasticrun: -np is needed when no hosts are given"),
+        (
+            &["--hostfile", "/nonexistent/hosts", echo],
+            "/nonexistent/hosts",
+        ),
+        (
+            &["--thread-affinity", "x", "-np", "2", echo],
+            "--thread-affinity",
+        ),
+        (
+            &["--gloo-timeout-seconds", "0", "-np", "2", echo],
+            "--gloo-timeout-seconds",
+        ),
+        (
+            &["--network-interfaces", "a,b", "-np", "2", echo],
+            "--network-interface",
+        ),
+        (
+            &["-np", "0", echo],
+            "elasticrun: -np: at least one process is needed",
+        ),
+    ] {
+        let out = elasticrun(args);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} started something");
+    }
+}
+
+#[test]
+fn help_version_and_check_build_exit_0() {
+    let out = elasticrun(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("  -np, --num-proc <N>"), "{help}");
+    assert!(help.contains("[-np N]"), "{help}");
+    for v in ["-v", "--version"] {
+        let out = elasticrun(&[v]);
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.starts_with("elasticrun "), "{text}");
+    }
+    let out = elasticrun(&["-cb"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("[X] TCP") && text.contains("[ ] MPI"),
+        "{text}"
+    );
 }
 
 /// Bad values from each layer, as users read them (the messages are a

@@ -7,7 +7,10 @@ use std::time::Duration;
 use control::Secret;
 // Re-exported for the tests that check whether this process was launched.
 pub(crate) use control::env::COORDINATOR;
-use control::env::{COORDINATOR_TIMEOUT, ELASTIC_TIMEOUT, HOST, SECRET, SLOT, START_TIMEOUT};
+use control::env::{
+    COORDINATOR_TIMEOUT, ELASTIC_TIMEOUT, GLOO_TIMEOUT_SECONDS, HOST, SECRET, SLOT, START_TIMEOUT,
+    THREAD_AFFINITY, parse_cpu_list,
+};
 
 use crate::InitError;
 
@@ -23,6 +26,10 @@ pub(crate) struct Launch {
     pub(crate) elastic_timeout: Option<Duration>,
     /// How long to keep reconnecting after the coordinator connection drops.
     pub(crate) coordinator_timeout: Duration,
+    /// Longest wait of one data-plane send or receive.
+    pub(crate) data_timeout: Duration,
+    /// The CPU the engine's thread is pinned to (`None`: not pinned).
+    pub(crate) engine_cpu: Option<usize>,
 }
 
 impl Launch {
@@ -36,6 +43,12 @@ impl Launch {
 /// How long a worker keeps reconnecting when `elasticrun` did not say
 /// (`--coordinator-timeout`'s default).
 const DEFAULT_COORDINATOR_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one data-plane operation may wait when `elasticrun` did not say
+/// (`--gloo-timeout-seconds`'s default, the TCP transport's own).
+fn default_data_timeout() -> Duration {
+    collectives::TcpConfig::default().io_timeout
+}
 
 fn seconds(s: &str) -> Option<Duration> {
     s.parse::<f64>()
@@ -80,6 +93,16 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
             .ok_or_else(|| bad(COORDINATOR_TIMEOUT, "is not a positive number of seconds"))?,
         None => DEFAULT_COORDINATOR_TIMEOUT,
     };
+    let data_timeout = match get(GLOO_TIMEOUT_SECONDS) {
+        Some(s) => seconds(&s)
+            .ok_or_else(|| bad(GLOO_TIMEOUT_SECONDS, "is not a positive number of seconds"))?,
+        None => default_data_timeout(),
+    };
+    // Empty: not pinned (the launcher sets it empty then).
+    let engine_cpu = match get(THREAD_AFFINITY).filter(|l| !l.trim().is_empty()) {
+        Some(list) => Some(cpu_of_slot(&list, slot).map_err(|why| bad(THREAD_AFFINITY, &why))?),
+        None => None,
+    };
     Ok(Some(Launch {
         coordinator,
         secret,
@@ -88,7 +111,22 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         start_timeout,
         elastic_timeout,
         coordinator_timeout,
+        data_timeout,
+        engine_cpu,
     }))
+}
+
+/// The CPU of `slot` in a [`THREAD_AFFINITY`] list: its entry `slot`, as
+/// Horovod's list holds one CPU per local rank.
+fn cpu_of_slot(list: &str, slot: u32) -> Result<usize, String> {
+    let cpus = parse_cpu_list(list).map_err(|e| e.to_string())?;
+    let at = usize::try_from(slot).unwrap_or(usize::MAX);
+    cpus.get(at).copied().ok_or_else(|| {
+        format!(
+            "lists {} CPUs ({list}), none for slot {slot}: give one CPU per slot of the host",
+            cpus.len()
+        )
+    })
 }
 
 #[cfg(test)]
@@ -155,6 +193,47 @@ mod tests {
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains("ELASTICRUN_COORDINATOR_TIMEOUT"), "{e}");
         }
+    }
+
+    #[test]
+    fn data_timeout_and_engine_cpu() {
+        let k = Secret::generate().unwrap().to_hex();
+        let with = |slot: &str, extra: &[(&str, &str)]| {
+            let mut pairs = vec![
+                (COORDINATOR, "127.0.0.1:4000"),
+                (SECRET, k.as_str()),
+                (HOST, "a"),
+                (SLOT, slot),
+            ];
+            pairs.extend_from_slice(extra);
+            read(env(&pairs))
+        };
+        let l = with("0", &[]).unwrap().unwrap();
+        assert_eq!(l.data_timeout, Duration::from_secs(60));
+        assert_eq!(l.engine_cpu, None);
+        let l = with("0", &[(THREAD_AFFINITY, "")]).unwrap().unwrap();
+        assert_eq!(l.engine_cpu, None, "empty: not pinned");
+        let l = with("0", &[(GLOO_TIMEOUT_SECONDS, "2.5")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(l.data_timeout, Duration::from_millis(2500));
+        for bad in ["0", "-3", "never"] {
+            let e = with("0", &[(GLOO_TIMEOUT_SECONDS, bad)]).unwrap_err();
+            assert!(e.to_string().contains(GLOO_TIMEOUT_SECONDS), "{e}");
+        }
+        // Slot N takes the Nth CPU.
+        for (slot, cpu) in [("0", 5), ("1", 3), ("2", 1)] {
+            let l = with(slot, &[(THREAD_AFFINITY, "5,3,1")]).unwrap().unwrap();
+            assert_eq!(l.engine_cpu, Some(cpu), "slot {slot}");
+        }
+        let e = with("3", &[(THREAD_AFFINITY, "5,3,1")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(THREAD_AFFINITY) && e.contains("slot 3"), "{e}");
+        let e = with("0", &[(THREAD_AFFINITY, "one")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(THREAD_AFFINITY) && e.contains("\"one\""), "{e}");
     }
 
     #[test]

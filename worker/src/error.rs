@@ -25,6 +25,12 @@ pub enum InitError {
     /// The control connection failed while joining (`what` was being done).
     #[error("{what}: {why}")]
     Control { what: &'static str, why: String },
+    /// `--thread-affinity` named a CPU the engine's thread cannot be pinned to.
+    #[error("cannot pin the engine's thread to CPU {cpu}: {source}")]
+    ThreadAffinity {
+        cpu: usize,
+        source: crate::affinity::AffinityError,
+    },
     /// The worker's own runtime could not start.
     #[error("cannot start the worker's runtime: {why}")]
     Runtime { why: String },

@@ -50,17 +50,23 @@ pub(crate) enum EnterError<E> {
 
 /// Binds a data-plane endpoint on `local_ip`, hands its address to `place`
 /// (which publishes it and returns the assignment), then connects the mesh
-/// within `start_timeout`.
+/// within `start_timeout`; each of its sends and receives may then wait up to
+/// `data_timeout`.
 pub(crate) async fn enter<E, F, Fut>(
     local_ip: IpAddr,
     start_timeout: Duration,
+    data_timeout: Duration,
     place: F,
 ) -> Result<Entered, EnterError<E>>
 where
     F: FnOnce(PeerAddress) -> Fut,
     Fut: Future<Output = Result<Assignment, E>>,
 {
-    let mut endpoint = TcpEndpoint::bind(SocketAddr::new(local_ip, 0), TcpConfig::default())
+    let config = TcpConfig {
+        io_timeout: data_timeout,
+        ..TcpConfig::default()
+    };
+    let mut endpoint = TcpEndpoint::bind(SocketAddr::new(local_ip, 0), config)
         .await
         .map_err(EnterError::Bind)?;
     let address = PeerAddress::tcp(endpoint.address().map_err(EnterError::Bind)?);

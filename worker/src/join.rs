@@ -64,12 +64,17 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
         let link = link_ref;
         register(link, launch, data_addr)
     };
-    let entered = generation::enter(local_ip, launch.start_timeout, register)
-        .await
-        .map_err(|e| match e {
-            EnterError::Bind(e) | EnterError::Mesh { source: e, .. } => InitError::DataPlane(e),
-            EnterError::Placement(e) => e,
-        })?;
+    let entered = generation::enter(
+        local_ip,
+        launch.start_timeout,
+        launch.data_timeout,
+        register,
+    )
+    .await
+    .map_err(|e| match e {
+        EnterError::Bind(e) | EnterError::Mesh { source: e, .. } => InitError::DataPlane(e),
+        EnterError::Placement(e) => e,
+    })?;
     Ok(Joined {
         entered,
         link,

@@ -9,6 +9,7 @@
 //! training loop going while workers come and go; each generation runs on a
 //! [`DataPlane`] chosen at run time.
 
+mod affinity;
 mod api;
 mod control_link;
 mod data_plane;
@@ -27,6 +28,7 @@ mod settings;
 mod sys;
 mod worker;
 
+pub use affinity::AffinityError;
 pub use api::GroupHandle;
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
 pub use data_plane::DataPlane;

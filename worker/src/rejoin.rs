@@ -72,9 +72,10 @@ impl Worker {
             let control = control;
             ask_to_rejoin(control, wanted, data_addr, wait)
         };
+        let (ip, start, data) = (link.local_ip, link.start_timeout, link.data_timeout);
         let entered = self
             .rt
-            .block_on(generation::enter(link.local_ip, link.start_timeout, ask))
+            .block_on(generation::enter(ip, start, data, ask))
             .map_err(|e| match e {
                 EnterError::Bind(e) => RejoinError::Bind(e),
                 EnterError::Placement(e) => e,

@@ -5,6 +5,7 @@ use std::time::Duration;
 use collectives::{Breaker, CollectiveOptions, Generation, MemTransport};
 use control::{Assignment, Knobs};
 
+use crate::affinity::AffinityError;
 use crate::control_link;
 use crate::data_plane::DataPlane;
 use crate::engine::{Engine, EngineStats, TuningMemory};
@@ -12,7 +13,7 @@ use crate::error::InitError;
 use crate::generation::{self, Entered};
 use crate::hierarchy::CollectivePaths;
 use crate::settings::engine_config;
-use crate::{api, env, join};
+use crate::{affinity, api, env, join};
 
 /// This process's place in the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,11 +51,24 @@ pub(crate) struct Link {
     pub(crate) start_timeout: Duration,
     /// `Some` in an elastic job.
     pub(crate) elastic_timeout: Option<Duration>,
+    /// Longest wait of one data-plane send or receive.
+    pub(crate) data_timeout: Duration,
 }
 
 /// How long a world of one waits on itself (it never does: every message it
 /// receives it has sent).
 const ALONE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The worker's runtime: one worker thread, where the engine and the
+/// connections' tasks run (the thread `--thread-affinity` pins).
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, InitError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("elasticrun-worker")
+        .enable_all()
+        .build()
+        .map_err(|e| InitError::Runtime { why: e.to_string() })
+}
 
 /// Joins the job described by the environment `elasticrun` set, or makes a world
 /// of one when there is none.
@@ -63,15 +77,14 @@ pub fn init() -> Result<Worker, InitError> {
     let launch = env::read(|k| std::env::var(k).ok())?;
     // Read once; the program's own children have no use for it.
     crate::sys::remove_env(control::env::SECRET);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("elasticrun-worker")
-        .enable_all()
-        .build()
-        .map_err(|e| InitError::Runtime { why: e.to_string() })?;
+    let rt = runtime()?;
     let Some(launch) = launch else {
         return Ok(Worker::alone(rt));
     };
+    if let Some(cpu) = launch.engine_cpu {
+        affinity::pin_engine_thread(&rt, cpu)
+            .map_err(|source| InitError::ThreadAffinity { cpu, source })?;
+    }
     let joined = rt.block_on(join::join(&launch))?;
     let redial = control_link::Redial {
         coordinator: launch.coordinator,
@@ -87,6 +100,7 @@ pub fn init() -> Result<Worker, InitError> {
         local_ip: joined.local_ip,
         start_timeout: launch.start_timeout,
         elastic_timeout: launch.elastic_timeout,
+        data_timeout: launch.data_timeout,
     };
     Ok(Worker::launched(rt, joined.entered, link))
 }
@@ -208,6 +222,13 @@ impl Worker {
     }
     pub fn cross_size(&self) -> usize {
         self.place.cross_size
+    }
+
+    /// The CPUs the engine's thread may run on: the one `--thread-affinity`
+    /// gave this worker's slot, or every CPU the process may use when it was
+    /// not pinned.
+    pub fn engine_thread_cpus(&self) -> Result<Vec<usize>, AffinityError> {
+        affinity::engine_thread_cpus(&self.rt)
     }
 
     /// The engine settings from elasticrun (`None` when running alone).

@@ -18,10 +18,18 @@ pub enum ConfigError {
     },
     /// An option's value (from whichever layer gave it) is refused, or it
     /// conflicts with another option.
-    #[error("--{option}: {why}")]
+    #[error("{}: {why}", spelled(option))]
     Invalid { option: &'static str, why: Refusal },
     #[error(transparent)]
     Hosts(#[from] HostsError),
+}
+
+/// An option as users type it: `-np`, `--min-np`.
+fn spelled(option: &str) -> String {
+    match option {
+        "np" => "-np".to_owned(),
+        other => format!("--{other}"),
+    }
 }
 
 /// Text that does not parse as the value it should be.
@@ -55,6 +63,8 @@ pub enum BadValue {
     SegmentSize { bytes: u64 },
     #[error("{level:?} is not one of trace, debug, info, warning, error")]
     NotALogLevel { level: String },
+    #[error("expected CPU ids separated by commas (e.g. 0,2): {why}")]
+    NotCpus { why: control::env::CpuListError },
 }
 
 /// Why an option's value is refused.
@@ -114,6 +124,11 @@ pub enum Refusal {
     NotARange { count: usize },
     #[error("MIN {min} is above MAX {max}")]
     MinAboveMax { min: f64, max: f64 },
+    #[error(
+        "{interfaces:?} names more than one; elasticrun listens on one interface \
+         (the workers reach each other from the addresses they reach it through)"
+    )]
+    OneInterface { interfaces: String },
 }
 
 /// One of the layers an option can come from, as a message names it.

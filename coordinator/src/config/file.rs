@@ -15,6 +15,7 @@
 //! timeline:    { filename: timeline.json, mark_cycles: true }
 //! stall_check: { enabled: true, warning_time_seconds: 60, shutdown_time_seconds: 0 }
 //! logging:     { level: info, hide_timestamp: false }
+//! library_options: { gloo_timeout_seconds: 60, thread_affinity: [0, 2], tcp: true }
 //! elastic:     { host_discovery_script: ./discover.sh, min_np: 2, max_np: 8,
 //!                slots_per_host: 4, elastic_timeout: 600, reset_limit: 10,
 //!                blacklist_cooldown_range: [60, 300], discovery_interval: 1,
@@ -41,6 +42,8 @@ pub struct ConfigFile {
     pub stall_check: StallCheck,
     #[serde(default)]
     pub logging: Logging,
+    #[serde(default)]
+    pub library_options: LibraryOptions,
     #[serde(default)]
     pub elastic: Elastic,
 }
@@ -105,6 +108,17 @@ pub struct StallCheck {
 pub struct Logging {
     pub level: Option<String>,
     pub hide_timestamp: Option<bool>,
+}
+
+/// horovodrun's `library_options` section, with the keys elasticrun acts on
+/// (MPI's and NCCL's are unknown keys, so refused).
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LibraryOptions {
+    pub gloo_timeout_seconds: Option<f64>,
+    /// CPU ids, one per slot of a host: `[0, 2]`.
+    pub thread_affinity: Option<Vec<usize>>,
+    pub tcp: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -218,6 +232,25 @@ mod tests {
         assert!(parse("params:\n  segment_bytes: 1M\n").is_err());
         assert!(parse("params:\n  segment_bytes: -4096\n").is_err());
         assert!(parse("params:\n  segment_size: 4096\n").is_err());
+    }
+
+    #[test]
+    fn library_options_section_parses() {
+        let f = parse(
+            "library_options:\n  gloo_timeout_seconds: 90\n  thread_affinity: [1, 3]\n  tcp: true\n",
+        )
+        .unwrap();
+        assert_eq!(
+            f.library_options,
+            LibraryOptions {
+                gloo_timeout_seconds: Some(90.0),
+                thread_affinity: Some(vec![1, 3]),
+                tcp: Some(true),
+            }
+        );
+        let e = parse("library_options:\n  num_nccl_streams: 2\n").unwrap_err();
+        assert!(e.contains("num_nccl_streams"), "{e}");
+        assert!(parse("library_options:\n  thread_affinity: [-1]\n").is_err());
     }
 
     #[test]

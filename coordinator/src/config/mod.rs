@@ -4,6 +4,7 @@
 //! entry of the option table (`options.rs`): its flag, environment names, YAML
 //! key, parser and default.
 
+mod argv;
 pub mod cli;
 mod error;
 pub mod file;
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub use argv::check_build;
 pub use error::{BadValue, ConfigError, Layer, Refusal};
 pub use parse::parse_size;
 pub use resolve::resolve;
@@ -230,7 +232,20 @@ pub struct JobConfig {
     pub elastic: Option<ElasticConfig>,
     /// `None` unless `--autotune` is on.
     pub autotune: Option<AutotuneConfig>,
+    /// `--gloo-timeout-seconds`: how long one data-plane send or receive may
+    /// wait on its peer before the collective fails. Default 60 s: generous
+    /// for a slow peer's compute step between collectives, short enough that
+    /// a hung job ends.
+    pub data_timeout: Duration,
+    /// `--thread-affinity`: the CPU of each slot's engine thread (slot N
+    /// takes entry N, on every host); `None` (the default) = not pinned.
+    pub engine_cpus: Option<Vec<usize>>,
+    /// `--tcp`: the data plane stays on TCP. Every data plane is TCP today,
+    /// so nothing changes yet; default off.
+    pub tcp_only: bool,
 }
 
+#[cfg(test)]
+mod library_tests;
 #[cfg(test)]
 mod tests;

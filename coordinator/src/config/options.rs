@@ -18,7 +18,7 @@ use super::cli::Cli;
 use super::error::BadValue;
 use super::file::ConfigFile;
 use super::parse::{
-    bytes_as_mb, count, flag, number, range, samples, segment_size, some_count, some_path,
+    bytes_as_mb, count, cpus, flag, number, range, samples, segment_size, some_count, some_path,
     some_port, some_samples, some_text, text,
 };
 
@@ -269,7 +269,7 @@ pub(super) const AUTOTUNE: Opt<bool> = Opt {
         var("HOROVOD_AUTOTUNE", flag),
     ],
     yaml: "autotune.enabled",
-    cli: |c| on(c.autotune),
+    cli: |c| pair(c.autotune, c.no_autotune),
     file: |f| f.autotune.enabled,
     default: false,
 };
@@ -462,7 +462,7 @@ pub(super) const TIMELINE_MARK_CYCLES: Opt<bool> = Opt {
         var("HOROVOD_TIMELINE_MARK_CYCLES", flag),
     ],
     yaml: "timeline.mark_cycles",
-    cli: |c| on(c.timeline_mark_cycles),
+    cli: |c| pair(c.timeline_mark_cycles, c.no_timeline_mark_cycles),
     file: |f| f.timeline.mark_cycles,
     default: false,
 };
@@ -477,7 +477,7 @@ pub(super) const NO_STALL_CHECK: Opt<bool> = Opt {
         var("HOROVOD_STALL_CHECK_DISABLE", flag),
     ],
     yaml: "stall_check.enabled",
-    cli: |c| on(c.no_stall_check),
+    cli: |c| pair(c.no_stall_check, c.stall_check),
     file: |f| f.stall_check.enabled.map(|e| !e),
     default: false,
 };
@@ -508,6 +508,43 @@ pub(super) const STALL_CHECK_SHUTDOWN_TIME_SECONDS: Opt<f64> = Opt {
     default: 0.0,
 };
 
+// Controller and library (horovodrun's `library_options`).
+
+/// Seconds; the data plane's operation timeout.
+pub(super) const GLOO_TIMEOUT_SECONDS: Opt<f64> = Opt {
+    flag: "gloo-timeout-seconds",
+    env: &[
+        var(control::env::GLOO_TIMEOUT_SECONDS, number),
+        var("HOROVOD_GLOO_TIMEOUT_SECONDS", number),
+    ],
+    yaml: "library_options.gloo_timeout_seconds",
+    cli: |c| c.gloo_timeout_seconds,
+    file: |f| f.library_options.gloo_timeout_seconds,
+    default: 60.0,
+};
+
+/// One CPU per slot of a host.
+pub(super) const THREAD_AFFINITY: Opt<Option<Vec<usize>>> = Opt {
+    flag: "thread-affinity",
+    env: &[
+        var(control::env::THREAD_AFFINITY, cpus),
+        var("HOROVOD_THREAD_AFFINITY", cpus),
+    ],
+    yaml: "library_options.thread_affinity",
+    cli: |c| c.thread_affinity.clone().map(|l| Some(l.0)),
+    file: |f| f.library_options.thread_affinity.clone().map(Some),
+    default: None,
+};
+
+pub(super) const TCP: Opt<bool> = Opt {
+    flag: "tcp",
+    env: &[var("ELASTICRUN_TCP", flag)],
+    yaml: "library_options.tcp",
+    cli: |c| on(c.tcp),
+    file: |f| f.library_options.tcp,
+    default: false,
+};
+
 // Output and logging.
 
 pub(super) const OUTPUT_FILENAME: Opt<Option<PathBuf>> = Opt {
@@ -529,6 +566,7 @@ pub(super) const PREFIX_OUTPUT_WITH_TIMESTAMP: Opt<bool> = Opt {
 };
 
 /// Checked as a [`super::LogLevel`] after the pick, whichever layer gave it.
+/// `--verbose` on the command line is `debug`, unless `--log-level` is given.
 pub(super) const LOG_LEVEL: Opt<Cow<'static, str>> = Opt {
     flag: "log-level",
     env: &[
@@ -536,7 +574,10 @@ pub(super) const LOG_LEVEL: Opt<Cow<'static, str>> = Opt {
         var("HOROVOD_LOG_LEVEL", text),
     ],
     yaml: "logging.level",
-    cli: |c| c.log_level.clone().map(Cow::Owned),
+    cli: |c| {
+        let verbose = c.verbose.then_some(Cow::Borrowed("debug"));
+        c.log_level.clone().map(Cow::Owned).or(verbose)
+    },
     file: |f| f.logging.level.clone().map(Cow::Owned),
     default: Cow::Borrowed("warning"),
 };
@@ -548,180 +589,11 @@ pub(super) const LOG_WITHOUT_TIMESTAMP: Opt<bool> = Opt {
         var("HOROVOD_LOG_HIDE_TIME", flag),
     ],
     yaml: "logging.hide_timestamp",
-    cli: |c| on(c.log_without_timestamp),
+    cli: |c| pair(c.log_without_timestamp, c.log_with_timestamp),
     file: |f| f.logging.hide_timestamp,
     default: false,
 };
 
 #[cfg(test)]
-mod tests {
-    use clap::CommandFactory;
-
-    use super::*;
-
-    /// What the table says about an option, whatever its type.
-    struct Names {
-        flag: &'static str,
-        yaml: &'static str,
-        env: Vec<&'static str>,
-    }
-
-    fn names<T>(o: &Opt<T>) -> Names {
-        Names {
-            flag: o.flag,
-            yaml: o.yaml,
-            env: o.env.iter().map(|v| v.name).collect(),
-        }
-    }
-
-    fn table() -> Vec<Names> {
-        vec![
-            names(&NP),
-            names(&HOSTS),
-            names(&HOSTFILE),
-            names(&START_TIMEOUT),
-            names(&COORDINATOR_TIMEOUT),
-            names(&NETWORK_INTERFACE),
-            names(&SSH_PORT),
-            names(&SSH_IDENTITY_FILE),
-            names(&FUSION_THRESHOLD_MB),
-            names(&CYCLE_TIME_MS),
-            names(&CACHE_CAPACITY),
-            names(&DISABLE_CACHE),
-            names(&HIERARCHICAL_ALLREDUCE),
-            names(&HIERARCHICAL_ALLGATHER),
-            names(&SEGMENT_SIZE),
-            names(&AUTOTUNE),
-            names(&AUTOTUNE_LOG_FILE),
-            names(&AUTOTUNE_WARMUP_SAMPLES),
-            names(&AUTOTUNE_STEPS_PER_SAMPLE),
-            names(&AUTOTUNE_BAYES_OPT_MAX_SAMPLES),
-            names(&AUTOTUNE_GAUSSIAN_PROCESS_NOISE),
-            names(&HOST_DISCOVERY_SCRIPT),
-            names(&MIN_NP),
-            names(&MAX_NP),
-            names(&SLOTS_PER_HOST),
-            names(&ELASTIC_TIMEOUT),
-            names(&RESET_LIMIT),
-            names(&BLACKLIST_COOLDOWN_RANGE),
-            names(&DISCOVERY_INTERVAL),
-            names(&DISCOVERY_TIMEOUT),
-            names(&TIMELINE_FILENAME),
-            names(&TIMELINE_MARK_CYCLES),
-            names(&NO_STALL_CHECK),
-            names(&STALL_CHECK_WARNING_TIME_SECONDS),
-            names(&STALL_CHECK_SHUTDOWN_TIME_SECONDS),
-            names(&OUTPUT_FILENAME),
-            names(&PREFIX_OUTPUT_WITH_TIMESTAMP),
-            names(&LOG_LEVEL),
-            names(&LOG_WITHOUT_TIMESTAMP),
-        ]
-    }
-
-    #[test]
-    fn every_flag_is_on_the_command_line() {
-        let cmd = Cli::command();
-        let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
-        for o in table() {
-            assert!(longs.contains(&o.flag), "--{} is not an option", o.flag);
-        }
-        // Every option but the config file itself is in the table.
-        let table: Vec<&str> = table().iter().map(|o| o.flag).collect();
-        for long in longs {
-            let paired = long.strip_prefix("no-").is_some_and(|l| table.contains(&l));
-            assert!(
-                table.contains(&long)
-                    || paired
-                    || ["config-file", "help", "version"].contains(&long),
-                "--{long} is not in the option table"
-            );
-        }
-    }
-
-    #[test]
-    fn every_yaml_key_is_in_the_file() {
-        for o in table() {
-            let (section, key) = o.yaml.split_once('.').expect("section.key");
-            let text = format!("{section}:\n  {key}: null\n");
-            assert!(
-                crate::config::file::parse(&text).is_ok(),
-                "{} is not a key of the file",
-                o.yaml
-            );
-            let typo = format!("{section}:\n  {key}_typo: null\n");
-            assert!(crate::config::file::parse(&typo).is_err(), "{typo}");
-        }
-    }
-
-    #[test]
-    fn environment_names_are_ours_or_horovods_and_each_sets_one_option() {
-        let mut seen = Vec::new();
-        for o in table() {
-            let (ours, horovods) = o.env.split_first().expect("an environment name");
-            assert_eq!(
-                *ours,
-                format!("ELASTICRUN_{}", o.flag.replace('-', "_").to_uppercase()),
-                "--{}",
-                o.flag
-            );
-            for name in horovods {
-                assert!(name.starts_with("HOROVOD_"), "{name}");
-            }
-            for name in o.env {
-                assert!(!seen.contains(&name), "{name} twice");
-                seen.push(name);
-            }
-        }
-    }
-
-    /// The help states the table's defaults.
-    #[test]
-    fn the_help_states_the_defaults() {
-        let cmd = Cli::command();
-        let help = |flag: &str| {
-            cmd.get_arguments()
-                .find(|a| a.get_long() == Some(flag))
-                .and_then(|a| a.get_help())
-                .map(|h| h.to_string())
-                .unwrap_or_default()
-        };
-        let stated = |flag: &str, default: String| {
-            let h = help(flag);
-            assert!(
-                h.contains(&format!("[default: {default}]")),
-                "--{flag}: {h}"
-            );
-        };
-        for o in [
-            &START_TIMEOUT,
-            &COORDINATOR_TIMEOUT,
-            &FUSION_THRESHOLD_MB,
-            &CYCLE_TIME_MS,
-            &AUTOTUNE_GAUSSIAN_PROCESS_NOISE,
-            &ELASTIC_TIMEOUT,
-            &DISCOVERY_INTERVAL,
-            &DISCOVERY_TIMEOUT,
-            &STALL_CHECK_WARNING_TIME_SECONDS,
-            &STALL_CHECK_SHUTDOWN_TIME_SECONDS,
-        ] {
-            stated(o.flag, o.default.to_string());
-        }
-        for o in [&CACHE_CAPACITY, &SLOTS_PER_HOST] {
-            stated(o.flag, o.default.to_string());
-        }
-        for o in [
-            &AUTOTUNE_WARMUP_SAMPLES,
-            &AUTOTUNE_STEPS_PER_SAMPLE,
-            &AUTOTUNE_BAYES_OPT_MAX_SAMPLES,
-        ] {
-            stated(o.flag, o.default.to_string());
-        }
-        for o in [&AUTOTUNE, &HIERARCHICAL_ALLREDUCE, &HIERARCHICAL_ALLGATHER] {
-            assert!(!o.default);
-            stated(o.flag, "off".into());
-        }
-        stated(LOG_LEVEL.flag, LOG_LEVEL.default.to_string());
-        assert_eq!(crate::config::parse_size("512K"), Ok(SEGMENT_SIZE.default));
-        stated(SEGMENT_SIZE.flag, "512K".into());
-    }
-}
+#[path = "options_tests.rs"]
+mod tests;

@@ -47,6 +47,13 @@ pub(super) fn range(s: &str) -> Result<Option<Vec<f64>>, BadValue> {
     }
 }
 
+/// CPU ids separated by commas (`--thread-affinity`).
+pub(super) fn cpus(s: &str) -> Result<Option<Vec<usize>>, BadValue> {
+    control::env::parse_cpu_list(s)
+        .map(Some)
+        .map_err(|why| BadValue::NotCpus { why })
+}
+
 pub(super) fn some_text(s: &str) -> Result<Option<String>, BadValue> {
     Ok(Some(s.to_owned()))
 }

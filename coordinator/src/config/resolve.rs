@@ -146,6 +146,15 @@ pub fn resolve(
         Hosts::Static(spec) => (spec, elastic(&l, None, np.value)?),
         Hosts::Discovered(script) => (HostSpec::Localhost, elastic(&l, Some(script), np.value)?),
     };
+    if let Some(names) = &network_interface.value
+        && names.contains(',')
+    {
+        let why = Refusal::OneInterface {
+            interfaces: names.clone(),
+        };
+        return Err(invalid(opt::NETWORK_INTERFACE.flag, why));
+    }
+    let data_timeout = l.pick(&opt::GLOO_TIMEOUT_SECONDS)?;
     Ok(JobConfig {
         command: cli.command.clone(),
         np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),
@@ -167,6 +176,9 @@ pub fn resolve(
         log_level: log_level(&l)?,
         log_timestamps: !l.pick(&opt::LOG_WITHOUT_TIMESTAMP)?.value,
         elastic,
+        data_timeout: positive_seconds(opt::GLOO_TIMEOUT_SECONDS.flag, data_timeout.value)?,
+        engine_cpus: engine_cpus(&l)?,
+        tcp_only: l.pick(&opt::TCP)?.value,
     })
 }
 
@@ -441,6 +453,17 @@ fn stall_check(l: &Layers<'_>) -> Result<StallCheck, ConfigError> {
         warning: seconds(opt::STALL_CHECK_WARNING_TIME_SECONDS.flag, warning.value)?,
         shutdown: (!shutdown.is_zero()).then_some(shutdown),
     })
+}
+
+/// `--thread-affinity`, whichever layer gave it (the file's list is checked
+/// here, the other layers' text when parsed).
+fn engine_cpus(l: &Layers<'_>) -> Result<Option<Vec<usize>>, ConfigError> {
+    let cpus = l.pick(&opt::THREAD_AFFINITY)?.value;
+    let Some(cpus) = cpus else { return Ok(None) };
+    let text: Vec<String> = cpus.iter().map(usize::to_string).collect();
+    let checked = super::parse::cpus(&text.join(","))
+        .map_err(|why| invalid(opt::THREAD_AFFINITY.flag, why.into()))?;
+    Ok(checked)
 }
 
 fn log_level(l: &Layers<'_>) -> Result<LogLevel, ConfigError> {

@@ -38,7 +38,10 @@ pub(crate) const SILENCE: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
-    #[error("-np is needed when no hosts are given")]
+    #[error(
+        "-np is needed when no hosts are given: give -np N, or hosts with -H or \
+         --hostfile (their slots then make the number)"
+    )]
     NoNp,
     #[error("cannot read hostfile {}: {why}", path.display())]
     HostfileUnreadable {
@@ -64,6 +67,21 @@ pub enum JobError {
     Server(#[from] crate::server::ServerError),
     #[error(transparent)]
     Output(#[from] crate::launch::output::OutputError),
+}
+
+impl JobError {
+    /// Whether it is the user's command line or files that are wrong (no
+    /// `-np`, a bad hostfile, more processes than slots): elasticrun then
+    /// exits with 2, as for any other usage error.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            JobError::NoNp
+                | JobError::HostfileUnreadable { .. }
+                | JobError::Hostfile { .. }
+                | JobError::Layout(_)
+        )
+    }
 }
 
 /// How the job ended, as elasticrun's exit code.

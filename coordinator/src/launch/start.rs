@@ -35,6 +35,16 @@ fn job_env(cfg: &JobConfig, w: &WorkerStart<'_>) -> Vec<(String, String)> {
             control::env::COORDINATOR_TIMEOUT.into(),
             cfg.coordinator_timeout.as_secs_f64().to_string(),
         ),
+        (
+            control::env::GLOO_TIMEOUT_SECONDS.into(),
+            cfg.data_timeout.as_secs_f64().to_string(),
+        ),
+        // Empty when not pinned, so that a value this environment happens to
+        // hold does not reach the workers.
+        (
+            control::env::THREAD_AFFINITY.into(),
+            cfg.engine_cpus.as_deref().map(cpu_list).unwrap_or_default(),
+        ),
     ];
     if let Some(e) = &cfg.elastic {
         env.push((
@@ -43,6 +53,12 @@ fn job_env(cfg: &JobConfig, w: &WorkerStart<'_>) -> Vec<(String, String)> {
         ));
     }
     env
+}
+
+/// `0,2,4`, as [`control::env::parse_cpu_list`] reads it.
+fn cpu_list(cpus: &[usize]) -> String {
+    let ids: Vec<String> = cpus.iter().map(usize::to_string).collect();
+    ids.join(",")
 }
 
 /// A worker to start: where, for which slot, and the coordinator it dials.
@@ -121,4 +137,49 @@ pub async fn start_one(
         )),
     ];
     Ok((w, forwarders))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::cli::Cli;
+    use crate::config::file::ConfigFile;
+
+    fn config(args: &str) -> JobConfig {
+        let cli = Cli::parse_args(
+            std::iter::once("elasticrun".to_owned())
+                .chain(args.split_whitespace().map(str::to_owned)),
+        )
+        .unwrap();
+        crate::config::resolve(&cli, &|_| None, &ConfigFile::default()).unwrap()
+    }
+
+    fn env_of(cfg: &JobConfig, slot: u32) -> Vec<(String, String)> {
+        let one = WorkerStart {
+            label: 0,
+            host: "localhost",
+            slot,
+            coordinator: "127.0.0.1:9".parse().unwrap(),
+        };
+        job_env(cfg, &one)
+    }
+
+    fn value<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn workers_get_the_data_timeout_and_the_cpu_list() {
+        let cfg = config("--gloo-timeout-seconds 2.5 --thread-affinity 4,6 -np 2 ./t");
+        let env = env_of(&cfg, 1);
+        assert_eq!(value(&env, control::env::GLOO_TIMEOUT_SECONDS), Some("2.5"));
+        assert_eq!(value(&env, control::env::THREAD_AFFINITY), Some("4,6"));
+        // Not pinned: set empty, so that nothing inherited pins the workers.
+        let env = env_of(&config("-np 2 ./t"), 0);
+        assert_eq!(value(&env, control::env::GLOO_TIMEOUT_SECONDS), Some("60"));
+        assert_eq!(value(&env, control::env::THREAD_AFFINITY), Some(""));
+        for name in env.iter().map(|(k, _)| k) {
+            assert!(control::env::ALL.contains(&name.as_str()), "{name}");
+        }
+    }
 }

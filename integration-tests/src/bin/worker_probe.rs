@@ -1,6 +1,7 @@
 //! Exercises every call of the worker runtime under elasticrun and checks each
 //! result against what the ranks' places imply; prints one JSON line per rank
-//! (its place and the knobs it was given) or exits 1 naming the first mismatch.
+//! (its place, the knobs it was given and the CPUs its engine thread may run
+//! on) or exits 1 naming the first mismatch.
 //!
 //! `worker_probe --stall RANK SECONDS` instead allreduces one tensor named
 //! `grad.stalled`, which rank RANK submits only after sleeping SECONDS: the
@@ -174,6 +175,7 @@ fn main() -> ExitCode {
         "cross_rank": w.cross_rank(), "cross_size": w.cross_size(),
         "knobs": w.knobs(),
         "secret_inherited": secret_inherited(),
+        "engine_cpus": w.engine_thread_cpus().ok(),
         "paths": {
             "allreduce": w.collective_paths().allreduce.to_string(),
             "allgather": w.collective_paths().allgather.to_string(),

@@ -1,0 +1,136 @@
+//! Resolving horovodrun's library options (`--gloo-timeout-seconds`,
+//! `--thread-affinity`, `--tcp`), `--verbose` and `--network-interfaces` from
+//! every layer.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::cli::Cli;
+use super::file::parse;
+use super::*;
+
+fn run(c: &str, e: &[(&str, &str)], f: &str) -> Result<JobConfig, ConfigError> {
+    let cli = Cli::parse_args(
+        std::iter::once("elasticrun".to_owned()).chain(c.split_whitespace().map(str::to_owned)),
+    )
+    .unwrap();
+    let vars: HashMap<String, String> = e
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    resolve(&cli, &|k| vars.get(k).cloned(), &parse(f).unwrap())
+}
+
+#[test]
+fn gloo_timeout_seconds_from_each_layer() {
+    let c = run("-np 2 ./t", &[], "").unwrap();
+    assert_eq!(c.data_timeout, Duration::from_secs(60));
+    let c = run("--gloo-timeout-seconds 2.5 -np 2 ./t", &[], "").unwrap();
+    assert_eq!(c.data_timeout, Duration::from_millis(2500));
+    let horovods = [("HOROVOD_GLOO_TIMEOUT_SECONDS", "1800")];
+    let c = run("-np 2 ./t", &horovods, "").unwrap();
+    assert_eq!(c.data_timeout, Duration::from_secs(1800));
+    let ours = [
+        ("HOROVOD_GLOO_TIMEOUT_SECONDS", "1800"),
+        ("ELASTICRUN_GLOO_TIMEOUT_SECONDS", "7"),
+    ];
+    assert_eq!(
+        run("-np 2 ./t", &ours, "").unwrap().data_timeout,
+        Duration::from_secs(7)
+    );
+    let file = "library_options:\n  gloo_timeout_seconds: 90\n";
+    assert_eq!(
+        run("-np 2 ./t", &[], file).unwrap().data_timeout,
+        Duration::from_secs(90)
+    );
+    let e = run("--gloo-timeout-seconds 0 -np 2 ./t", &[], "").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--gloo-timeout-seconds: 0 is not a positive number"
+    );
+    let e = run("-np 2 ./t", &[("HOROVOD_GLOO_TIMEOUT_SECONDS", "soon")], "").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("HOROVOD_GLOO_TIMEOUT_SECONDS=\"soon\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn thread_affinity_from_each_layer() {
+    assert_eq!(run("-np 2 ./t", &[], "").unwrap().engine_cpus, None);
+    let c = run("--thread-affinity 3,1 -np 2 ./t", &[], "").unwrap();
+    assert_eq!(c.engine_cpus, Some(vec![3, 1]));
+    let c = run("-np 2 ./t", &[("HOROVOD_THREAD_AFFINITY", "53,71")], "").unwrap();
+    assert_eq!(c.engine_cpus, Some(vec![53, 71]));
+    let c = run(
+        "-np 2 ./t",
+        &[],
+        "library_options:\n  thread_affinity: [4, 5]\n",
+    )
+    .unwrap();
+    assert_eq!(c.engine_cpus, Some(vec![4, 5]));
+    let e = run("-np 2 ./t", &[("ELASTICRUN_THREAD_AFFINITY", "0;1")], "").unwrap_err();
+    assert!(
+        e.to_string().contains("ELASTICRUN_THREAD_AFFINITY") && e.to_string().contains("0;1"),
+        "{e}"
+    );
+    let e = run(
+        "-np 2 ./t",
+        &[],
+        "library_options:\n  thread_affinity: [1, 4096]\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().starts_with("--thread-affinity:") && e.to_string().contains("4096"),
+        "{e}"
+    );
+    let e = run(
+        "-np 2 ./t",
+        &[],
+        "library_options:\n  thread_affinity: []\n",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no CPU"), "{e}");
+}
+
+#[test]
+fn tcp_gloo_and_verbose() {
+    let c = run("-np 2 ./t", &[], "").unwrap();
+    assert!(!c.tcp_only);
+    assert_eq!(c.log_level, LogLevel::Warning);
+    let c = run("--tcp --gloo --verbose -np 2 ./t", &[], "").unwrap();
+    assert!(c.tcp_only);
+    assert_eq!(c.log_level, LogLevel::Debug);
+    assert!(
+        run("-np 2 ./t", &[("ELASTICRUN_TCP", "1")], "")
+            .unwrap()
+            .tcp_only
+    );
+    assert!(
+        run("-np 2 ./t", &[], "library_options:\n  tcp: true\n")
+            .unwrap()
+            .tcp_only
+    );
+    // --log-level wins over --verbose.
+    let c = run("--verbose --log-level error -np 2 ./t", &[], "").unwrap();
+    assert_eq!(c.log_level, LogLevel::Error);
+}
+
+#[test]
+fn one_network_interface() {
+    let c = run("--network-interfaces eth0 -np 2 ./t", &[], "").unwrap();
+    assert_eq!(c.network_interface.as_deref(), Some("eth0"));
+    let e = run("--network-interfaces eth0,eth1 -np 2 ./t", &[], "").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("--network-interface: \"eth0,eth1\" names more than one"),
+        "{e}"
+    );
+}
+
+#[test]
+fn messages_spell_np_as_users_type_it() {
+    let e = run("-np 0 ./t", &[], "").unwrap_err();
+    assert_eq!(e.to_string(), "-np: at least one process is needed");
+}
