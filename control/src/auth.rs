@@ -99,6 +99,32 @@ impl Secret {
     }
 }
 
+/// The keys of one connection's frames after the handshake, one per
+/// direction: bound to the secret and both nonces, so a frame of another
+/// connection or of the other direction never verifies.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FrameKeys {
+    pub to_worker: [u8; 32],
+    pub to_coordinator: [u8; 32],
+}
+
+impl std::fmt::Debug for FrameKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FrameKeys(..)")
+    }
+}
+
+impl Secret {
+    /// The frame keys of the connection whose handshake used `c` and `w`.
+    pub fn frame_keys(&self, c: &Nonce, w: &Nonce) -> FrameKeys {
+        let key = |role: &[u8]| self.mac(role, c, w).finalize().into_bytes().into();
+        FrameKeys {
+            to_worker: key(b"elasticrun frames to the worker"),
+            to_coordinator: key(b"elasticrun frames to the coordinator"),
+        }
+    }
+}
+
 /// A fresh nonce.
 pub fn nonce() -> Result<Nonce, SecretError> {
     random32()
@@ -135,5 +161,18 @@ mod tests {
         );
         assert!(!k.check_worker(&c, &nonce().unwrap(), &p));
         assert!(k.check_coordinator(&c, &w, &k.coordinator_proof(&c, &w)));
+    }
+
+    #[test]
+    fn frame_keys_differ_by_direction_connection_and_secret() {
+        let k = Secret::generate().unwrap();
+        let (c, w) = (nonce().unwrap(), nonce().unwrap());
+        let keys = k.frame_keys(&c, &w);
+        assert_eq!(keys, k.frame_keys(&c, &w));
+        assert_ne!(keys.to_worker, keys.to_coordinator);
+        assert_ne!(keys, k.frame_keys(&nonce().unwrap(), &w));
+        assert_ne!(keys, Secret::generate().unwrap().frame_keys(&c, &w));
+        assert_ne!(keys.to_worker, k.worker_proof(&c, &w));
+        assert_eq!(format!("{keys:?}"), "FrameKeys(..)");
     }
 }

@@ -1,6 +1,7 @@
 //! Frames: a 4-byte big-endian length (tokio-util's `LengthDelimitedCodec`, with a
 //! maximum) around one bincode-encoded message (with the same limit, so a forged
-//! length inside a message cannot allocate either).
+//! length inside a message cannot allocate either), and after the handshake a
+//! 32-byte tag that authenticates the frame ([`crate::seal`]).
 
 use std::marker::PhantomData;
 
@@ -8,6 +9,8 @@ use bytes::{Bytes, BytesMut};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
+
+use crate::seal::{Sealing, TAG};
 
 /// Largest control frame. Messages are small; an assignment for 10 000 ranks is
 /// about 300 KiB.
@@ -27,6 +30,10 @@ pub enum CodecError {
     Encode(String),
     #[error("i/o error: {0:?}")]
     Io(std::io::ErrorKind),
+    /// The tag of frame `frame` (counted from the handshake) does not verify:
+    /// it was injected, replayed, reordered or altered.
+    #[error("frame {frame} after the handshake is not authentic")]
+    Forged { frame: u64 },
 }
 
 impl From<std::io::Error> for CodecError {
@@ -43,15 +50,38 @@ impl From<std::io::Error> for CodecError {
 #[derive(Debug)]
 pub struct FrameCodec<In, Out> {
     frames: LengthDelimitedCodec,
+    /// Set once the handshake has proven both ends.
+    sealing: Option<Sealing>,
     _types: PhantomData<fn() -> (In, Out)>,
+}
+
+impl<In, Out> FrameCodec<In, Out> {
+    /// A codec in the same state (tests: try a frame without consuming it).
+    #[cfg(test)]
+    fn clone_state(&self) -> Self {
+        Self {
+            frames: LengthDelimitedCodec::builder()
+                .max_frame_length(MAX_FRAME + TAG)
+                .new_codec(),
+            sealing: self.sealing.clone(),
+            _types: PhantomData,
+        }
+    }
+
+    /// From now on every frame sent is tagged under `send` and every frame
+    /// received must verify under `recv`.
+    pub(crate) fn seal(&mut self, send: &[u8; 32], recv: &[u8; 32]) {
+        self.sealing = Some(Sealing::new(send, recv));
+    }
 }
 
 impl<In, Out> Default for FrameCodec<In, Out> {
     fn default() -> Self {
         Self {
             frames: LengthDelimitedCodec::builder()
-                .max_frame_length(MAX_FRAME)
+                .max_frame_length(MAX_FRAME + TAG)
                 .new_codec(),
+            sealing: None,
             _types: PhantomData,
         }
     }
@@ -65,7 +95,16 @@ impl<In: DeserializeOwned, Out> Decoder for FrameCodec<In, Out> {
         let Some(frame) = self.frames.decode(src)? else {
             return Ok(None);
         };
-        let (msg, used) = bincode::serde::decode_from_slice(&frame, bincode_config())
+        let frame = match self.sealing.as_mut() {
+            Some(s) => s
+                .open(&frame)
+                .map_err(|frame| CodecError::Forged { frame })?,
+            None => &frame[..],
+        };
+        if frame.len() > MAX_FRAME {
+            return Err(CodecError::TooLarge);
+        }
+        let (msg, used) = bincode::serde::decode_from_slice(frame, bincode_config())
             .map_err(|e| CodecError::Decode(e.to_string()))?;
         if used != frame.len() {
             return Err(CodecError::Decode(format!(
@@ -81,10 +120,13 @@ impl<In, Out: Serialize> Encoder<Out> for FrameCodec<In, Out> {
     type Error = CodecError;
 
     fn encode(&mut self, msg: Out, dst: &mut BytesMut) -> Result<(), CodecError> {
-        let bytes = bincode::serde::encode_to_vec(&msg, bincode_config())
+        let mut bytes = bincode::serde::encode_to_vec(&msg, bincode_config())
             .map_err(|e| CodecError::Encode(e.to_string()))?;
         if bytes.len() > MAX_FRAME {
             return Err(CodecError::TooLarge);
+        }
+        if let Some(s) = self.sealing.as_mut() {
+            s.seal(&mut bytes);
         }
         self.frames.encode(Bytes::from(bytes), dst)?;
         Ok(())
@@ -184,5 +226,77 @@ mod tests {
             Coord::default().decode(&mut buf),
             Err(CodecError::Decode(_))
         ));
+    }
+
+    fn heartbeat(g: u64) -> WorkerMsg {
+        WorkerMsg::Heartbeat {
+            generation: crate::Generation(g),
+            pending: PendingReport::default(),
+        }
+    }
+
+    /// A worker's and a coordinator's codec of one connection, sealed.
+    fn sealed(keys: &crate::FrameKeys) -> (Work, Coord) {
+        let (mut w, mut c) = (Work::default(), Coord::default());
+        w.seal(&keys.to_coordinator, &keys.to_worker);
+        c.seal(&keys.to_worker, &keys.to_coordinator);
+        (w, c)
+    }
+
+    #[test]
+    fn sealed_frames_refuse_injection_replay_reordering_and_other_links() {
+        let k = crate::Secret::generate().unwrap();
+        let (n1, n2) = (crate::nonce().unwrap(), crate::nonce().unwrap());
+        let keys = k.frame_keys(&n1, &n2);
+        let (mut w, mut c) = sealed(&keys);
+        let frame = |w: &mut Work, g| {
+            let mut b = BytesMut::new();
+            w.encode(heartbeat(g), &mut b).unwrap();
+            b
+        };
+        let (f0, f1, f2) = (frame(&mut w, 0), frame(&mut w, 1), frame(&mut w, 2));
+        assert_eq!(c.decode(&mut f0.clone()).unwrap(), Some(heartbeat(0)));
+        // The same frame again: a replay.
+        assert_eq!(
+            c.clone_state().decode(&mut f0.clone()),
+            Err(CodecError::Forged { frame: 1 })
+        );
+        // Frame 2 before frame 1: reordered (or 1 dropped).
+        assert_eq!(
+            c.clone_state().decode(&mut f2.clone()),
+            Err(CodecError::Forged { frame: 1 })
+        );
+        // Unsealed, though well formed: injected.
+        let mut plain = BytesMut::new();
+        Work::default().encode(heartbeat(1), &mut plain).unwrap();
+        assert_eq!(
+            c.clone_state().decode(&mut plain),
+            Err(CodecError::Forged { frame: 1 })
+        );
+        // Sealed for another connection of the same job.
+        let other = k.frame_keys(&crate::nonce().unwrap(), &n2);
+        let (mut ow, _) = sealed(&other);
+        let mut foreign = frame(&mut ow, 1);
+        assert_eq!(
+            c.clone_state().decode(&mut foreign),
+            Err(CodecError::Forged { frame: 1 })
+        );
+        // One bit flipped.
+        let mut flipped = f1.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert_eq!(
+            c.clone_state().decode(&mut flipped),
+            Err(CodecError::Forged { frame: 1 })
+        );
+        // Too short to hold a tag.
+        let mut short = BytesMut::from(&[0, 0, 0, 3, 1, 2, 3][..]);
+        assert_eq!(
+            c.clone_state().decode(&mut short),
+            Err(CodecError::Forged { frame: 1 })
+        );
+        // The real next frame still verifies.
+        assert_eq!(c.decode(&mut f1.clone()).unwrap(), Some(heartbeat(1)));
+        assert_eq!(c.decode(&mut f2.clone()).unwrap(), Some(heartbeat(2)));
     }
 }

@@ -1,6 +1,9 @@
 //! The authenticated start of a control connection, for either end. Each step has
 //! a deadline; anything but the expected message closes the connection with a
-//! typed error.
+//! typed error. Once both ends are proven, the link seals its frames: every
+//! later frame carries a tag under a key of its direction ([`crate::FrameKeys`])
+//! and its sequence number, so nobody on the path can inject, replay or alter
+//! one.
 
 use std::time::Duration;
 
@@ -68,6 +71,8 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         WorkerMsg::Prove { nonce: w, proof } if secret.check_worker(&c, &w, &proof) => {
             let proof = secret.coordinator_proof(&c, &w);
             send(&mut link, CoordinatorMsg::Proven { proof }, limit).await?;
+            let keys = secret.frame_keys(&c, &w);
+            link.codec_mut().seal(&keys.to_worker, &keys.to_coordinator);
             Ok(link)
         }
         WorkerMsg::Prove { .. } => Err(HandshakeError::WrongSecret),
@@ -93,7 +98,11 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     let proof = secret.worker_proof(&c, &w);
     send(&mut link, WorkerMsg::Prove { nonce: w, proof }, limit).await?;
     match next(&mut link, limit).await? {
-        CoordinatorMsg::Proven { proof } if secret.check_coordinator(&c, &w, &proof) => Ok(link),
+        CoordinatorMsg::Proven { proof } if secret.check_coordinator(&c, &w, &proof) => {
+            let keys = secret.frame_keys(&c, &w);
+            link.codec_mut().seal(&keys.to_coordinator, &keys.to_worker);
+            Ok(link)
+        }
         CoordinatorMsg::Proven { .. } => Err(HandshakeError::WrongSecret),
         _ => Err(HandshakeError::Unexpected {
             expected: "the coordinator's proof",
@@ -104,6 +113,7 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use tokio::io::AsyncWriteExt;
+    use tokio_util::codec::Encoder;
 
     use super::*;
     use crate::messages::PendingReport;
@@ -243,5 +253,29 @@ mod tests {
             coord.map(drop),
             Err(HandshakeError::Unexpected { .. })
         ));
+    }
+
+    /// After the handshake, a well-formed frame written onto the connection by
+    /// anyone but the codec (someone on the path) ends the link.
+    #[tokio::test]
+    async fn a_frame_injected_after_the_handshake_is_refused() {
+        let k = Secret::generate().unwrap();
+        let (a, b) = tokio::io::duplex(4096);
+        let (coord, worker) = tokio::join!(accept(a, &k, T), connect(b, &k, T));
+        let (mut coord, mut worker) = (coord.unwrap(), worker.unwrap());
+        let mut forged = bytes::BytesMut::new();
+        FrameCodec::<WorkerMsg, CoordinatorMsg>::default()
+            .encode(
+                CoordinatorMsg::Stop {
+                    reason: "injected".into(),
+                },
+                &mut forged,
+            )
+            .unwrap();
+        coord.get_mut().write_all(&forged).await.unwrap();
+        assert_eq!(
+            worker.next().await,
+            Some(Err(CodecError::Forged { frame: 0 }))
+        );
     }
 }

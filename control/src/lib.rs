@@ -2,7 +2,8 @@
 //! workers ([`WorkerMsg`], [`CoordinatorMsg`]), their framing ([`FrameCodec`]:
 //! length-delimited bincode with explicit limits), and the authentication that
 //! opens every connection ([`accept`] / [`connect`], a mutual HMAC challenge over
-//! the per-job [`Secret`]). [`env`] names the variables the launcher sets for
+//! the per-job [`Secret`], after which every frame carries a tag under keys
+//! derived from it and both nonces). [`env`] names the variables the launcher sets for
 //! every worker.
 
 mod address;
@@ -14,9 +15,11 @@ mod generation;
 #[cfg(feature = "io")]
 mod handshake;
 mod messages;
+#[cfg(feature = "io")]
+mod seal;
 
 pub use address::{AddressError, DataEndpoint, PeerAddress};
-pub use auth::{Nonce, Proof, Secret, SecretError, nonce};
+pub use auth::{FrameKeys, Nonce, Proof, Secret, SecretError, nonce};
 #[cfg(feature = "io")]
 pub use codec::{CodecError, FrameCodec, MAX_FRAME};
 pub use generation::Generation;
