@@ -1,6 +1,7 @@
 //! Where a worker's data plane can be reached: a [`PeerAddress`] lists one
-//! [`DataEndpoint`] per transport the worker offers (TCP today; a QUIC port
-//! or a shared-memory segment name later). The coordinator stores it per slot
+//! [`DataEndpoint`] per transport the worker offers (TCP, or the in-process
+//! fabric of workers that share one process; a QUIC port or a shared-memory
+//! segment name later). The coordinator stores it per slot
 //! and copies it into every rank's [`crate::Assignment::peers`] unread.
 //!
 //! On the wire each endpoint is a kind name and an address text, so that a
@@ -18,6 +19,10 @@ use serde::{Deserialize, Serialize};
 pub enum DataEndpoint {
     /// The TCP mesh's listening socket.
     Tcp(SocketAddr),
+    /// An endpoint of the in-memory fabric (`collectives::MemAddress`):
+    /// meaningful only to workers in the same process as the one that
+    /// published it (tests, an in-process cluster).
+    Mem(u64),
 }
 
 /// Every data-plane endpoint of one worker.
@@ -34,12 +39,26 @@ impl PeerAddress {
         }
     }
 
+    /// A worker reachable on the in-memory fabric at `address` only.
+    pub fn mem(address: u64) -> Self {
+        Self {
+            endpoints: vec![DataEndpoint::Mem(address)],
+        }
+    }
+
     /// The TCP endpoint, if the worker offers one.
-    // One kind today; the match stays right as kinds are added.
-    #[allow(clippy::unnecessary_find_map)]
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.endpoints.iter().find_map(|e| match e {
             DataEndpoint::Tcp(a) => Some(*a),
+            DataEndpoint::Mem(_) => None,
+        })
+    }
+
+    /// The in-memory fabric endpoint, if the worker offers one.
+    pub fn mem_addr(&self) -> Option<u64> {
+        self.endpoints.iter().find_map(|e| match e {
+            DataEndpoint::Mem(a) => Some(*a),
+            DataEndpoint::Tcp(_) => None,
         })
     }
 }
@@ -53,7 +72,7 @@ impl From<SocketAddr> for PeerAddress {
 /// Why a data-plane address could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AddressError {
-    #[error("unknown data-plane address kind {kind:?} (this build knows: tcp)")]
+    #[error("unknown data-plane address kind {kind:?} (this build knows: tcp, mem)")]
     UnknownKind { kind: String },
     #[error("malformed {kind} data-plane address {address:?}")]
     Malformed { kind: &'static str, address: String },
@@ -67,12 +86,17 @@ struct WireEndpoint {
 }
 
 const TCP: &str = "tcp";
+const MEM: &str = "mem";
 
 impl From<DataEndpoint> for WireEndpoint {
     fn from(e: DataEndpoint) -> Self {
         match e {
             DataEndpoint::Tcp(a) => WireEndpoint {
                 kind: TCP.into(),
+                address: a.to_string(),
+            },
+            DataEndpoint::Mem(a) => WireEndpoint {
+                kind: MEM.into(),
                 address: a.to_string(),
             },
         }
@@ -90,6 +114,14 @@ impl TryFrom<WireEndpoint> for DataEndpoint {
                 .map(DataEndpoint::Tcp)
                 .map_err(|_| AddressError::Malformed {
                     kind: TCP,
+                    address: w.address,
+                }),
+            MEM => w
+                .address
+                .parse()
+                .map(DataEndpoint::Mem)
+                .map_err(|_| AddressError::Malformed {
+                    kind: MEM,
                     address: w.address,
                 }),
             _ => Err(AddressError::UnknownKind { kind: w.kind }),
@@ -117,6 +149,18 @@ mod tests {
         assert_eq!(back.tcp_addr(), Some("10.1.2.3:4567".parse().unwrap()));
         let v6 = PeerAddress::tcp("[::1]:9".parse().unwrap());
         assert_eq!(decode(&encode(&v6)).unwrap(), v6);
+    }
+
+    #[test]
+    fn a_mem_address_round_trips_and_is_no_tcp_address() {
+        let a = PeerAddress::mem(7);
+        let back = decode(&encode(&a)).unwrap();
+        assert_eq!((back.mem_addr(), back.tcp_addr()), (Some(7), None));
+        let bad = vec![WireEndpoint {
+            kind: MEM.into(),
+            address: "-1".into(),
+        }];
+        assert!(decode(&encode(&bad)).is_err());
     }
 
     #[test]

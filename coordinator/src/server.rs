@@ -1,9 +1,13 @@
-//! The coordinator's control-plane listener: authenticates every connection
-//! and reads its registration; the job driver takes the arrivals.
+//! Where the coordinator's workers arrive: every control connection is
+//! authenticated and its registration read before the job driver takes it
+//! from [`Arrivals`]. A job listens on TCP ([`Server`]); an in-process
+//! cluster hands the driver in-memory pipes ([`in_memory`], [`MemDialer`]),
+//! which go through the same handshake and codec.
 //!
 //! ```text
-//!  listener task ──(authenticated, registered)──> Arrival ──> job driver
-//!        │ garbage / wrong secret: that connection closes, nothing else
+//!  TCP listener ─┐
+//!                ├─(authenticated, registered)──> Arrival ──> Arrivals ──> job driver
+//!  MemDialer ────┘   garbage / wrong secret: that connection closes, nothing else
 //! ```
 
 use std::net::SocketAddr;
@@ -12,15 +16,26 @@ use std::time::Duration;
 
 use control::{CoordinatorLink, Registration, Secret, WorkerMsg};
 use futures::StreamExt;
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// How long one connection may take to authenticate and register.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many arrivals may wait for the driver.
+const ARRIVALS: usize = 1024;
+/// Bytes an in-memory control connection buffers each way.
+const PIPE_BYTES: usize = 64 << 10;
+
+/// The byte stream under a control connection: TCP in a job, an in-memory
+/// pipe in an in-process cluster.
+pub trait ControlStream: AsyncRead + AsyncWrite + Send + Unpin + std::fmt::Debug {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + std::fmt::Debug> ControlStream for T {}
 
 /// A worker's authenticated control connection.
-pub type Link = CoordinatorLink<TcpStream>;
+pub type Link = CoordinatorLink<Box<dyn ControlStream>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -35,18 +50,36 @@ pub struct Arrival {
     pub link: Link,
 }
 
+/// The authenticated, registered workers, in arrival order; dropping this
+/// stops whatever accepts their connections.
+#[derive(Debug)]
+pub struct Arrivals {
+    rx: mpsc::Receiver<Arrival>,
+    /// The TCP listener's task, if any.
+    listener: Option<JoinHandle<()>>,
+}
+
+impl Drop for Arrivals {
+    fn drop(&mut self) {
+        if let Some(l) = &self.listener {
+            l.abort();
+        }
+    }
+}
+
+impl Arrivals {
+    /// The next authenticated, registered worker; `None` once nothing can
+    /// arrive any more.
+    pub async fn next(&mut self) -> Option<Arrival> {
+        self.rx.recv().await
+    }
+}
+
 /// Listening coordinator.
 #[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
-    arrivals: mpsc::Receiver<Arrival>,
-    listener: JoinHandle<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.listener.abort();
-    }
+    arrivals: Arrivals,
 }
 
 impl Server {
@@ -54,23 +87,59 @@ impl Server {
     pub async fn bind(addr: SocketAddr, secret: Secret) -> Result<Self, ServerError> {
         let listener = TcpListener::bind(addr).await.map_err(ServerError::Listen)?;
         let addr = listener.local_addr().map_err(ServerError::Listen)?;
-        let (tx, arrivals) = mpsc::channel(1024);
+        let (tx, rx) = mpsc::channel(ARRIVALS);
         let listener = tokio::spawn(listen(listener, Arc::new(secret), tx));
-        Ok(Self {
-            addr,
-            arrivals,
-            listener,
-        })
+        let arrivals = Arrivals {
+            rx,
+            listener: Some(listener),
+        };
+        Ok(Self { addr, arrivals })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// The next authenticated, registered worker; `None` once the listener
-    /// has stopped.
-    pub async fn next_arrival(&mut self) -> Option<Arrival> {
-        self.arrivals.recv().await
+    /// The workers arriving on this listener (which listens as long as they
+    /// are kept).
+    pub fn into_arrivals(self) -> Arrivals {
+        self.arrivals
+    }
+}
+
+/// Arrivals over in-memory connections, which the returned dialer makes.
+pub fn in_memory(secret: Secret) -> (Arrivals, MemDialer) {
+    let (tx, rx) = mpsc::channel(ARRIVALS);
+    let arrivals = Arrivals { rx, listener: None };
+    let dialer = MemDialer {
+        secret: Arc::new(secret),
+        arrivals: tx,
+    };
+    (arrivals, dialer)
+}
+
+/// Makes control connections to a coordinator in the same process.
+#[derive(Clone, Debug)]
+pub struct MemDialer {
+    secret: Arc<Secret>,
+    arrivals: mpsc::Sender<Arrival>,
+}
+
+impl MemDialer {
+    /// A new connection: the worker's end of a pipe whose other end is
+    /// authenticated and registered like a TCP connection. Refused
+    /// (`ConnectionRefused`) once the coordinator's [`Arrivals`] are gone.
+    pub fn dial(&self) -> std::io::Result<DuplexStream> {
+        if self.arrivals.is_closed() {
+            return Err(std::io::ErrorKind::ConnectionRefused.into());
+        }
+        let (near, far) = tokio::io::duplex(PIPE_BYTES);
+        let (secret, arrivals) = (self.secret.clone(), self.arrivals.clone());
+        tokio::spawn(async move {
+            let far: Box<dyn ControlStream> = Box::new(far);
+            hand_over(far, &secret, &arrivals, "memory").await;
+        });
+        Ok(near)
     }
 }
 
@@ -86,19 +155,30 @@ async fn listen(listener: TcpListener, secret: Arc<Secret>, arrivals: mpsc::Send
         };
         let (secret, arrivals) = (secret.clone(), arrivals.clone());
         tokio::spawn(async move {
-            match admit(stream, &secret).await {
-                Ok(a) => {
-                    let _ = arrivals.send(a).await;
-                }
-                Err(why) => tracing::warn!(%from, %why, "control connection refused"),
-            }
+            let _ = stream.set_nodelay(true);
+            let stream: Box<dyn ControlStream> = Box::<TcpStream>::new(stream);
+            hand_over(stream, &secret, &arrivals, &from.to_string()).await;
         });
     }
 }
 
+/// Admits a connection and passes it on.
+async fn hand_over(
+    stream: Box<dyn ControlStream>,
+    secret: &Secret,
+    arrivals: &mpsc::Sender<Arrival>,
+    from: &str,
+) {
+    match admit(stream, secret).await {
+        Ok(a) => {
+            let _ = arrivals.send(a).await;
+        }
+        Err(why) => tracing::warn!(%from, %why, "control connection refused"),
+    }
+}
+
 /// Authenticates a connection and reads its registration.
-async fn admit(stream: TcpStream, secret: &Secret) -> Result<Arrival, String> {
-    let _ = stream.set_nodelay(true);
+async fn admit(stream: Box<dyn ControlStream>, secret: &Secret) -> Result<Arrival, String> {
     let mut link = control::accept(stream, secret, HANDSHAKE_TIMEOUT)
         .await
         .map_err(|e| e.to_string())?;

@@ -1,12 +1,14 @@
 //! Multi-process tests of elasticrun's binaries, and the harness they share:
 //! finding the built binaries, running a job with a deadline, following its
-//! processes and checking that none outlives it.
+//! processes and checking that none outlives it. [`cluster`] runs the job
+//! driver and simulated workers in one process instead, in virtual time.
 //!
 //! The binaries come from the same `cargo test --workspace` build (the
 //! coordinator's and the examples' own tests make cargo build them); run
 //! `cargo build --workspace --bins` first when running this crate alone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+pub mod cluster;
 pub mod collectives_check;
 pub mod elastic;
 pub mod needs;

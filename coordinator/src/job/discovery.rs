@@ -14,6 +14,7 @@ use elastic::hosts::HostSlots;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 /// Most bytes of script output read; more is garbage.
 const MAX_OUTPUT: u64 = 1 << 20;
@@ -96,6 +97,54 @@ pub async fn discover_once(d: &Discovery) -> Result<Vec<HostSlots>, String> {
     }
     let text = String::from_utf8(out).map_err(|_| "its output is not UTF-8".to_owned())?;
     parse_discovered(&text, d.slots_per_host).map_err(|e| e.to_string())
+}
+
+/// Where the driver's host sets come from: a static list (sent once), the
+/// discovery script's results, or a test's; dropping it stops the script's
+/// task.
+#[derive(Debug)]
+pub struct HostFeed {
+    rx: mpsc::Receiver<Vec<HostSlots>>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// Host sets that may wait for the driver.
+const FEED: usize = 4;
+
+impl HostFeed {
+    /// A feed of what is sent on the returned channel.
+    pub fn channel() -> (mpsc::Sender<Vec<HostSlots>>, HostFeed) {
+        let (tx, rx) = mpsc::channel(FEED);
+        (tx, HostFeed { rx, task: None })
+    }
+
+    /// `hosts`, once.
+    pub fn fixed(hosts: Vec<HostSlots>) -> HostFeed {
+        let (tx, feed) = Self::channel();
+        // The channel is new and empty: this cannot fail.
+        let _ = tx.try_send(hosts);
+        feed
+    }
+
+    /// The script's good results, every interval.
+    pub fn script(d: Discovery) -> HostFeed {
+        let (tx, mut feed) = Self::channel();
+        feed.task = Some(tokio::spawn(watch(d, tx)));
+        feed
+    }
+
+    /// The next host set; `None` once no more can come.
+    pub async fn next(&mut self) -> Option<Vec<HostSlots>> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for HostFeed {
+    fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
 }
 
 /// Reads `r` to its end, keeping the first `cap` bytes; says whether there

@@ -6,25 +6,25 @@
 //! says it (a static job names ranks, an elastic one workers and slots).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 use std::time::SystemTime;
 
-use control::{CoordinatorMsg, Knobs, Secret};
+use control::{CoordinatorMsg, Knobs};
 use elastic::membership::{Command, Membership, SlotId};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::discovery::HostFeed;
 use super::links::{self, LinkEvent, LinkEventKind};
 use crate::config::JobConfig;
 use crate::job::{Ending, JobError, SILENCE, STOP_GRACE, Stops};
-use crate::launch::address::{control_addresses, first_interface, interface_address};
-use crate::launch::process::{self, WorkerProcess};
-use crate::launch::start::{WorkerStart, start_one};
-use crate::server::{Arrival, Server};
+use crate::launch::address::{first_interface, interface_address};
+use crate::launch::{Launcher, Started, stop_all};
+use crate::server::{Arrival, Arrivals};
 use crate::stall::{Inspector, StallConfig, StallEvent};
 use crate::store::{JobState, Revision, Store, StoreError};
 
@@ -53,7 +53,7 @@ pub(super) enum Mode {
 #[derive(Debug)]
 pub(super) struct Live {
     pub(super) id: usize,
-    pub(super) process: WorkerProcess,
+    pub(super) process: Box<dyn Started>,
     pub(super) link: Option<mpsc::Sender<CoordinatorMsg>>,
     /// Told to leave: its exit is expected.
     pub(super) leaving: bool,
@@ -71,11 +71,10 @@ pub(super) struct Live {
 #[derive(Debug)]
 pub(super) struct Driver {
     pub(super) mode: Mode,
-    pub(super) cfg: JobConfig,
-    pub(super) secret: Secret,
     pub(super) knobs: Knobs,
     pub(super) data_token: u64,
-    pub(super) port: u16,
+    /// Starts the workers (processes, or an in-process cluster's tasks).
+    pub(super) launcher: Box<dyn Launcher>,
     pub(super) core: Membership,
     /// Where the job's durable state is committed, and the revision last
     /// read or written there.
@@ -96,7 +95,6 @@ pub(super) struct Driver {
     /// again.
     pub(super) assigned: HashMap<SlotId, control::Assignment>,
     pub(super) announced: Option<CoordinatorMsg>,
-    pub(super) forwarders: Vec<JoinHandle<std::io::Result<()>>>,
     pub(super) stopping: Vec<JoinHandle<()>>,
     pub(super) events: mpsc::Sender<LinkEvent>,
     pub(super) stall: Option<StallConfig>,
@@ -146,23 +144,21 @@ impl Driver {
     /// Runs until the core finishes or fails the job, or a signal comes.
     pub(super) async fn run(
         &mut self,
-        server: &mut Server,
-        mut discovered: mpsc::Receiver<Vec<elastic::hosts::HostSlots>>,
+        arrivals: &mut Arrivals,
+        discovered: &mut HostFeed,
         mut events: mpsc::Receiver<LinkEvent>,
+        mut stops: Stops,
     ) -> Ending {
-        let Some(mut stops) = Stops::install() else {
-            return Ending::Failed;
-        };
         let mut tick = tokio::time::interval(TICK);
         loop {
             let cmds = tokio::select! {
                 _ = tick.tick() => Vec::new(),
                 ending = stops.next() => return ending,
-                Some(hosts) = discovered.recv() => {
+                Some(hosts) = discovered.next() => {
                     let now = self.now();
                     self.core.discovered(now, &hosts)
                 }
-                Some(a) = server.next_arrival() => self.arrive(a),
+                Some(a) = arrivals.next() => self.arrive(a),
                 Some(e) = events.recv() => self.link_event(e),
             };
             self.carry_out(cmds).await;
@@ -188,6 +184,9 @@ impl Driver {
             host: r.host.clone(),
             slot: r.slot,
         };
+        if !self.workers.contains_key(&slot) {
+            self.adopt(&slot, r.pid);
+        }
         let Some(live) = self.workers.get_mut(&slot) else {
             tracing::warn!(%slot, "registration refused: no worker was started there");
             tokio::spawn(refuse(link, format!("{slot} is not a slot of this job")));
@@ -252,7 +251,7 @@ impl Driver {
             LinkEventKind::Beat(pending) => {
                 let rank = self.core.members().iter().position(|s| *s == e.slot);
                 if let (Some(i), Some(rank)) = (self.inspector.as_mut(), rank) {
-                    i.handle_report(std::time::Instant::now(), rank, e.slot.clone(), &pending);
+                    i.handle_report(Instant::now().into_std(), rank, e.slot.clone(), &pending);
                 }
                 Vec::new()
             }
@@ -286,7 +285,9 @@ impl Driver {
                 cmds.extend(self.core.finished(now, &slot));
             } else {
                 let why = match self.mode {
-                    Mode::Static => live.process.describe(st),
+                    Mode::Static => {
+                        format!("rank {} on {} {}", live.id, slot.host, live.process.how(st))
+                    }
                     Mode::Elastic => {
                         let why = format!("worker {} on {slot} {}", live.id, live.process.how(st));
                         eprintln!("elasticrun: {why}");
@@ -344,7 +345,8 @@ impl Driver {
             return Vec::new();
         };
         let mut stalled = Vec::new();
-        for event in inspector.poll(std::time::Instant::now()) {
+        // Tokio's clock, which an in-process cluster test pauses.
+        for event in inspector.poll(Instant::now().into_std()) {
             match event {
                 StallEvent::Warn(stall) => tracing::warn!("{stall}"),
                 StallEvent::Shutdown(stall) => {
@@ -380,7 +382,7 @@ impl Driver {
             // Dropping the link's channel closes the connection.
             live.link = None;
             self.stopping.push(tokio::spawn(async move {
-                process::stop_all(std::slice::from_mut(&mut live.process), STOP_GRACE).await;
+                stop_all(std::slice::from_mut(&mut live.process), STOP_GRACE).await;
             }));
         }
     }
@@ -389,23 +391,11 @@ impl Driver {
     pub(super) async fn spawn(&mut self, slot: &SlotId) -> Result<(), String> {
         let id = self.next_id;
         self.next_id += 1;
-        let iface = self.cfg.network_interface.as_deref();
-        let addrs = control_addresses(&[slot.host.as_str()], iface).map_err(|e| e.to_string())?;
-        let ip = addrs
-            .advertised
-            .first()
-            .copied()
-            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        let one = WorkerStart {
-            label: id,
-            host: &slot.host,
-            slot: slot.slot,
-            coordinator: SocketAddr::new(ip, self.port),
-        };
-        let (process, mut forwarders) = start_one(&self.cfg, &self.secret, &one)
+        let process = self
+            .launcher
+            .start(id, slot)
             .await
             .map_err(|e| e.to_string())?;
-        self.forwarders.append(&mut forwarders);
         let live = Live {
             id,
             process,
@@ -430,14 +420,37 @@ impl Driver {
             let reason = "the job is stopping".to_owned();
             self.tell_all(&CoordinatorMsg::Stop { reason });
         }
-        let mut rest: Vec<WorkerProcess> = self.workers.drain().map(|(_, l)| l.process).collect();
-        process::stop_all(&mut rest, STOP_GRACE).await;
+        let mut rest: Vec<Box<dyn Started>> =
+            self.workers.drain().map(|(_, l)| l.process).collect();
+        stop_all(&mut rest, STOP_GRACE).await;
         for t in self.stopping.drain(..) {
             let _ = t.await;
         }
-        for f in self.forwarders.drain(..) {
-            let _ = f.await;
+        self.launcher.finish().await;
+    }
+
+    /// Takes over the worker that registered on `slot` from process `pid`
+    /// when it is a member the resumed core waits for (this coordinator took
+    /// the job over from another) and the launcher can supervise it.
+    fn adopt(&mut self, slot: &SlotId, pid: u32) {
+        if !self.core.detached().any(|s| s == slot) {
+            return;
         }
+        let Some(process) = self.launcher.adopt(self.next_id, slot, pid) else {
+            tracing::warn!(%slot, pid, "a member reconnected but its launcher cannot supervise it");
+            return;
+        };
+        let live = Live {
+            id: self.next_id,
+            process,
+            link: None,
+            leaving: false,
+            link_ended: None,
+            pid: Some(pid),
+            link_id: 0,
+        };
+        self.next_id += 1;
+        self.workers.insert(slot.clone(), live);
     }
 }
 
@@ -447,7 +460,7 @@ async fn let_leave(mut old: Live) {
     while Instant::now() < deadline && matches!(old.process.poll(), Ok(None)) {
         tokio::time::sleep(TICK).await;
     }
-    process::stop_all(std::slice::from_mut(&mut old.process), STOP_GRACE).await;
+    stop_all(std::slice::from_mut(&mut old.process), STOP_GRACE).await;
 }
 
 async fn refuse(mut link: crate::server::Link, reason: String) {

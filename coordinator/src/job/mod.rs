@@ -4,7 +4,9 @@
 //! in each generation, and the driver here starts and stops workers, forwards
 //! their output and tells them about generations over their control
 //! connections. A static job is one whose size is fixed (`min = max = np`) and
-//! whose first failure ends it ([`elastic::OnFailure::EndJob`]).
+//! whose first failure ends it ([`elastic::OnFailure::EndJob`]). The driver
+//! runs on [`Seams`] (launcher, arrivals, host feed, store, clock, signals):
+//! [`run`] makes a job's, [`run_on`] takes an in-process cluster's.
 //!
 //! ```text
 //!  discovery (script, or the host list once) ──host sets──┐
@@ -20,9 +22,9 @@ mod driver;
 pub mod links;
 mod setup;
 
-pub use setup::run;
+pub use setup::{Seams, run, run_on};
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use control::{Knobs, Secret};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -171,29 +173,36 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The job's secret and its data-plane token.
-pub(crate) fn job_secrets() -> Result<(Secret, u64), JobError> {
-    let fail = |e: &dyn std::fmt::Display| JobError::Secret { why: e.to_string() };
-    let secret = Secret::generate().map_err(|e| fail(&e))?;
-    let token_bytes = control::nonce().map_err(|e| fail(&e))?;
-    let data_token = u64::from_le_bytes(token_bytes[..8].try_into().unwrap_or_default());
-    Ok((secret, data_token))
+/// The job's secret, which every control connection proves.
+pub(crate) fn job_secret() -> Result<Secret, JobError> {
+    Secret::generate().map_err(|e| JobError::Secret { why: e.to_string() })
+}
+
+/// The token every data-plane connection of the job's generations carries.
+pub(crate) fn data_token() -> Result<u64, JobError> {
+    let token_bytes = control::nonce().map_err(|e| JobError::Secret { why: e.to_string() })?;
+    Ok(u64::from_le_bytes(
+        token_bytes[..8].try_into().unwrap_or_default(),
+    ))
 }
 
 /// SIGINT and SIGTERM to elasticrun, which end the job.
-pub(crate) struct Stops {
-    int: Signal,
-    term: Signal,
+#[derive(Debug)]
+pub struct Stops {
+    /// `None`: nothing stops the job from outside (an in-process cluster).
+    signals: Option<(Signal, Signal)>,
 }
 
 impl Stops {
     /// `None` (and says so) when the handlers cannot be installed.
-    pub(crate) fn install() -> Option<Stops> {
+    pub fn install() -> Option<Stops> {
         match (
             signal(SignalKind::interrupt()),
             signal(SignalKind::terminate()),
         ) {
-            (Ok(int), Ok(term)) => Some(Stops { int, term }),
+            (Ok(int), Ok(term)) => Some(Stops {
+                signals: Some((int, term)),
+            }),
             _ => {
                 eprintln!("elasticrun: cannot install signal handlers");
                 None
@@ -201,17 +210,56 @@ impl Stops {
         }
     }
 
+    /// No signal ends the job: the process keeps its own handlers (a test).
+    pub fn never() -> Stops {
+        Stops { signals: None }
+    }
+
     /// The next of the two signals, said on stderr, as the job's ending.
     pub(crate) async fn next(&mut self) -> Ending {
+        let Some((int, term)) = &mut self.signals else {
+            return std::future::pending().await;
+        };
         tokio::select! {
-            _ = self.int.recv() => {
+            _ = int.recv() => {
                 eprintln!("elasticrun: interrupted; stopping every worker");
                 Ending::Interrupted
             }
-            _ = self.term.recv() => {
+            _ = term.recv() => {
                 eprintln!("elasticrun: terminated; stopping every worker");
                 Ending::Terminated
             }
+        }
+    }
+}
+
+/// The wall clock a job's epoch and age are read from (the job's durable
+/// state counts time from its epoch, a wall-clock time).
+#[derive(Clone, Copy, Debug)]
+pub enum WallClock {
+    /// The system's.
+    System,
+    /// Tokio's clock, which a test pauses and advances: `at` when tokio's
+    /// clock read `origin`.
+    Tokio {
+        at: SystemTime,
+        origin: tokio::time::Instant,
+    },
+}
+
+impl WallClock {
+    /// A clock that follows tokio's from `at` on.
+    pub fn tokio_from(at: SystemTime) -> Self {
+        WallClock::Tokio {
+            at,
+            origin: tokio::time::Instant::now(),
+        }
+    }
+
+    pub fn now(&self) -> SystemTime {
+        match self {
+            WallClock::System => SystemTime::now(),
+            WallClock::Tokio { at, origin } => *at + origin.elapsed(),
         }
     }
 }

@@ -1,25 +1,28 @@
 //! Setting a job up: its membership policy, where the coordinator listens and
 //! where the host sets come from, for a static job (`-np`, `-H`, `--hostfile`:
 //! the host list discovered once, `min = max = np`, any failure ends the job) or
-//! an elastic one (`--host-discovery-script`).
+//! an elastic one (`--host-discovery-script`); and the [`Seams`] the driver
+//! runs on.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
+use control::Knobs;
 use elastic::hosts::HostSlots;
 use elastic::membership::{BlacklistPolicy, Membership, Policy};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
-use super::discovery::{self, Discovery};
+use super::discovery::{Discovery, HostFeed};
 use super::driver::{Driver, Mode, STORE_TIMEOUT, bind_address};
-use super::{Ending, JobError, hosts_and_np, job_secrets, knobs};
+use super::{Ending, JobError, Stops, WallClock, data_token, hosts_and_np, job_secret, knobs};
 use crate::config::{ElasticConfig, JobConfig};
+use crate::launch::Launcher;
 use crate::launch::address::{control_addresses, is_this_machine};
 use crate::launch::output;
+use crate::launch::start::ProcessLauncher;
 use crate::layout::place;
-use crate::server::Server;
+use crate::server::{Arrivals, Server};
 use crate::stall::StallConfig;
 use crate::store::{MemoryStore, Revision, Store};
 
@@ -107,16 +110,11 @@ async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
 }
 
 /// Feeds the driver its host sets: the static list once, or the discovery
-/// script's results (the returned task, aborted when the job ends).
-fn feed(hosts: Hosts) -> (mpsc::Receiver<Vec<HostSlots>>, Option<JoinHandle<()>>) {
-    let (tx, rx) = mpsc::channel(4);
+/// script's results.
+fn feed(hosts: Hosts) -> HostFeed {
     match hosts {
-        Hosts::Fixed(list) => {
-            // The channel is new and empty: this cannot fail.
-            let _ = tx.try_send(list);
-            (rx, None)
-        }
-        Hosts::Script(d) => (rx, Some(tokio::spawn(discovery::watch(d, tx)))),
+        Hosts::Fixed(list) => HostFeed::fixed(list),
+        Hosts::Script(d) => HostFeed::script(d),
     }
 }
 
@@ -129,7 +127,7 @@ struct Resumed {
     age: Duration,
 }
 
-async fn resume(store: &dyn Store, policy: Policy) -> Result<Resumed, JobError> {
+async fn resume(store: &dyn Store, policy: Policy, clock: WallClock) -> Result<Resumed, JobError> {
     let loaded = tokio::time::timeout(STORE_TIMEOUT, store.load())
         .await
         .map_err(|_| JobError::StoreTimeout {
@@ -139,11 +137,11 @@ async fn resume(store: &dyn Store, policy: Policy) -> Result<Resumed, JobError> 
         return Ok(Resumed {
             core: Membership::new(policy),
             revision: None,
-            epoch: SystemTime::now(),
+            epoch: clock.now(),
             age: Duration::ZERO,
         });
     };
-    let age = state.age(SystemTime::now());
+    let age = state.age(clock.now());
     tracing::info!(%revision, generation = state.membership.generation.0, "resuming the job");
     Ok(Resumed {
         core: Membership::resume(policy, &state.membership, age),
@@ -151,6 +149,21 @@ async fn resume(store: &dyn Store, policy: Policy) -> Result<Resumed, JobError> 
         epoch: state.epoch,
         age,
     })
+}
+
+/// What a job runs on besides its configuration. [`run`] makes a job's: a
+/// process launcher, a TCP listener, the host list or discovery script, an
+/// in-memory store, the system clock and the signal handlers; an in-process
+/// cluster passes its own to [`run_on`].
+#[derive(Debug)]
+pub struct Seams {
+    pub launcher: Box<dyn Launcher>,
+    pub arrivals: Arrivals,
+    pub hosts: HostFeed,
+    /// Where the job's durable state is committed; a stored state is resumed.
+    pub store: Box<dyn Store>,
+    pub clock: WallClock,
+    pub stops: Stops,
 }
 
 /// Runs the job described by `cfg` until it ends.
@@ -161,20 +174,56 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         bind,
         hosts,
     } = setup(&cfg).await?;
-    let (secret, data_token) = job_secrets()?;
-    let mut server = Server::bind(SocketAddr::new(bind, 0), secret.clone()).await?;
+    let secret = job_secret()?;
+    let server = Server::bind(SocketAddr::new(bind, 0), secret.clone()).await?;
     tracing::debug!(addr = %server.local_addr(), "control plane listening");
     let port = server.local_addr().port();
-    let (disc_rx, discovery) = feed(hosts);
-    let (events_tx, events_rx) = mpsc::channel(1024);
+    let Some(stops) = Stops::install() else {
+        return Ok(Ending::Failed);
+    };
     let knobs = knobs(&cfg);
-    let store: Box<dyn Store> = Box::new(MemoryStore::new());
+    let seams = Seams {
+        launcher: Box::new(ProcessLauncher::new(cfg, secret, port)),
+        arrivals: server.into_arrivals(),
+        hosts: feed(hosts),
+        store: Box::new(MemoryStore::new()),
+        clock: WallClock::System,
+        stops,
+    };
+    drive(mode, policy, knobs, seams).await
+}
+
+/// Runs the job described by `cfg` on `seams` until it ends: `cfg` gives
+/// the membership policy and the knobs, `seams` everything else (its
+/// launcher supersedes `cfg`'s command and hosts).
+pub async fn run_on(cfg: &JobConfig, seams: Seams) -> Result<Ending, JobError> {
+    let (mode, policy) = match &cfg.elastic {
+        Some(e) => (Mode::Elastic, policy(cfg, e)),
+        None => {
+            let (_, np) = hosts_and_np(cfg).await?;
+            (Mode::Static, Policy::fixed(np, cfg.start_timeout))
+        }
+    };
+    drive(mode, policy, knobs(cfg), seams).await
+}
+
+async fn drive(mode: Mode, policy: Policy, knobs: Knobs, seams: Seams) -> Result<Ending, JobError> {
+    let Seams {
+        launcher,
+        mut arrivals,
+        mut hosts,
+        store,
+        clock,
+        stops,
+    } = seams;
+    let data_token = data_token()?;
+    let (events_tx, events_rx) = mpsc::channel(1024);
     let Resumed {
         core,
         revision,
         epoch,
         age,
-    } = resume(store.as_ref(), policy).await?;
+    } = resume(store.as_ref(), policy, clock).await?;
     let mut driver = Driver {
         mode,
         core,
@@ -184,10 +233,8 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         age_at_start: age,
         stall: StallConfig::from_knobs(&knobs),
         knobs,
-        cfg,
-        secret,
         data_token,
-        port,
+        launcher,
         started: tokio::time::Instant::now(),
         workers: HashMap::new(),
         next_id: 0,
@@ -195,16 +242,17 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         addrs: HashMap::new(),
         assigned: HashMap::new(),
         announced: None,
-        forwarders: Vec::new(),
         stopping: Vec::new(),
         events: events_tx,
         inspector: None,
         ending: None,
     };
-    let ending = driver.run(&mut server, disc_rx, events_rx).await;
-    if let Some(d) = discovery {
-        d.abort();
-    }
+    let ending = driver
+        .run(&mut arrivals, &mut hosts, events_rx, stops)
+        .await;
+    // No more discovery runs while the workers stop.
+    drop(hosts);
     driver.wind_down(ending).await;
+    drop(arrivals);
     Ok(ending)
 }

@@ -1,7 +1,12 @@
-//! Starting and supervising a job's workers.
+//! Starting and supervising a job's workers: the [`Launcher`] seam the job
+//! driver starts them through, and its process implementation
+//! ([`start::ProcessLauncher`]).
 
 pub mod address;
+mod launcher;
 pub mod output;
 pub mod process;
 pub mod ssh;
 pub mod start;
+
+pub use launcher::{LaunchError, Launcher, Started, stop_all};

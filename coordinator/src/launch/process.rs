@@ -1,13 +1,17 @@
 //! Worker processes on this machine: each in its own process group, so that
-//! stopping a worker reaches whatever it started too.
+//! stopping a worker reaches whatever it started too. A [`WorkerProcess`] is
+//! the [`Started`] handle of the process launcher.
 
 use std::process::{ExitStatus, Stdio};
-use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+
+use super::launcher::Started;
 
 /// A started worker.
 #[derive(Debug)]
@@ -88,38 +92,6 @@ pub async fn spawn(spec: Spec<'_>) -> std::io::Result<(WorkerProcess, Pipes)> {
 }
 
 impl WorkerProcess {
-    /// Records the exit status if the process has ended.
-    pub fn poll(&mut self) -> std::io::Result<Option<ExitStatus>> {
-        if self.status.is_none() {
-            self.status = self.child.try_wait()?;
-        }
-        Ok(self.status)
-    }
-
-    /// "rank 2 on node1 was killed by signal 9 (SIGKILL)".
-    pub fn describe(&self, status: ExitStatus) -> String {
-        format!("rank {} on {} {}", self.rank, self.host, self.how(status))
-    }
-
-    /// "exited with code 3", "was killed by signal 9 (SIGKILL)", or for a
-    /// remote worker what ssh's exit code says.
-    pub fn how(&self, status: ExitStatus) -> String {
-        match (self.remote, status.code()) {
-            (true, Some(code)) => super::ssh::describe_code(code),
-            _ => describe(status),
-        }
-    }
-
-    /// Asks the worker to stop: SIGTERM to a local one; a remote one is
-    /// stopped by its host when ssh's standard input closes.
-    fn terminate(&mut self) {
-        if self.remote {
-            self.stdin = None;
-        } else {
-            self.signal(Signal::SIGTERM);
-        }
-    }
-
     fn signal(&self, sig: Signal) {
         if let Some(pgid) = self.pgid {
             // The group may already be gone; that is the goal.
@@ -128,26 +100,43 @@ impl WorkerProcess {
     }
 }
 
-/// Asks every running worker to stop (SIGTERM to its process group), then
-/// SIGKILLs what is left after `grace`. Returns when every worker is reaped.
-pub async fn stop_all(workers: &mut [WorkerProcess], grace: Duration) {
-    for w in workers.iter_mut() {
-        if matches!(w.poll(), Ok(None)) {
-            w.terminate();
+impl Started for WorkerProcess {
+    /// Records the exit status if the process has ended.
+    fn poll(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait()?;
+        }
+        Ok(self.status)
+    }
+
+    /// "exited with code 3", "was killed by signal 9 (SIGKILL)", or for a
+    /// remote worker what ssh's exit code says.
+    fn how(&self, status: ExitStatus) -> String {
+        match (self.remote, status.code()) {
+            (true, Some(code)) => super::ssh::describe_code(code),
+            _ => describe(status),
         }
     }
-    let deadline = tokio::time::Instant::now() + grace;
-    while tokio::time::Instant::now() < deadline
-        && workers.iter_mut().any(|w| matches!(w.poll(), Ok(None)))
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+
+    /// SIGTERM to a local worker's process group; a remote one is stopped by
+    /// its host when ssh's standard input closes.
+    fn terminate(&mut self) {
+        if self.remote {
+            self.stdin = None;
+        } else {
+            self.signal(Signal::SIGTERM);
+        }
     }
-    for w in workers.iter_mut() {
+
+    fn kill(&mut self) -> BoxFuture<'_, ()> {
         // SIGKILL the group even if the leader exited: its children may live on.
-        w.signal(Signal::SIGKILL);
-        if w.status.is_none() {
-            w.status = w.child.wait().await.ok();
+        self.signal(Signal::SIGKILL);
+        async move {
+            if self.status.is_none() {
+                self.status = self.child.wait().await.ok();
+            }
         }
+        .boxed()
     }
 }
 

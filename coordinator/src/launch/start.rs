@@ -1,12 +1,17 @@
 //! Starting a worker of a job: directly on this machine, through ssh on
-//! others, with its output forwarded.
+//! others, with its output forwarded. [`ProcessLauncher`] is the job
+//! driver's launcher for real jobs.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use control::Secret;
+use elastic::membership::SlotId;
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 
-use super::address::is_this_machine;
+use super::address::{control_addresses, is_this_machine};
+use super::launcher::{LaunchError, Launcher, Started};
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
 use super::ssh::{self, SshOptions};
@@ -137,6 +142,70 @@ pub async fn start_one(
         )),
     ];
     Ok((w, forwarders))
+}
+
+/// Starts workers as processes (locally or through ssh) that dial the
+/// coordinator listening on `port`, and forwards their output.
+#[derive(Debug)]
+pub struct ProcessLauncher {
+    cfg: JobConfig,
+    secret: Secret,
+    port: u16,
+    forwarders: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+impl ProcessLauncher {
+    pub fn new(cfg: JobConfig, secret: Secret, port: u16) -> Self {
+        Self {
+            cfg,
+            secret,
+            port,
+            forwarders: Vec::new(),
+        }
+    }
+
+    async fn start_process(
+        &mut self,
+        label: usize,
+        slot: &SlotId,
+    ) -> Result<Box<dyn Started>, LaunchError> {
+        let iface = self.cfg.network_interface.as_deref();
+        let addrs = control_addresses(&[slot.host.as_str()], iface)?;
+        let ip = addrs
+            .advertised
+            .first()
+            .copied()
+            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let one = WorkerStart {
+            label,
+            host: &slot.host,
+            slot: slot.slot,
+            coordinator: SocketAddr::new(ip, self.port),
+        };
+        let (process, mut forwarders) = start_one(&self.cfg, &self.secret, &one).await?;
+        self.forwarders.append(&mut forwarders);
+        Ok(Box::new(process))
+    }
+}
+
+impl Launcher for ProcessLauncher {
+    fn start<'a>(
+        &'a mut self,
+        label: usize,
+        slot: &'a SlotId,
+    ) -> BoxFuture<'a, Result<Box<dyn Started>, LaunchError>> {
+        self.start_process(label, slot).boxed()
+    }
+
+    /// Waits until every worker's output has been forwarded.
+    fn finish(&mut self) -> BoxFuture<'_, ()> {
+        async move {
+            for f in self.forwarders.drain(..) {
+                let _ = f.await;
+            }
+        }
+        .boxed()
+    }
 }
 
 #[cfg(test)]

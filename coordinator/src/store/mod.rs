@@ -125,3 +125,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         state: &'a JobState,
     ) -> BoxFuture<'a, Result<Revision, StoreError>>;
 }
+
+/// A store shared with others in this process: the coordinators of an
+/// in-process cluster test, one taking the job over from the other.
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn load(&self) -> BoxFuture<'_, Result<Option<(Revision, JobState)>, StoreError>> {
+        (**self).load()
+    }
+
+    fn commit<'a>(
+        &'a self,
+        expected: Option<Revision>,
+        state: &'a JobState,
+    ) -> BoxFuture<'a, Result<Revision, StoreError>> {
+        (**self).commit(expected, state)
+    }
+}

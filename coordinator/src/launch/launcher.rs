@@ -1,0 +1,95 @@
+//! The launcher seam: how the job driver starts a worker and watches it.
+//!
+//! ```text
+//!  driver ──start(label, slot)──► Launcher ──► Box<dyn Started>: poll / how / terminate / kill
+//!         ──adopt(label, slot, pid)──► (a worker another coordinator started; rarely possible)
+//!         ──finish()──► output forwarding done
+//! ```
+//!
+//! [`ProcessLauncher`](super::start::ProcessLauncher) starts processes, on this
+//! machine or through ssh, with their output forwarded; an in-process cluster
+//! (the integration tests) starts tasks. Both are object-safe (a job picks its
+//! launcher at run time); starting a worker is rare, so boxed futures cost
+//! nothing that matters.
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use elastic::membership::SlotId;
+use futures::future::BoxFuture;
+
+use super::address::AddressError;
+use super::start::StartError;
+
+/// Why a worker could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The address the worker is told to dial could not be found.
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
+
+/// Starts a job's workers.
+pub trait Launcher: Send + std::fmt::Debug {
+    /// Starts a worker on `slot`; `label` is the number its output lines
+    /// carry (its rank in a static job, its worker id in an elastic one).
+    fn start<'a>(
+        &'a mut self,
+        label: usize,
+        slot: &'a SlotId,
+    ) -> BoxFuture<'a, Result<Box<dyn Started>, LaunchError>>;
+
+    /// Takes over the worker that registered on `slot` from process `pid`
+    /// though this launcher did not start it: a worker of the coordinator
+    /// this one took the job over from. `None` (the default): this launcher
+    /// supervises only what it started, and the registration is refused.
+    fn adopt(&mut self, label: usize, slot: &SlotId, pid: u32) -> Option<Box<dyn Started>> {
+        let _ = (label, slot, pid);
+        None
+    }
+
+    /// Waits for what the launcher does besides running workers (forwarding
+    /// their output) to end; called once every worker has stopped.
+    fn finish(&mut self) -> BoxFuture<'_, ()>;
+}
+
+/// A started worker, as its launcher sees it.
+pub trait Started: Send + std::fmt::Debug {
+    /// Its exit status once it has ended.
+    fn poll(&mut self) -> std::io::Result<Option<ExitStatus>>;
+
+    /// How it ended: "exited with code 3", "was killed by signal 9
+    /// (SIGKILL)", or what a remote launch's status means.
+    fn how(&self, status: ExitStatus) -> String;
+
+    /// Asks it to stop (SIGTERM to a process).
+    fn terminate(&mut self);
+
+    /// Ends it for good (SIGKILL to its process group, even if the leader has
+    /// exited: its children may live on) and waits until it is reaped.
+    fn kill(&mut self) -> BoxFuture<'_, ()>;
+}
+
+/// How often [`stop_all`] looks whether the workers have exited.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// Asks every running worker to stop, then kills what is left after `grace`.
+/// Returns when every worker is reaped.
+pub async fn stop_all(workers: &mut [Box<dyn Started>], grace: Duration) {
+    for w in workers.iter_mut() {
+        if matches!(w.poll(), Ok(None)) {
+            w.terminate();
+        }
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    while tokio::time::Instant::now() < deadline
+        && workers.iter_mut().any(|w| matches!(w.poll(), Ok(None)))
+    {
+        tokio::time::sleep(STOP_POLL).await;
+    }
+    for w in workers.iter_mut() {
+        w.kill().await;
+    }
+}

@@ -1,0 +1,544 @@
+//! A simulated worker: what `examples/train` does through the worker
+//! runtime, as one task. Its control task registers with the coordinator
+//! (real codec and handshake over an in-memory pipe), heartbeats, obeys the
+//! coordinator and reconnects when the connection drops; its training loop
+//! enters each generation over the cluster's `MemFabric`, syncs the state
+//! from rank 0, runs allreduce steps and commits.
+//!
+//! ```text
+//!  control: Register ─► serve (Heartbeat; Reset ─► end the data plane; HostsUpdated ─► flag;
+//!           Assign / Leave ─► placements; Stop ─► exit 1) ─► lost ─► redial + Register{g}
+//!  training: placement ─► connect ─► sync ─► steps ─┬─ done ─► exit 0
+//!                ▲                                  ├─ collective failed ─► restore commit ─┐
+//!                └── Rejoin{g+1} ◄──────────────────┴─ hosts updated (at a commit) ─────────┘
+//! ```
+//!
+//! The state is `(step, acc)`: each step adds its number to `acc`, so a job
+//! that applies every step exactly once ends with `acc = S (S + 1) / 2`
+//! whatever happened on the way. Each step's allreduce sums `rank + 1` over
+//! the ranks: `n (n + 1) / 2` proves that the generation's data plane joins
+//! exactly its `n` ranks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use collectives::{
+    Breaker, CollectiveOptions, Communicator, Endpoint, MemAddress, MemEndpoint, MemTransport,
+    ReduceOp, Transport,
+};
+use control::{
+    Assignment, CoordinatorMsg, Generation, PeerAddress, PendingReport, Registration, WorkerLink,
+    WorkerMsg,
+};
+use elastic::SlotId;
+use futures::{SinkExt, StreamExt};
+use tokio::io::DuplexStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{Cluster, Event, Exit};
+
+/// How often a worker says it is alive (as the runtime does).
+const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long the handshake and one message may take.
+const MESSAGE: Duration = Duration::from_secs(5);
+/// First and longest pause between reconnection attempts.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How the simulated workers train.
+#[derive(Clone, Copy, Debug)]
+pub struct Training {
+    /// Steps to the end of training.
+    pub steps: u64,
+    /// A commit every this many steps (and after the last).
+    pub commit_every: u64,
+    /// Virtual time a step takes besides its allreduce.
+    pub step_time: Duration,
+    /// Elements of each step's allreduce.
+    pub len: usize,
+    /// How long a collective waits for a peer's message.
+    pub data_timeout: Duration,
+    /// `--coordinator-timeout`: how long a worker tries to reconnect.
+    pub coordinator_timeout: Duration,
+    /// How long a worker waits for its next assignment (`--start-timeout`
+    /// plus `--elastic-timeout` in the runtime).
+    pub placement_wait: Duration,
+}
+
+impl Default for Training {
+    fn default() -> Self {
+        Self {
+            steps: 60,
+            commit_every: 5,
+            step_time: Duration::from_millis(100),
+            len: 16,
+            data_timeout: Duration::from_secs(30),
+            coordinator_timeout: Duration::from_secs(10),
+            placement_wait: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Who a worker is.
+#[derive(Debug)]
+pub(super) struct Ctx {
+    pub(super) pid: u32,
+    pub(super) slot: SlotId,
+    pub(super) cluster: Cluster,
+    /// How long it takes to come up before it registers.
+    pub(super) start_delay: Duration,
+}
+
+impl Ctx {
+    fn training(&self) -> &Training {
+        &self.cluster.inner.training
+    }
+
+    fn record(&self, event: Event) {
+        self.cluster.record(event);
+    }
+}
+
+/// What the control task and the training loop share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// The generation the worker is in.
+    generation: AtomicU64,
+    /// Highest generation a `Reset` asked for.
+    reset_to: AtomicU64,
+    /// Highest generation a `HostsUpdated` announced.
+    hosts_updated: AtomicU64,
+    /// Ends the current generation's data plane.
+    breaker: Mutex<Option<Breaker>>,
+    /// Where the worker's data plane is, for (re-)registering.
+    data_addr: Mutex<Option<PeerAddress>>,
+    /// A `Rejoin` not answered yet: said again to a coordinator reached
+    /// anew (one that took the job over never saw it).
+    asking: Mutex<Option<WorkerMsg>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+}
+
+/// Where the coordinator places the worker next.
+#[derive(Debug)]
+enum Placement {
+    Assign(Box<Assignment>),
+    Leave(String),
+}
+
+/// Runs the worker until it ends, saying how.
+pub(super) async fn run(ctx: &Ctx) -> Exit {
+    let shared = Shared::default();
+    let endpoint = ctx.cluster.inner.fabric.endpoint();
+    let Ok(MemAddress(address)) = endpoint.address() else {
+        return Exit::Failed {
+            why: "the endpoint has no address".into(),
+        };
+    };
+    *lock(&shared.data_addr) = Some(PeerAddress::mem(address));
+    let (out_tx, out_rx) = mpsc::channel(4);
+    let (placements_tx, placements_rx) = mpsc::channel(4);
+    tokio::select! {
+        why = control(ctx, &shared, out_rx, placements_tx) => Exit::Failed { why },
+        exit = train(ctx, &shared, endpoint, out_tx, placements_rx) => exit,
+    }
+}
+
+// ---------------------------------------------------------------- control
+
+/// Serves the control connection, reconnecting when it drops; returns why
+/// the worker must exit.
+async fn control(
+    ctx: &Ctx,
+    shared: &Shared,
+    mut out: mpsc::Receiver<WorkerMsg>,
+    placements: mpsc::Sender<Placement>,
+) -> String {
+    tokio::time::sleep(ctx.start_delay).await;
+    let mut link = match register(ctx, shared).await {
+        Ok(l) => l,
+        Err(why) => return format!("cannot reach the coordinator: {why}"),
+    };
+    let mut unsent = None;
+    loop {
+        let lost = match serve(ctx, &mut link, shared, &mut out, &placements, &mut unsent).await {
+            Served::Stop(why) => return why,
+            Served::Lost(why) => why,
+        };
+        link = match redial(ctx, shared).await {
+            Ok(l) => l,
+            Err(why) => return format!("lost the coordinator ({lost}) and {why}"),
+        };
+        let generation = shared.generation();
+        ctx.record(Event::Reconnected {
+            pid: ctx.pid,
+            generation,
+        });
+        if unsent.is_none() {
+            unsent = lock(&shared.asking).clone();
+        }
+    }
+}
+
+/// Dials the coordinator and registers as this worker in its generation.
+async fn register(ctx: &Ctx, shared: &Shared) -> Result<WorkerLink<DuplexStream>, String> {
+    let stream = ctx.cluster.dial().map_err(|e| e.to_string())?;
+    let secret = &ctx.cluster.inner.secret;
+    let mut link = control::connect(stream, secret, MESSAGE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let data_addr = lock(&shared.data_addr)
+        .clone()
+        .ok_or("no data-plane address yet")?;
+    let registration = Registration {
+        host: ctx.slot.host.clone(),
+        slot: ctx.slot.slot,
+        pid: ctx.pid,
+        data_addr,
+        generation: Generation(shared.generation()),
+    };
+    link.send(WorkerMsg::Register(registration))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(link)
+}
+
+/// Registers again, with backoff, until the coordinator timeout.
+async fn redial(ctx: &Ctx, shared: &Shared) -> Result<WorkerLink<DuplexStream>, String> {
+    let limit = ctx.training().coordinator_timeout;
+    let deadline = Instant::now() + limit;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let last = match tokio::time::timeout_at(deadline, register(ctx, shared)).await {
+            Ok(Ok(link)) => return Ok(link),
+            Ok(Err(why)) => why,
+            Err(_) => "timed out".to_owned(),
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "could not reach it again within {limit:?} ({last})"
+            ));
+        }
+        tokio::time::sleep(backoff.min(left)).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+enum Served {
+    Stop(String),
+    Lost(String),
+}
+
+/// One connection's life; a message that could not be sent is kept in
+/// `unsent` for the next connection (heartbeats excepted).
+async fn serve(
+    ctx: &Ctx,
+    link: &mut WorkerLink<DuplexStream>,
+    shared: &Shared,
+    out: &mut mpsc::Receiver<WorkerMsg>,
+    placements: &mpsc::Sender<Placement>,
+    unsent: &mut Option<WorkerMsg>,
+) -> Served {
+    let mut beat = tokio::time::interval(HEARTBEAT);
+    loop {
+        let msg = match unsent.take() {
+            Some(m) => m,
+            None => tokio::select! {
+                _ = beat.tick() => WorkerMsg::Heartbeat {
+                    generation: Generation(shared.generation()),
+                    pending: PendingReport::default(),
+                },
+                Some(m) = out.recv() => m,
+                m = link.next() => {
+                    match m {
+                        Some(Ok(m)) => {
+                            if let Some(why) = obey(ctx, m, shared, placements).await {
+                                return Served::Stop(why);
+                            }
+                        }
+                        Some(Err(e)) => return Served::Lost(e.to_string()),
+                        None => return Served::Lost("connection closed".into()),
+                    }
+                    continue;
+                }
+            },
+        };
+        let heartbeat = matches!(msg, WorkerMsg::Heartbeat { .. });
+        let sent = tokio::time::timeout(MESSAGE, link.send(msg.clone())).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            if !heartbeat {
+                *unsent = Some(msg);
+            }
+            return Served::Lost("a message could not be sent".into());
+        }
+    }
+}
+
+/// Carries out the coordinator's message; `Some(why)` when the worker must
+/// exit.
+async fn obey(
+    ctx: &Ctx,
+    m: CoordinatorMsg,
+    shared: &Shared,
+    placements: &mpsc::Sender<Placement>,
+) -> Option<String> {
+    match m {
+        CoordinatorMsg::Stop { reason } => {
+            return Some(format!("stopped by the coordinator: {reason}"));
+        }
+        CoordinatorMsg::Reset { generation } => {
+            ctx.record(Event::Reset {
+                pid: ctx.pid,
+                generation: generation.0,
+            });
+            shared.reset_to.fetch_max(generation.0, Ordering::SeqCst);
+            if generation.0 > shared.generation() {
+                end_generation(shared, "the coordinator reset the job");
+            }
+        }
+        CoordinatorMsg::HostsUpdated { generation } => {
+            ctx.record(Event::HostsUpdated {
+                pid: ctx.pid,
+                generation: generation.0,
+            });
+            shared
+                .hosts_updated
+                .fetch_max(generation.0, Ordering::SeqCst);
+        }
+        CoordinatorMsg::Assign(a) => {
+            let _ = placements.send(Placement::Assign(Box::new(a))).await;
+        }
+        CoordinatorMsg::Leave { reason } => {
+            let _ = placements.send(Placement::Leave(reason)).await;
+        }
+        CoordinatorMsg::Challenge { .. } | CoordinatorMsg::Proven { .. } => {}
+    }
+    None
+}
+
+fn end_generation(shared: &Shared, why: &str) {
+    if let Some(b) = lock(&shared.breaker).as_ref() {
+        b.end(why);
+    }
+}
+
+// ---------------------------------------------------------------- training
+
+/// The training state.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Progress {
+    step: u64,
+    acc: f64,
+}
+
+/// The training state and its last commit.
+#[derive(Clone, Copy, Debug, Default)]
+struct State {
+    current: Progress,
+    committed: Progress,
+}
+
+/// How a generation ended for this worker.
+enum Ended {
+    /// Training is over.
+    Done(u64),
+    /// A collective failed: restore the commit and rejoin.
+    Failed,
+    /// Hosts changed: rejoin from here.
+    HostsUpdated,
+    /// Something no rejoin can mend.
+    Fatal(String),
+}
+
+/// The training loop over generations.
+async fn train(
+    ctx: &Ctx,
+    shared: &Shared,
+    mut endpoint: MemEndpoint,
+    out: mpsc::Sender<WorkerMsg>,
+    mut placements: mpsc::Receiver<Placement>,
+) -> Exit {
+    let wait = ctx.training().placement_wait;
+    let mut assignment = match placement(shared, &mut placements, Generation(1), wait).await {
+        Ok(a) => a,
+        Err(exit) => return exit,
+    };
+    let mut state = State::default();
+    loop {
+        let ended = generation(ctx, shared, &assignment, endpoint, &mut state).await;
+        match ended {
+            Ended::Done(generation) => {
+                return Exit::Finished {
+                    generation,
+                    steps: state.current.step,
+                    acc: state.current.acc,
+                };
+            }
+            Ended::Fatal(why) => return Exit::Failed { why },
+            Ended::Failed => {
+                state.current = state.committed;
+                ctx.record(Event::RolledBack {
+                    pid: ctx.pid,
+                    generation: shared.generation(),
+                    to: state.committed.step,
+                });
+            }
+            // At a commit: nothing to restore.
+            Ended::HostsUpdated => {}
+        }
+        endpoint = ctx.cluster.inner.fabric.endpoint();
+        let Ok(MemAddress(address)) = endpoint.address() else {
+            return Exit::Failed {
+                why: "the endpoint has no address".into(),
+            };
+        };
+        let data_addr = PeerAddress::mem(address);
+        *lock(&shared.data_addr) = Some(data_addr.clone());
+        let wanted = Generation(shared.generation() + 1);
+        let ask = WorkerMsg::Rejoin {
+            generation: wanted,
+            data_addr,
+        };
+        *lock(&shared.asking) = Some(ask.clone());
+        if out.send(ask).await.is_err() {
+            return Exit::Failed {
+                why: "the control task is gone".into(),
+            };
+        }
+        assignment = match placement(shared, &mut placements, wanted, wait).await {
+            Ok(a) => a,
+            Err(exit) => return exit,
+        };
+    }
+}
+
+/// Waits for an assignment to `wanted` or later (older ones are stale).
+async fn placement(
+    shared: &Shared,
+    placements: &mut mpsc::Receiver<Placement>,
+    wanted: Generation,
+    wait: Duration,
+) -> Result<Assignment, Exit> {
+    loop {
+        let got = tokio::time::timeout(wait, placements.recv()).await;
+        let answer = match got {
+            Err(_) => Err(Exit::Failed {
+                why: format!("no assignment within {wait:?}"),
+            }),
+            Ok(None) => Err(Exit::Failed {
+                why: "the control task is gone".into(),
+            }),
+            Ok(Some(Placement::Leave(reason))) => Err(Exit::Left { reason }),
+            Ok(Some(Placement::Assign(a))) if a.generation >= wanted => Ok(*a),
+            Ok(Some(Placement::Assign(_))) => continue,
+        };
+        *lock(&shared.asking) = None;
+        return answer;
+    }
+}
+
+/// Enters the generation of `a` and trains in it until it ends.
+async fn generation(
+    ctx: &Ctx,
+    shared: &Shared,
+    a: &Assignment,
+    endpoint: MemEndpoint,
+    state: &mut State,
+) -> Ended {
+    let g = a.generation;
+    shared.generation.store(g.0, Ordering::SeqCst);
+    let peers: Option<Vec<MemAddress>> = a
+        .peers
+        .iter()
+        .map(|p| p.mem_addr().map(MemAddress))
+        .collect();
+    let Some(peers) = peers else {
+        return Ended::Fatal("a peer has no in-memory data-plane address".into());
+    };
+    let (rank, size) = (a.rank as usize, a.size as usize);
+    let transport = match endpoint.connect(rank, g, &peers).await {
+        Ok(t) => t,
+        Err(e) => return Ended::Fatal(format!("cannot connect generation {g}: {e}")),
+    };
+    let breaker = transport.breaker();
+    // A Reset for a later generation that came while this one was being
+    // entered: it is over already.
+    if shared.reset_to.load(Ordering::SeqCst) > g.0 {
+        breaker.end("the coordinator reset the job");
+    }
+    *lock(&shared.breaker) = Some(breaker);
+    ctx.record(Event::Assigned {
+        pid: ctx.pid,
+        slot: ctx.slot.clone(),
+        generation: g.0,
+        rank,
+        size,
+    });
+    let comm = Communicator::new(transport, CollectiveOptions::default());
+    let ended = match steps(ctx, shared, &comm, state).await {
+        Ok(ended) => ended,
+        Err(_) => return Ended::Failed,
+    };
+    // Leaving cleanly: the peers may still read what this rank sent last.
+    comm.into_transport().shutdown().await;
+    ended
+}
+
+/// Syncs the state from rank 0 (and commits it), then runs steps until
+/// training is over or the hosts changed; `Err` when a collective failed.
+async fn steps(
+    ctx: &Ctx,
+    shared: &Shared,
+    comm: &Communicator<MemTransport>,
+    state: &mut State,
+) -> Result<Ended, collectives::CollectiveError> {
+    let t = *ctx.training();
+    let (rank, size) = (comm.rank(), comm.size());
+    let generation = shared.generation();
+    let mut sync = [state.current.step as f64, state.current.acc];
+    comm.broadcast(&mut sync, 0).await?;
+    let synced = Progress {
+        step: sync[0] as u64,
+        acc: sync[1],
+    };
+    state.current = synced;
+    state.committed = synced;
+    let progress = &mut state.current;
+    while progress.step < t.steps {
+        tokio::time::sleep(t.step_time).await;
+        let mut grads = vec![(rank + 1) as f64; t.len];
+        comm.allreduce(&mut grads, ReduceOp::Sum).await?;
+        progress.step += 1;
+        let step = progress.step as f64;
+        progress.acc += step;
+        ctx.record(Event::Step {
+            pid: ctx.pid,
+            generation,
+            rank,
+            size,
+            step: progress.step,
+            sum: grads[0],
+        });
+        if progress.step.is_multiple_of(t.commit_every) || progress.step == t.steps {
+            state.committed = *progress;
+            let moving = shared.hosts_updated.load(Ordering::SeqCst) > generation;
+            let mut flag = [u8::from(moving)];
+            comm.allreduce(&mut flag, ReduceOp::Max).await?;
+            if flag[0] > 0 {
+                return Ok(Ended::HostsUpdated);
+            }
+        }
+    }
+    Ok(Ended::Done(generation))
+}
