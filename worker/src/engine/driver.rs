@@ -18,7 +18,7 @@ use super::exec;
 use super::fusion::{FusionPolicy, fused_bytes};
 use super::fusion_buffer::FusionBuffer;
 use super::marks::Marks;
-use super::messages::{Decision, RankMsg, Ready, Request, Tuning};
+use super::messages::{Decision, RankMsg, Ready, Request, Tuning, decode_round, round_config};
 use super::negotiate::Negotiator;
 use super::tensor::{EngineError, Submission};
 use super::timeline::{Phase, Timeline};
@@ -285,7 +285,7 @@ impl<X: Transport, H: Transport> State<X, H> {
     /// One negotiation round and what it decided; `true` when the engine is done.
     async fn round(&mut self) -> Result<bool, EngineError> {
         self.timeline.cycle(std::time::Instant::now());
-        let mine = bincode::serde::encode_to_vec(self.message(), bincode::config::standard())
+        let mine = bincode::serde::encode_to_vec(self.message(), round_config())
             .map_err(|e| EngineError::Internal(e.to_string()))?;
         let (n, r) = (self.negotiation.size(), self.negotiation.rank());
         if (n, r) != (self.comm.size(), self.rank) {
@@ -300,19 +300,7 @@ impl<X: Transport, H: Transport> State<X, H> {
             .allgather(&mine)
             .await
             .map_err(|e| EngineError::Collective(Arc::new(e)))?;
-        let mut msgs = Vec::with_capacity(counts.len());
-        let mut at = 0;
-        for (r, &c) in counts.iter().enumerate() {
-            let (m, _): (RankMsg, usize) =
-                bincode::serde::decode_from_slice(&all[at..at + c], bincode::config::standard())
-                    .map_err(|e| {
-                        EngineError::Internal(format!(
-                            "undecodable negotiation message from rank {r}: {e}"
-                        ))
-                    })?;
-            msgs.push(m);
-            at += c;
-        }
+        let msgs = decode_round(&all, &counts).map_err(|e| EngineError::Internal(e.to_string()))?;
         self.stats.rounds += 1;
         let outcome = self
             .neg

@@ -21,6 +21,8 @@ mod marks;
 mod messages;
 mod negotiate;
 mod pending;
+#[cfg(test)]
+mod props;
 mod tensor;
 mod timeline;
 
