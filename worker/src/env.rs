@@ -50,11 +50,12 @@ fn default_data_timeout() -> Duration {
     collectives::TcpConfig::default().io_timeout
 }
 
+/// A positive number of seconds that fits a [`Duration`].
 fn seconds(s: &str) -> Option<Duration> {
     s.parse::<f64>()
         .ok()
         .filter(|v| v.is_finite() && *v > 0.0)
-        .map(Duration::from_secs_f64)
+        .and_then(|v| Duration::try_from_secs_f64(v).ok())
 }
 
 /// `None` when the program was not started by elasticrun.
@@ -234,6 +235,53 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains(THREAD_AFFINITY) && e.contains("\"one\""), "{e}");
+    }
+
+    /// Whatever the variables hold, `read` gives a launch or an error naming
+    /// one of them.
+    #[test]
+    fn any_launch_environment_reads_or_names_the_variable() {
+        use testkit::proptest::collection::vec;
+        use testkit::proptest::prelude::*;
+        use testkit::proptest::sample::select;
+        let k = Secret::generate().unwrap().to_hex();
+        let values = vec![
+            "127.0.0.1:4000".to_owned(),
+            "[::1]:1".to_owned(),
+            k.clone(),
+            k[..10].to_owned(),
+            "0".into(),
+            "3".into(),
+            "1e300".into(),
+            "-0".into(),
+            "NaN".into(),
+            "0.000000001".into(),
+            "4294967296".into(),
+            "0,1,2".into(),
+            "1024".into(),
+            String::new(),
+        ];
+        let value = prop_oneof![3 => select(values), 1 => any::<String>()];
+        let names = control::env::ALL.to_vec();
+        let valid = [
+            (COORDINATOR, "127.0.0.1:4000".to_owned()),
+            (SECRET, k.clone()),
+            (HOST, "a".to_owned()),
+            (SLOT, "1".to_owned()),
+        ];
+        testkit::check(
+            "launch environment",
+            vec((select(names), value), 0..6),
+            |changes| {
+                let mut vars: HashMap<&str, String> = valid.iter().cloned().collect();
+                vars.extend(changes);
+                if let Err(e) = read(|name| vars.get(name).cloned()) {
+                    let text = e.to_string();
+                    prop_assert!(control::env::ALL.iter().any(|n| text.contains(n)), "{text}");
+                }
+                Ok(())
+            },
+        );
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! (`-np`, `-hostfile`, `-cb`, `-prefix-timestamp`), the `-np` of the help,
 //! the flags refused with what elasticrun does instead, and `--check-build`.
 
+use std::sync::OnceLock;
+
 use super::cli::{Cli, CpuList};
 
 /// horovodrun's single-dash spellings and the long options they are.
@@ -26,24 +28,57 @@ fn long_spelling(token: &str) -> Option<String> {
     })
 }
 
+/// clap's description of the command line, built once.
+fn command() -> &'static clap::Command {
+    static COMMAND: OnceLock<clap::Command> = OnceLock::new();
+    COMMAND.get_or_init(|| {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        cmd.build();
+        cmd
+    })
+}
+
+/// `args` parsed by clap (what `Cli::try_parse_from` does, on the command
+/// built once).
+pub(super) fn parse(args: Vec<String>) -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    let mut cmd = command().clone();
+    let mut matches = cmd.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
+}
+
+/// How many values follow each spelling of each option that takes values
+/// (`--blacklist-cooldown-range` takes two), from clap's own description.
+fn values_after_table() -> &'static [(String, usize)] {
+    static TABLE: OnceLock<Vec<(String, usize)>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut table = Vec::new();
+        for a in command().get_arguments() {
+            if !a.get_action().takes_values() {
+                continue;
+            }
+            let n = a.get_num_args().map_or(1, |n| n.min_values());
+            let longs = a
+                .get_long()
+                .into_iter()
+                .chain(a.get_all_aliases().unwrap_or_default());
+            table.extend(longs.map(|l| (format!("--{l}"), n)));
+            table.extend(a.get_short().map(|s| (format!("-{s}"), n)));
+        }
+        table
+    })
+}
+
 /// Rewrites horovodrun's single-dash spellings among elasticrun's own options
 /// into their long forms; nothing from the training command onwards is
 /// touched (the first word that is not an option, or the one after `--`).
 pub(super) fn horovod_spellings(mut args: Vec<String>) -> Vec<String> {
-    use clap::CommandFactory;
-    let mut cmd = Cli::command();
-    cmd.build();
-    // How many values follow `flag` (`--blacklist-cooldown-range` takes two).
     let values_after = |flag: &str| {
-        cmd.get_arguments()
-            .find(|a| {
-                a.get_long().is_some_and(|l| flag == format!("--{l}"))
-                    || a.get_short().is_some_and(|s| flag == format!("-{s}"))
-                    || a.get_all_aliases()
-                        .is_some_and(|al| al.iter().any(|l| flag == format!("--{l}")))
-            })
-            .filter(|a| a.get_action().takes_values())
-            .map_or(0, |a| a.get_num_args().map_or(1, |n| n.min_values()))
+        values_after_table()
+            .iter()
+            .find(|(spelling, _)| spelling == flag)
+            .map_or(0, |&(_, n)| n)
     };
     let mut i = 1;
     while i < args.len() {

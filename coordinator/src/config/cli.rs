@@ -431,7 +431,7 @@ impl Cli {
     /// (`-np N`, `-hostfile`, `-cb`, `-prefix-timestamp`) as well.
     pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, CliError> {
         let args = argv::horovod_spellings(args.into_iter().collect());
-        let cli = match Cli::try_parse_from(args) {
+        let cli = match argv::parse(args) {
             Ok(cli) => cli,
             Err(e) if e.kind() == ErrorKind::DisplayHelp => {
                 return Err(CliError::Help {

@@ -136,12 +136,18 @@ pub struct Elastic {
     pub discovery_timeout: Option<f64>,
 }
 
-/// Parses the file's text; the error names line and column.
-pub fn parse(text: &str) -> Result<ConfigFile, String> {
+/// Why the file's text was refused: the YAML parser's error, whose message
+/// names the line, the column and, for a typo, the keys expected there.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct FileError(#[from] serde_saphyr::Error);
+
+/// Parses the file's text.
+pub fn parse(text: &str) -> Result<ConfigFile, FileError> {
     if text.trim().is_empty() {
         return Ok(ConfigFile::default());
     }
-    serde_saphyr::from_str(text).map_err(|e| e.to_string())
+    Ok(serde_saphyr::from_str(text)?)
 }
 
 #[cfg(test)]
@@ -191,7 +197,9 @@ mod tests {
                 discovery_timeout: Some(5.0),
             }
         );
-        let e = parse("elastic:\n  min_num_proc: 2\n").unwrap_err();
+        let e = parse("elastic:\n  min_num_proc: 2\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("min_num_proc"), "{e}");
         assert!(parse("elastic:\n  blacklist_cooldown_range: [10]\n").is_err());
         assert!(parse("elastic:\n  blacklist_cooldown_range: [1, 2, 3]\n").is_err());
@@ -218,7 +226,9 @@ mod tests {
                 gaussian_process_noise: Some(0.9),
             }
         );
-        let e = parse("autotune:\n  batches_per_sample: 2\n").unwrap_err();
+        let e = parse("autotune:\n  batches_per_sample: 2\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("batches_per_sample"), "{e}");
         assert!(parse("autotune:\n  warmup_samples: -1\n").is_err());
         assert!(parse("autotune:\n  enabled: sometimes\n").is_err());
@@ -248,7 +258,9 @@ mod tests {
                 tcp: Some(true),
             }
         );
-        let e = parse("library_options:\n  num_nccl_streams: 2\n").unwrap_err();
+        let e = parse("library_options:\n  num_nccl_streams: 2\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("num_nccl_streams"), "{e}");
         assert!(parse("library_options:\n  thread_affinity: [-1]\n").is_err());
     }
@@ -261,7 +273,9 @@ mod tests {
 
     #[test]
     fn typos_and_wrong_types_are_errors_with_a_position() {
-        let e = parse("params:\n  fusion_treshold_mb: 3\n").unwrap_err();
+        let e = parse("params:\n  fusion_treshold_mb: 3\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("fusion_treshold_mb"), "{e}");
         assert!(e.contains('2'), "names the line: {e}");
         assert!(parse("params:\n  cache_capacity: lots\n").is_err());

@@ -134,3 +134,13 @@ fn messages_spell_np_as_users_type_it() {
     let e = run("-np 0 ./t", &[], "").unwrap_err();
     assert_eq!(e.to_string(), "-np: at least one process is needed");
 }
+
+/// Found by the property tests (`props.rs`): these panicked.
+#[test]
+fn huge_numbers_are_refused_not_a_panic() {
+    let e = run("--cycle-time-ms 1e300 -np 2 ./t", &[], "").unwrap_err();
+    assert!(e.to_string().starts_with("--cycle-time-ms: "), "{e}");
+    assert!(e.to_string().contains("too long"), "{e}");
+    let e = run("-np 2 ./t", &[], "params:\n  cycle_time_ms: 1e300\n").unwrap_err();
+    assert!(e.to_string().contains("too long"), "{e}");
+}

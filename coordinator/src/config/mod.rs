@@ -248,4 +248,6 @@ pub struct JobConfig {
 #[cfg(test)]
 mod library_tests;
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;

@@ -365,6 +365,12 @@ fn tuning(l: &Layers<'_>) -> Result<Tuning, ConfigError> {
     let mb = non_negative(opt::FUSION_THRESHOLD_MB.flag, fusion.value)?;
     let cycle = l.pick(&opt::CYCLE_TIME_MS)?;
     let ms = positive(opt::CYCLE_TIME_MS.flag, cycle.value)?;
+    let cycle_time = Duration::try_from_secs_f64(ms / 1000.0).map_err(|_| {
+        let why = Refusal::TooLong {
+            seconds: ms / 1000.0,
+        };
+        invalid(opt::CYCLE_TIME_MS.flag, why)
+    })?;
     let capacity = l.pick(&opt::CACHE_CAPACITY)?;
     let disabled = l.pick(&opt::DISABLE_CACHE)?;
     let segment = l.pick(&opt::SEGMENT_SIZE)?;
@@ -377,7 +383,7 @@ fn tuning(l: &Layers<'_>) -> Result<Tuning, ConfigError> {
     })?;
     Ok(Tuning {
         fusion_threshold_bytes: fusion.map(|_| (mb * 1024.0 * 1024.0).round() as u64),
-        cycle_time: cycle.map(|_| Duration::from_secs_f64(ms / 1000.0)),
+        cycle_time: cycle.map(|_| cycle_time),
         cache_capacity: if disabled.value {
             disabled.map(|_| 0)
         } else {

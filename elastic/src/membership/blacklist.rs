@@ -57,7 +57,7 @@ impl Blacklist {
             return None;
         }
         rec.failures.clear();
-        rec.bans += 1;
+        rec.bans = rec.bans.saturating_add(1);
         let until = self
             .policy
             .cooldown

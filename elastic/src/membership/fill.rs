@@ -79,7 +79,8 @@ impl Membership {
         }
         for slot in self.pick_free_slots(prefer) {
             let order = self.next_order;
-            self.next_order += 1;
+            // A resumed snapshot may hold any count: never overflow.
+            self.next_order = self.next_order.saturating_add(1);
             let state = WorkerState::Spawned { since: now };
             self.workers.insert(slot.clone(), Worker { state, order });
             if let Phase::Gathering(g) = &mut self.phase {

@@ -266,7 +266,7 @@ impl Membership {
             }
         }
         if next > Generation(1) {
-            self.resets += 1;
+            self.resets = self.resets.saturating_add(1);
         }
         self.generation = next;
         self.members = ranks.clone();

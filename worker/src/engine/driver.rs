@@ -18,7 +18,7 @@ use super::error::{EngineError, Internal, Invalid};
 use super::exec;
 use super::fusion::{FusionPolicy, fused_bytes};
 use super::fusion_buffer::FusionBuffer;
-use super::messages::{Decision, RankMsg, Ready, Request, Tuning};
+use super::messages::{Decision, RankMsg, Ready, Request, Tuning, decode_round, round_config};
 use super::negotiate::Negotiator;
 use super::tensor::Submission;
 use super::timeline::{Phase, Timeline};
@@ -283,7 +283,7 @@ impl<D: Collectives<Host>, H: Transport> State<D, H> {
     /// One negotiation round and what it decided; `true` when the engine is done.
     async fn round(&mut self) -> Result<bool, EngineError> {
         self.timeline.cycle(std::time::Instant::now());
-        let mine = bincode::serde::encode_to_vec(self.message(), bincode::config::standard())
+        let mine = bincode::serde::encode_to_vec(self.message(), round_config())
             .map_err(|e| Internal::Encode { why: e.to_string() })?;
         let negotiation = (self.negotiation.rank(), self.negotiation.size());
         let data = (self.rank, self.comm.size());
@@ -295,18 +295,10 @@ impl<D: Collectives<Host>, H: Transport> State<D, H> {
             .allgather(&mine)
             .await
             .map_err(|e| EngineError::Collective(Arc::new(e)))?;
-        let mut msgs = Vec::with_capacity(counts.len());
-        let mut at = 0;
-        for (r, &c) in counts.iter().enumerate() {
-            let (m, _): (RankMsg, usize) =
-                bincode::serde::decode_from_slice(&all[at..at + c], bincode::config::standard())
-                    .map_err(|e| Internal::Decode {
-                        rank: r,
-                        why: e.to_string(),
-                    })?;
-            msgs.push(m);
-            at += c;
-        }
+        let msgs = decode_round(&all, &counts).map_err(|e| Internal::Decode {
+            rank: e.rank(),
+            why: e.to_string(),
+        })?;
         self.stats.rounds += 1;
         let outcome = self
             .neg

@@ -125,7 +125,8 @@ pub enum Internal {
     },
     #[error("cannot encode this rank's negotiation message: {why}")]
     Encode { why: String },
-    #[error("undecodable negotiation message from rank {rank}: {why}")]
+    /// `why` says what was wrong with rank `rank`'s message.
+    #[error("negotiation round refused: {why}")]
     Decode { rank: usize, why: String },
     #[error("negotiation: {why}")]
     Negotiation { why: String },

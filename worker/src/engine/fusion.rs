@@ -24,12 +24,17 @@ pub(super) struct FusionPolicy {
 /// of copies per MiB), and fusing them only delays the small ones.
 pub(super) const ALONE_BYTES: usize = 1 << 20;
 
-/// Bytes a tensor adds to a fusion buffer.
+/// Bytes a tensor adds to a fusion buffer (saturating: every rank's part
+/// fits in memory, their sum need not).
 pub(super) fn fused_bytes(t: &Ready) -> usize {
     let size = t.dtype().size();
     match t.kind() {
-        Kind::Allgather => t.per_rank.iter().map(|r| r.elements() * size).sum(),
-        _ => t.per_rank[0].elements() * size,
+        Kind::Allgather => t
+            .per_rank
+            .iter()
+            .map(|r| r.elements().saturating_mul(size))
+            .fold(0, usize::saturating_add),
+        _ => t.per_rank[0].elements().saturating_mul(size),
     }
 }
 

@@ -61,8 +61,10 @@ pub struct Request {
 }
 
 impl Request {
+    /// Elements of the tensor (saturating: a peer's request was checked to
+    /// fit in memory when it was decoded).
     pub fn elements(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().fold(1, |n, &d| n.saturating_mul(d))
     }
 
     /// Whether `other` (another rank's request under the same name) can run
@@ -142,6 +144,95 @@ impl RankMsg {
                 .map(move |b| w * 64 + b)
         })
     }
+}
+
+/// Why the messages gathered in a round were refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum RoundError {
+    #[error(
+        "rank {rank}'s negotiation message of {count} bytes runs past the {len} bytes gathered"
+    )]
+    Truncated {
+        rank: usize,
+        count: usize,
+        len: usize,
+    },
+    #[error("undecodable negotiation message from rank {rank}: {why}")]
+    Undecodable { rank: usize, why: String },
+    #[error("rank {rank} submitted tensor {name} of shape {shape:?}: more bytes than memory holds")]
+    TooLarge {
+        rank: usize,
+        name: String,
+        shape: Vec<usize>,
+    },
+}
+
+impl RoundError {
+    /// The rank whose message was refused.
+    pub(super) fn rank(&self) -> usize {
+        match self {
+            RoundError::Truncated { rank, .. }
+            | RoundError::Undecodable { rank, .. }
+            | RoundError::TooLarge { rank, .. } => *rank,
+        }
+    }
+}
+
+/// Largest negotiation message a rank sends or decodes: a round's new
+/// requests (names, shapes) are small, and without a limit a forged length
+/// inside a message would allocate it.
+const MAX_ROUND_MESSAGE: usize = 64 << 20;
+
+/// How negotiation messages are encoded, at both ends.
+pub(super) fn round_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_ROUND_MESSAGE>()
+}
+
+/// Bytes of a tensor of `shape` and `dtype`, when they fit in an allocation.
+pub(super) fn tensor_bytes(dtype: DType, shape: &[usize]) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d))
+        .filter(|&b| isize::try_from(b).is_ok())
+}
+
+/// Every rank's message of a round, from the bytes the negotiation allgather
+/// gathered (`counts[r]` of them from rank `r`, in rank order). A message
+/// must fill its bytes exactly (and claim no more than
+/// [`MAX_ROUND_MESSAGE`] inside), and every tensor it submits must fit in
+/// memory, so that later sizes cannot overflow.
+pub(super) fn decode_round(all: &[u8], counts: &[usize]) -> Result<Vec<RankMsg>, RoundError> {
+    let mut msgs = Vec::with_capacity(counts.len());
+    let mut at = 0usize;
+    for (rank, &count) in counts.iter().enumerate() {
+        let truncated = RoundError::Truncated {
+            rank,
+            count,
+            len: all.len(),
+        };
+        let end = at.checked_add(count).ok_or(truncated.clone())?;
+        let bytes = all.get(at..end).ok_or(truncated)?;
+        let undecodable = |why: String| RoundError::Undecodable { rank, why };
+        let (m, used): (RankMsg, usize) = bincode::serde::decode_from_slice(bytes, round_config())
+            .map_err(|e| undecodable(e.to_string()))?;
+        if used != count {
+            return Err(undecodable(format!("{} bytes after it", count - used)));
+        }
+        if let Some(r) = m
+            .new
+            .iter()
+            .find(|r| tensor_bytes(r.dtype, &r.shape).is_none())
+        {
+            return Err(RoundError::TooLarge {
+                rank,
+                name: r.name.clone(),
+                shape: r.shape.clone(),
+            });
+        }
+        msgs.push(m);
+        at = end;
+    }
+    Ok(msgs)
 }
 
 /// A negotiated tensor: every rank's request (they agree), in rank order.

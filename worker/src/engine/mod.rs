@@ -20,6 +20,8 @@ mod fusion_buffer;
 mod messages;
 mod negotiate;
 mod pending;
+#[cfg(test)]
+mod props;
 mod tensor;
 mod timeline;
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
@@ -39,6 +39,8 @@ mod frame;
 mod handshake;
 mod mesh;
 mod pool;
+#[cfg(test)]
+mod props;
 
 pub use mesh::TcpEndpoint;
 
@@ -220,19 +222,19 @@ async fn read_loop(peer: Rank, read: OwnedReadHalf, max_payload: u32, mailbox: A
     let mut r = BufReader::with_capacity(READ_BUFFER, read);
     let mut said_goodbye = false;
     let cause = loop {
-        let (tag, len) = match read_header(&mut r, max_payload).await {
-            Ok(Some(h)) => h,
-            Ok(None) if said_goodbye => {
+        let (tag, len) = match read_header(&mut r, max_payload, bye).await {
+            Ok(Header::Frame { tag, len }) => (tag, len),
+            Ok(Header::Goodbye) => {
+                said_goodbye = true;
+                continue;
+            }
+            Ok(Header::End) if said_goodbye => {
                 mailbox.depart(peer);
                 return;
             }
-            Ok(None) => break LossCause::Closed,
+            Ok(Header::End) => break LossCause::Closed,
             Err(cause) => break cause,
         };
-        if tag == bye {
-            said_goodbye = true;
-            continue;
-        }
         if len >= pool::POOLED_MIN {
             match lend(r, len, mailbox.claim_direct(peer, tag)).await {
                 Loan::Returned(back) => {
@@ -286,19 +288,42 @@ fn io_cause(e: std::io::Error) -> LossCause {
     }
 }
 
-/// The next frame's tag and length, or `None` at a clean end of stream.
-async fn read_header(r: &mut Reader, max_payload: u32) -> Result<Option<(Tag, usize)>, LossCause> {
+/// What the next bytes on a connection are.
+#[derive(Debug, PartialEq, Eq)]
+enum Header {
+    /// A clean end of stream, between frames.
+    End,
+    /// The peer's goodbye (tag `bye`, no payload): it is done, not lost.
+    Goodbye,
+    /// A frame, whose `len` payload bytes follow.
+    Frame { tag: Tag, len: usize },
+}
+
+/// The next frame's header. A length above `max_payload`, or a goodbye that
+/// announces a payload, is an error before anything is read for it.
+async fn read_header<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    max_payload: u32,
+    bye: Tag,
+) -> Result<Header, LossCause> {
     if r.fill_buf().await.map_err(io_cause)?.is_empty() {
-        return Ok(None);
+        return Ok(Header::End);
     }
     let mut header = [0u8; frame::HEADER_LEN];
     r.read_exact(&mut header).await.map_err(io_cause)?;
     let (tag, len) = frame::decode_header(&header, max_payload)?;
-    Ok(Some((tag, len as usize)))
+    match (tag == bye, len) {
+        (true, 0) => Ok(Header::Goodbye),
+        (true, _) => Err(LossCause::Malformed("a goodbye frame with a payload")),
+        (false, len) => Ok(Header::Frame {
+            tag,
+            len: len as usize,
+        }),
+    }
 }
 
-async fn read_payload(
-    r: &mut Reader,
+async fn read_payload<R: AsyncRead + Unpin>(
+    r: &mut R,
     len: usize,
     pool: &pool::RecvPool,
 ) -> Result<Bytes, LossCause> {
