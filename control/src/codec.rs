@@ -134,6 +134,10 @@ impl<In, Out: Serialize> Encoder<Out> for FrameCodec<In, Out> {
 }
 
 #[cfg(test)]
+#[path = "codec_props.rs"]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::messages::{
