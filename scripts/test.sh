@@ -8,6 +8,7 @@
 #   iproute2: the multi-host elastic tests create network namespaces
 #   (integration-tests/tests/elastic_netns.rs); they also need root
 #   (CAP_NET_ADMIN) and a kernel with veth and bridge support.
+#   nftables: a firewall between namespaces (integration-tests/tests/mixed_hosts.rs).
 # Once installed they must work: ELASTICRUN_REQUIRE_SSHD and
 # ELASTICRUN_REQUIRE_NETNS turn a test's "skipped: ..." for lack of them into a
 # failure that says what is missing (integration-tests/src/needs.rs). A plain
@@ -20,6 +21,7 @@ missing=()
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || missing+=(openssh-client)
 command -v ip >/dev/null || missing+=(iproute2)
+command -v nft >/dev/null || missing+=(nftables)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

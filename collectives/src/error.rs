@@ -63,8 +63,10 @@ pub enum TransportError {
     },
     #[error("rank {rank} is outside a world of size {size}")]
     InvalidRank { rank: Rank, size: usize },
-    #[error("could not connect to rank {rank} at {addr} within {after:?}: {source}")]
+    /// Rank `from` could not open its data-plane connection to rank `rank`.
+    #[error("rank {from} cannot reach rank {rank} at {addr}: {source} (tried for {after:.1?})")]
     Connect {
+        from: Rank,
         rank: Rank,
         addr: SocketAddr,
         after: Duration,

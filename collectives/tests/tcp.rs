@@ -426,6 +426,43 @@ async fn an_unreachable_peer_is_a_connect_error_within_the_deadline() {
     );
 }
 
+/// Peers listen before their address is published: one that keeps refusing
+/// is not there, and the dialling rank says so, naming both ranks and the
+/// address, instead of waiting out the whole set-up time.
+#[tokio::test]
+async fn a_refusing_peer_is_given_up_with_a_message_naming_both_ranks() {
+    let closed = std::net::TcpListener::bind(LOCAL)
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let cfg = TcpConfig {
+        connect_timeout: Duration::from_secs(3600),
+        ..config()
+    };
+    let ep = TcpEndpoint::bind(LOCAL.parse().unwrap(), cfg)
+        .await
+        .unwrap();
+    let addrs = [closed, ep.local_addr().unwrap()];
+    let e = tokio::time::timeout(HANG, ep.connect(1, Generation(0), &addrs))
+        .await
+        .expect("a refusing peer was tried for the whole set-up time")
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TransportError::Connect {
+                from: 1,
+                rank: 0,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    let want = format!("rank 1 cannot reach rank 0 at {closed}: Connection refused");
+    assert!(text.starts_with(&want), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_payloads_are_received_in_place_and_the_stream_stays_in_step() {
     let (t, mut peer) = rank0_with_fake_rank1(3).await;

@@ -40,8 +40,14 @@ pub const GLOO_TIMEOUT_SECONDS: &str = "ELASTICRUN_GLOO_TIMEOUT_SECONDS";
 /// (`--thread-affinity`). Unset: not pinned.
 pub const THREAD_AFFINITY: &str = "ELASTICRUN_THREAD_AFFINITY";
 
+/// `1` when the job may span hosts: a worker that reaches its coordinator
+/// over loopback then listens on every interface, so that remote peers can
+/// reach it at the routable address the coordinator gives them in its place.
+/// `0` or unset: it listens where it reaches the coordinator from.
+pub const DATA_ALL_INTERFACES: &str = "ELASTICRUN_DATA_ALL_INTERFACES";
+
 /// Every variable the launcher sets for a worker.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     COORDINATOR,
     SECRET,
     HOST,
@@ -51,6 +57,7 @@ pub const ALL: [&str; 9] = [
     COORDINATOR_TIMEOUT,
     GLOO_TIMEOUT_SECONDS,
     THREAD_AFFINITY,
+    DATA_ALL_INTERFACES,
 ];
 
 /// CPU ids a [`THREAD_AFFINITY`] list may name: Linux's `CPU_SETSIZE`.

@@ -14,9 +14,12 @@ pub mod env;
 mod generation;
 #[cfg(feature = "io")]
 mod handshake;
+#[cfg(feature = "io")]
+pub mod limits;
 mod messages;
 #[cfg(feature = "io")]
 mod seal;
+mod throttle;
 
 pub use address::{AddressError, DataEndpoint, PeerAddress};
 pub use auth::{FrameKeys, Nonce, Proof, Secret, SecretError, nonce};
@@ -29,3 +32,4 @@ pub use messages::{
     Assignment, Autotune, CoordinatorMsg, Knob, Knobs, MAX_PENDING_NAME, MAX_PENDING_REPORTED,
     PendingReport, PendingTensor, Registration, WorkerMsg, cut_name,
 };
+pub use throttle::{Say, Throttle};

@@ -84,6 +84,10 @@ fn main() -> ExitCode {
     } else {
         fmt.without_time().init();
     }
+    match control::limits::raise_open_files() {
+        Ok(l) => tracing::debug!(was = l.was, now = l.now, "open-files limit"),
+        Err(e) => tracing::debug!(%e, "cannot raise the open-files limit"),
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

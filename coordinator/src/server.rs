@@ -9,20 +9,37 @@
 //!                ├─(authenticated, registered)──> Arrival ──> Arrivals ──> job driver
 //!  MemDialer ────┘   garbage / wrong secret: that connection closes, nothing else
 //! ```
+//!
+//! At most [`HANDSHAKES`] TCP connections are in their handshake at once
+//! (more wait in the listen backlog), each with [`PROOF_TIMEOUT`] to prove it
+//! knows the secret, so that a flood of silent or foreign connections cannot
+//! hold the door shut for long; refusals are logged a few per window with a
+//! count of the rest ([`control::Throttle`]).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use control::{CoordinatorLink, Registration, Secret, WorkerMsg};
+use control::{CoordinatorLink, Registration, Say, Secret, Throttle, WorkerMsg};
 use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
 /// How long one connection may take to authenticate and register.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new TCP connection has to prove that it knows the secret (two
+/// round trips): short, since until then it holds one of the [`HANDSHAKES`].
+pub const PROOF_TIMEOUT: Duration = Duration::from_secs(3);
+/// How many TCP connections may be in their handshake at once.
+pub const HANDSHAKES: usize = 64;
+/// The control listener's backlog, as on the data plane.
+const BACKLOG: u32 = 1024;
+/// Refused connections said per [`REFUSALS_WINDOW`]; the rest are counted.
+const REFUSALS_SAID: u32 = 5;
+const REFUSALS_WINDOW: Duration = Duration::from_secs(10);
+static REFUSALS: Mutex<Throttle> = Mutex::new(Throttle::new(REFUSALS_WINDOW, REFUSALS_SAID));
 /// How many arrivals may wait for the driver.
 const ARRIVALS: usize = 1024;
 /// Bytes an in-memory control connection buffers each way.
@@ -85,7 +102,7 @@ pub struct Server {
 impl Server {
     /// Listens on `addr` and starts authenticating connections with `secret`.
     pub async fn bind(addr: SocketAddr, secret: Secret) -> Result<Self, ServerError> {
-        let listener = TcpListener::bind(addr).await.map_err(ServerError::Listen)?;
+        let listener = listener(addr).map_err(ServerError::Listen)?;
         let addr = listener.local_addr().map_err(ServerError::Listen)?;
         let (tx, rx) = mpsc::channel(ARRIVALS);
         let listener = tokio::spawn(listen(listener, Arc::new(secret), tx));
@@ -105,6 +122,18 @@ impl Server {
     pub fn into_arrivals(self) -> Arrivals {
         self.arrivals
     }
+}
+
+/// A listening socket on `addr` with a backlog of [`BACKLOG`].
+fn listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let s = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    s.set_reuseaddr(true)?;
+    s.bind(addr)?;
+    s.listen(BACKLOG)
 }
 
 /// Arrivals over in-memory connections, which the returned dialer makes.
@@ -144,7 +173,12 @@ impl MemDialer {
 }
 
 async fn listen(listener: TcpListener, secret: Arc<Secret>, arrivals: mpsc::Sender<Arrival>) {
+    let handshakes = Arc::new(Semaphore::new(HANDSHAKES));
     loop {
+        // Connections beyond the cap wait in the backlog, not in memory.
+        let Ok(permit) = handshakes.clone().acquire_owned().await else {
+            return;
+        };
         let (stream, from) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
@@ -157,7 +191,9 @@ async fn listen(listener: TcpListener, secret: Arc<Secret>, arrivals: mpsc::Send
         tokio::spawn(async move {
             let _ = stream.set_nodelay(true);
             let stream: Box<dyn ControlStream> = Box::<TcpStream>::new(stream);
-            hand_over(stream, &secret, &arrivals, &from.to_string()).await;
+            let admitted = admit(stream, &secret, PROOF_TIMEOUT).await;
+            drop(permit);
+            pass_on(admitted, &arrivals, &from.to_string()).await;
         });
     }
 }
@@ -169,17 +205,43 @@ async fn hand_over(
     arrivals: &mpsc::Sender<Arrival>,
     from: &str,
 ) {
-    match admit(stream, secret).await {
+    let admitted = admit(stream, secret, HANDSHAKE_TIMEOUT).await;
+    pass_on(admitted, arrivals, from).await;
+}
+
+/// Hands an admitted worker to the driver, or says why it was refused
+/// (a few times per window; see [`REFUSALS`]).
+async fn pass_on(admitted: Result<Arrival, String>, arrivals: &mpsc::Sender<Arrival>, from: &str) {
+    match admitted {
         Ok(a) => {
             let _ = arrivals.send(a).await;
         }
-        Err(why) => tracing::warn!(%from, %why, "control connection refused"),
+        Err(why) => {
+            let say = REFUSALS
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .note(std::time::Instant::now());
+            match say {
+                Say::Now { held: 0 } => tracing::warn!(%from, %why, "control connection refused"),
+                Say::Now { held } => tracing::warn!(
+                    %from,
+                    %why,
+                    "control connection refused ({held} more refused since the last such line)"
+                ),
+                Say::Hold => {}
+            }
+        }
     }
 }
 
 /// Authenticates a connection and reads its registration.
-async fn admit(stream: Box<dyn ControlStream>, secret: &Secret) -> Result<Arrival, String> {
-    let mut link = control::accept(stream, secret, HANDSHAKE_TIMEOUT)
+/// `proof` bounds the authentication, [`HANDSHAKE_TIMEOUT`] the registration.
+async fn admit(
+    stream: Box<dyn ControlStream>,
+    secret: &Secret,
+    proof: Duration,
+) -> Result<Arrival, String> {
+    let mut link = control::accept(stream, secret, proof)
         .await
         .map_err(|e| e.to_string())?;
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, link.next()).await {
@@ -188,5 +250,70 @@ async fn admit(stream: Box<dyn ControlStream>, secret: &Secret) -> Result<Arriva
         Ok(Some(Err(e))) => Err(e.to_string()),
         Ok(None) => Err("closed before registering".into()),
         Err(_) => Err(format!("no registration within {HANDSHAKE_TIMEOUT:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use control::{Generation, PeerAddress};
+    use futures::SinkExt;
+
+    use super::*;
+
+    /// Whether the server has closed `s` (whatever it sent before read).
+    fn closed_by_server(s: &TcpStream) -> bool {
+        let mut buf = [0u8; 256];
+        loop {
+            match s.try_read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+                Err(_) => return true,
+            }
+        }
+    }
+
+    /// [`HANDSHAKES`] connections that never prove anything fill every
+    /// handshake slot: a worker behind them waits in the backlog until the
+    /// first of them is dropped after [`PROOF_TIMEOUT`], then gets in.
+    #[tokio::test]
+    async fn silent_connections_hold_at_most_the_cap_and_only_for_the_proof_timeout() {
+        let secret = Secret::generate().unwrap();
+        let server = Server::bind("127.0.0.1:0".parse().unwrap(), secret.clone())
+            .await
+            .unwrap();
+        let addr = server.local_addr();
+        let mut arrivals = server.into_arrivals();
+        let mut silent = Vec::new();
+        for _ in 0..HANDSHAKES {
+            silent.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let worker = tokio::spawn(async move {
+            let s = TcpStream::connect(addr).await.unwrap();
+            let mut link = control::connect(s, &secret, Duration::from_secs(60))
+                .await
+                .unwrap();
+            let r = Registration {
+                host: "h".into(),
+                slot: 0,
+                pid: 1,
+                data_addr: PeerAddress::tcp("127.0.0.1:9".parse().unwrap()),
+                generation: Generation(0),
+            };
+            link.send(WorkerMsg::Register(r)).await.unwrap();
+            link
+        });
+        let arrival = tokio::time::timeout(PROOF_TIMEOUT * 5, arrivals.next())
+            .await
+            .expect("the worker never got past the silent connections")
+            .unwrap();
+        assert_eq!(arrival.registration.host, "h");
+        let closed = silent.iter().filter(|s| closed_by_server(s)).count();
+        assert!(
+            closed >= 1,
+            "the worker got in while all {HANDSHAKES} silent connections were still held"
+        );
+        drop(worker.await.unwrap());
     }
 }

@@ -293,3 +293,29 @@ fn every_worker_call_works_and_ranks_know_their_place() {
         );
     }
 }
+
+/// Started with a low soft open-files limit, elasticrun raises it to the hard
+/// limit, and its workers (which inherit it, and raise it themselves when ssh
+/// starts them) run with the hard limit.
+#[test]
+fn the_open_files_limit_is_raised_to_the_hard_limit() {
+    let probe = env!("CARGO_BIN_EXE_worker_probe");
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "ulimit -Sn 256 && exec \"$0\" \"$@\""])
+        .arg(integration_tests::elasticrun())
+        .args(["-np", "2", "--no-stall-check", probe]);
+    let run = start(cmd).finish(JOB);
+    run.expect_code(0);
+    let limits: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l.split_once(":").unwrap().1).unwrap())
+        .map(|p: serde_json::Value| p["open_files"].clone())
+        .collect();
+    assert_eq!(limits.len(), 2, "{}", run.stdout);
+    for l in &limits {
+        let (soft, hard) = (l[0].as_u64().unwrap(), l[1].as_u64().unwrap());
+        assert!(hard > 256, "the hard limit is too low for this test: {l}");
+        assert_eq!(soft, hard, "{l}");
+    }
+}

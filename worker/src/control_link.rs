@@ -7,6 +7,7 @@
 //! ```text
 //!  heartbeat every second ──> coordinator      Stop        -> exit(1)
 //!  connection lost ──> redial + Register{generation} until the timeout -> exit(1)
+//!                      + the unanswered Rejoin again (a new coordinator never saw it)
 //!  Rejoin (from Worker::rejoin) ──>            Reset{g}    -> end the current
 //!                                                             data plane now
 //!                                              HostsUpdated{g} -> flag, read at
@@ -39,6 +40,13 @@ pub(crate) struct Shared {
     pub(crate) generation: AtomicU64,
     /// Highest generation a `HostsUpdated` announced.
     pub(crate) hosts_updated: AtomicU64,
+    /// Highest generation a `Reset` asked for: a generation older than it
+    /// is ended as soon as its breaker is installed (the `Reset` may come
+    /// between its `Assign` and then).
+    pub(crate) reset_to: AtomicU64,
+    /// A `Rejoin` not answered yet: asked again of a coordinator reached
+    /// anew, which may have taken the job over without ever seeing it.
+    pub(crate) asking: Mutex<Option<WorkerMsg>>,
     /// The current data plane's breaker, ended on `Reset`.
     pub(crate) breaker: Mutex<Option<Breaker>>,
     /// The current engine's pending tensors, when the stall check is on.
@@ -60,8 +68,26 @@ impl Shared {
             .data_addr
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = data_addr;
-        *self.breaker.lock().unwrap_or_else(PoisonError::into_inner) = Some(breaker);
         *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = pending;
+        let mut installed = self.breaker.lock().unwrap_or_else(PoisonError::into_inner);
+        // A `Reset` past this generation that came before its breaker was
+        // here: the generation is over already.
+        if self.reset_to.load(Ordering::SeqCst) > generation {
+            breaker.end("the coordinator reset the job (workers failed)");
+        }
+        *installed = Some(breaker);
+    }
+
+    /// Records the `Rejoin` being asked (`None` once it is answered).
+    pub(crate) fn set_asking(&self, ask: Option<WorkerMsg>) {
+        *self.asking.lock().unwrap_or_else(PoisonError::into_inner) = ask;
+    }
+
+    fn asking(&self) -> Option<WorkerMsg> {
+        self.asking
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Ends the current data plane (a no-op when it already is).
@@ -144,6 +170,9 @@ pub(crate) async fn run(
             Ok(l) => link = l,
             Err(e) => return format!("lost the coordinator ({lost}) and {e}"),
         }
+        if unsent.is_none() {
+            unsent = shared.asking();
+        }
     }
 }
 
@@ -211,6 +240,7 @@ async fn obey(
             return Some(format!("stopped by the coordinator: {reason}"));
         }
         CoordinatorMsg::Reset { generation } => {
+            shared.reset_to.fetch_max(generation.0, Ordering::SeqCst);
             if generation.0 > shared.generation.load(Ordering::SeqCst) {
                 shared.end_generation("the coordinator reset the job (workers failed)");
             }
@@ -236,4 +266,72 @@ async fn obey(
 fn exit(why: &str) -> ! {
     eprintln!("elasticrun worker: {why}; exiting");
     std::process::exit(1)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use collectives::{
+        CollectiveError, CollectiveOptions, Communicator, MemTransport, ReduceOp, Transport,
+    };
+
+    use super::*;
+
+    /// A `Reset` to generation 9 that comes while the worker still installs
+    /// generation 8 (after its `Assign`, before its breaker) ends generation
+    /// 8 as soon as it is installed: the worker does not wait out the
+    /// data-plane timeout in a generation already over.
+    #[tokio::test]
+    async fn a_reset_before_the_breaker_is_installed_ends_the_generation() {
+        let shared = Shared::default();
+        shared.generation.store(7, Ordering::SeqCst);
+        let (placements, _rx) = mpsc::channel(1);
+        let reset = CoordinatorMsg::Reset {
+            generation: Generation(9),
+        };
+        assert!(obey(reset, &shared, &placements).await.is_none());
+        // Two ranks, and only this one will ever call: without the breaker
+        // ended the allreduce would wait out the hour.
+        let mut world = MemTransport::world(2, Generation(8), Duration::from_secs(3600));
+        let mine = world.swap_remove(0);
+        shared.set_generation(8, mine.breaker(), None, None);
+        let comm = Communicator::new(mine, CollectiveOptions::default());
+        let mut data = [1.0f32; 4];
+        let got = tokio::time::timeout(
+            Duration::from_secs(10),
+            comm.allreduce(&mut data, ReduceOp::Sum),
+        )
+        .await
+        .expect("generation 8 was not ended");
+        let e = got.unwrap_err();
+        assert!(
+            matches!(&e, CollectiveError::Transport(collectives::TransportError::Ended { generation, .. }) if *generation == Generation(8)),
+            "{e:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reset_to_the_installed_generation_leaves_it_running() {
+        let shared = Shared::default();
+        let mut world = MemTransport::world(2, Generation(9), Duration::from_secs(10));
+        let (theirs, mine) = (world.pop().unwrap(), world.pop().unwrap());
+        let (placements, _rx) = mpsc::channel(1);
+        let reset = CoordinatorMsg::Reset {
+            generation: Generation(9),
+        };
+        assert!(obey(reset, &shared, &placements).await.is_none());
+        shared.set_generation(9, mine.breaker(), None, None);
+        let (mine, theirs) = (
+            Communicator::new(mine, CollectiveOptions::default()),
+            Communicator::new(theirs, CollectiveOptions::default()),
+        );
+        let (mut a, mut b) = ([1.0f32; 4], [2.0f32; 4]);
+        let (x, y) = tokio::join!(
+            mine.allreduce(&mut a, ReduceOp::Sum),
+            theirs.allreduce(&mut b, ReduceOp::Sum)
+        );
+        x.unwrap();
+        y.unwrap();
+        assert_eq!(a, [3.0; 4]);
+    }
 }

@@ -8,8 +8,8 @@ use control::Secret;
 // Re-exported for the tests that check whether this process was launched.
 pub(crate) use control::env::COORDINATOR;
 use control::env::{
-    COORDINATOR_TIMEOUT, ELASTIC_TIMEOUT, GLOO_TIMEOUT_SECONDS, HOST, SECRET, SLOT, START_TIMEOUT,
-    THREAD_AFFINITY, parse_cpu_list,
+    COORDINATOR_TIMEOUT, DATA_ALL_INTERFACES, ELASTIC_TIMEOUT, GLOO_TIMEOUT_SECONDS, HOST, SECRET,
+    SLOT, START_TIMEOUT, THREAD_AFFINITY, parse_cpu_list,
 };
 
 use crate::InitError;
@@ -30,6 +30,8 @@ pub(crate) struct Launch {
     pub(crate) data_timeout: Duration,
     /// The CPU the engine's thread is pinned to (`None`: not pinned).
     pub(crate) engine_cpu: Option<usize>,
+    /// The job may span hosts ([`control::env::DATA_ALL_INTERFACES`]).
+    pub(crate) data_all_interfaces: bool,
 }
 
 impl Launch {
@@ -104,6 +106,11 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         Some(list) => Some(cpu_of_slot(&list, slot).map_err(|why| bad(THREAD_AFFINITY, &why))?),
         None => None,
     };
+    let data_all_interfaces = match get(DATA_ALL_INTERFACES).as_deref() {
+        None | Some("" | "0") => false,
+        Some("1") => true,
+        Some(_) => return Err(bad(DATA_ALL_INTERFACES, "is neither 0 nor 1")),
+    };
     Ok(Some(Launch {
         coordinator,
         secret,
@@ -114,6 +121,7 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         coordinator_timeout,
         data_timeout,
         engine_cpu,
+        data_all_interfaces,
     }))
 }
 

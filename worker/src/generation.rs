@@ -8,16 +8,17 @@
 //! ```
 //! How the address is published and the assignment awaited differs between
 //! the two (the raw link before the control task runs, or the control task's
-//! channels after); the caller passes that step in.
+//! channels after), and so does what keeps the coordinator told that the
+//! worker lives while the mesh forms: the callers do those steps between
+//! [`bind`] and [`Bound::connect`].
 
-use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{
-    Breaker, CollectiveOptions, Communicator, Endpoint, Generation, OpSpace, TcpConfig,
-    TcpEndpoint, Transport, TransportError,
+    Breaker, CollectiveOptions, Communicator, Endpoint, OpSpace, TcpConfig, TcpEndpoint, Transport,
+    TransportError,
 };
 use control::{Assignment, PeerAddress};
 
@@ -34,67 +35,84 @@ pub(crate) struct Entered {
     pub(crate) plane: DataPlane,
 }
 
-/// Why entering a generation failed; `E` is the placement step's error.
-#[derive(Debug)]
-pub(crate) enum EnterError<E> {
-    /// The data-plane endpoint could not be bound.
-    Bind(TransportError),
-    /// Publishing the address or waiting for the assignment failed.
-    Placement(E),
-    /// The assignment came but the mesh could not be built.
-    Mesh {
-        generation: Generation,
-        source: TransportError,
-    },
+/// Where a worker's data plane listens: on `ip`, the address this host
+/// reaches the coordinator from, which is also the address it publishes;
+/// with `all_interfaces` (a job that may span hosts) a loopback `ip` is
+/// widened to every interface, so that the coordinator can hand remote peers
+/// a routable address of this host in its place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DataBind {
+    pub(crate) ip: IpAddr,
+    pub(crate) all_interfaces: bool,
 }
 
-/// Binds a data-plane endpoint on `local_ip`, hands its address to `place`
-/// (which publishes it and returns the assignment), then connects the mesh
-/// within `start_timeout`; each of its sends and receives may then wait up to
-/// `data_timeout`.
-pub(crate) async fn enter<E, F, Fut>(
-    local_ip: IpAddr,
-    start_timeout: Duration,
-    data_timeout: Duration,
-    place: F,
-) -> Result<Entered, EnterError<E>>
-where
-    F: FnOnce(PeerAddress) -> Fut,
-    Fut: Future<Output = Result<Assignment, E>>,
-{
+impl DataBind {
+    /// The address the listening socket binds.
+    pub(crate) fn listen_ip(self) -> IpAddr {
+        match self.ip {
+            IpAddr::V4(v4) if self.all_interfaces && v4.is_loopback() => {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            }
+            IpAddr::V6(v6) if self.all_interfaces && v6.is_loopback() => {
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+            }
+            ip => ip,
+        }
+    }
+}
+
+/// A bound, listening data-plane endpoint whose address is published before
+/// the mesh is built.
+#[derive(Debug)]
+pub(crate) struct Bound {
+    endpoint: TcpEndpoint,
+    /// What peers are told to dial.
+    pub(crate) address: PeerAddress,
+}
+
+/// Binds a data-plane endpoint as `bind` says; each send and receive of its
+/// transport may wait up to `data_timeout`.
+pub(crate) async fn bind(bind: DataBind, data_timeout: Duration) -> Result<Bound, TransportError> {
     let config = TcpConfig {
         io_timeout: data_timeout,
         ..TcpConfig::default()
     };
-    let mut endpoint = TcpEndpoint::bind(SocketAddr::new(local_ip, 0), config)
-        .await
-        .map_err(EnterError::Bind)?;
-    let address = PeerAddress::tcp(endpoint.address().map_err(EnterError::Bind)?);
-    let assignment = place(address).await.map_err(EnterError::Placement)?;
-    let generation = assignment.generation;
-    let mesh = |source| EnterError::Mesh { generation, source };
-    let peers = assignment
-        .peers
-        .iter()
-        .enumerate()
-        .map(|(rank, p)| {
-            p.tcp_addr().ok_or(TransportError::Handshake {
-                rank,
-                reason: "the peer offers no TCP data-plane address",
+    let endpoint = TcpEndpoint::bind(SocketAddr::new(bind.listen_ip(), 0), config).await?;
+    let port = endpoint.address()?.port();
+    let address = PeerAddress::tcp(SocketAddr::new(bind.ip, port));
+    Ok(Bound { endpoint, address })
+}
+
+impl Bound {
+    /// Connects the mesh of `assignment` within `start_timeout` (at least a
+    /// second).
+    pub(crate) async fn connect(
+        mut self,
+        assignment: Assignment,
+        start_timeout: Duration,
+    ) -> Result<Entered, TransportError> {
+        let peers = assignment
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(rank, p)| {
+                p.tcp_addr().ok_or(TransportError::Handshake {
+                    rank,
+                    reason: "the peer offers no TCP data-plane address",
+                })
             })
+            .collect::<Result<Vec<_>, _>>()?;
+        let left = start_timeout.max(Duration::from_secs(1));
+        self.endpoint.prepare(assignment.data_token, left);
+        let t = self
+            .endpoint
+            .connect(assignment.rank as usize, assignment.generation, &peers)
+            .await?;
+        Ok(Entered {
+            assignment,
+            plane: t.into(),
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(mesh)?;
-    let left = start_timeout.max(Duration::from_secs(1));
-    endpoint.prepare(assignment.data_token, left);
-    let t = endpoint
-        .connect(assignment.rank as usize, generation, &peers)
-        .await
-        .map_err(mesh)?;
-    Ok(Entered {
-        assignment,
-        plane: t.into(),
-    })
+    }
 }
 
 /// What a worker runs with in one generation, besides its engine.

@@ -3,7 +3,7 @@
 //! the assignment (the control task in [`crate::control_link`] takes the
 //! connection from there).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use control::{
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::env::Launch;
 use crate::error::InitError;
-use crate::generation::{self, EnterError, Entered};
+use crate::generation::{self, DataBind, Entered};
 
 async fn dial(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, InitError> {
     let mut backoff = Duration::from_millis(10);
@@ -38,9 +38,8 @@ async fn dial(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, InitErro
 pub(crate) struct Joined {
     pub(crate) entered: Entered,
     pub(crate) link: WorkerLink<TcpStream>,
-    /// The address this host reaches the coordinator from; the data plane
-    /// listens there.
-    pub(crate) local_ip: IpAddr,
+    /// Where the data plane listens, in this and every later generation.
+    pub(crate) data_bind: DataBind,
 }
 
 pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
@@ -49,37 +48,53 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
     let _ = stream.set_nodelay(true);
     // The data plane listens on the address this host reaches the coordinator
     // from, which is where its peers can reach it too.
-    let local_ip = stream
+    let ip = stream
         .local_addr()
         .map_err(|e| InitError::Control {
             what: "reading the connection's local address",
             why: e.to_string(),
         })?
         .ip();
+    let data_bind = DataBind {
+        ip,
+        all_interfaces: launch.data_all_interfaces,
+    };
     let left = deadline.saturating_duration_since(Instant::now());
     let mut link = control::connect(stream, &launch.secret, left).await?;
-    let link_ref = &mut link;
-    // Moves the borrow into the call: the placement step runs once.
-    let register = move |data_addr| {
-        let link = link_ref;
-        register(link, launch, data_addr)
+    let bound = generation::bind(data_bind, launch.data_timeout).await?;
+    let assignment = register(&mut link, launch, bound.address.clone()).await?;
+    // The coordinator hears from this worker while the mesh forms: a mesh
+    // that cannot form is reported as such, not taken for a silent worker.
+    let entered = tokio::select! {
+        entered = bound.connect(assignment, launch.start_timeout) => entered?,
+        e = keep_alive(&mut link, "building the data-plane mesh") => return Err(e),
     };
-    let entered = generation::enter(
-        local_ip,
-        launch.start_timeout,
-        launch.data_timeout,
-        register,
-    )
-    .await
-    .map_err(|e| match e {
-        EnterError::Bind(e) | EnterError::Mesh { source: e, .. } => InitError::DataPlane(e),
-        EnterError::Placement(e) => e,
-    })?;
     Ok(Joined {
         entered,
         link,
-        local_ip,
+        data_bind,
     })
+}
+
+/// Heartbeats on `link` until one cannot be sent (the error says so, and
+/// `what` the worker was doing). Messages from the coordinator stay on the
+/// link for the control task.
+async fn keep_alive(link: &mut WorkerLink<TcpStream>, what: &'static str) -> InitError {
+    let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
+    loop {
+        beat.tick().await;
+        let hb = WorkerMsg::Heartbeat {
+            generation: Generation(0),
+            pending: PendingReport::default(),
+        };
+        let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(hb)).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            return InitError::Control {
+                what,
+                why: "the coordinator stopped answering".into(),
+            };
+        }
+    }
 }
 
 /// Registers with the data-plane address `data_addr` and waits for the
@@ -154,5 +169,73 @@ async fn first_assignment(
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use control::{Knobs, PeerAddress, Secret};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    fn launch(coordinator: SocketAddr, secret: Secret, start_timeout: Duration) -> Launch {
+        Launch {
+            coordinator,
+            secret,
+            host: "h".into(),
+            slot: 0,
+            start_timeout,
+            elastic_timeout: None,
+            coordinator_timeout: LIMIT,
+            data_timeout: LIMIT,
+            engine_cpu: None,
+            data_all_interfaces: false,
+        }
+    }
+
+    /// Rank 1 of two, whose rank 0 accepts connections but never answers:
+    /// while the worker waits on that mesh, the coordinator keeps hearing
+    /// from it (before, it went silent until the mesh gave up, and a static
+    /// job took the silence for a dead worker).
+    #[tokio::test]
+    async fn a_worker_heartbeats_while_its_mesh_forms() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mute = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let secret = Secret::generate().unwrap();
+        let l = launch(listener.local_addr().unwrap(), secret.clone(), LIMIT * 3);
+        let worker = tokio::spawn(async move { join(&l).await.map(|_| ()) });
+        let (s, _) = listener.accept().await.unwrap();
+        let mut link = control::accept(s, &secret, LIMIT).await.unwrap();
+        let Some(Ok(WorkerMsg::Register(r))) = link.next().await else {
+            panic!("no registration");
+        };
+        let a = Assignment {
+            generation: Generation(1),
+            rank: 1,
+            size: 2,
+            local_rank: 1,
+            local_size: 2,
+            cross_rank: 0,
+            cross_size: 1,
+            peers: vec![PeerAddress::tcp(mute.local_addr().unwrap()), r.data_addr],
+            hosts: vec![0, 0],
+            data_token: 1,
+            knobs: Knobs::default(),
+        };
+        link.send(CoordinatorMsg::Assign(a)).await.unwrap();
+        // The dial to rank 0 is accepted by the kernel and then hangs.
+        let heard = tokio::time::timeout(LIMIT, link.next())
+            .await
+            .expect("the worker went silent while its mesh formed");
+        assert!(
+            matches!(heard, Some(Ok(WorkerMsg::Heartbeat { .. }))),
+            "{heard:?}"
+        );
+        assert!(!worker.is_finished());
+        worker.abort();
     }
 }

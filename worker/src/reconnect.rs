@@ -198,15 +198,17 @@ mod tests {
     }
 
     /// A worker's control task connected to a stand-in coordinator on
-    /// loopback; the coordinator's end of the first connection.
-    async fn started(
-        give_up_after: Duration,
-    ) -> (
-        TcpListener,
-        control::CoordinatorLink<TcpStream>,
-        Secret,
-        tokio::task::JoinHandle<String>,
-    ) {
+    /// loopback: the listener, the coordinator's end of the first
+    /// connection, the secret, the task, and what the worker sends through.
+    struct Started {
+        listener: TcpListener,
+        first: control::CoordinatorLink<TcpStream>,
+        secret: Secret,
+        task: tokio::task::JoinHandle<String>,
+        control: crate::control_link::Control,
+    }
+
+    async fn started(give_up_after: Duration) -> Started {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let secret = Secret::generate().unwrap();
@@ -218,29 +220,61 @@ mod tests {
         );
         let (shared, redial) = worker_in_generation_7(addr, &secret, give_up_after);
         let shared = Arc::new(shared);
-        let (_out_tx, out_rx) = mpsc::channel(4);
-        let (placements_tx, _placements) = mpsc::channel(4);
+        let (out, out_rx) = mpsc::channel(4);
+        let (placements_tx, placements) = mpsc::channel(4);
+        let task_shared = shared.clone();
         let task = tokio::spawn(async move {
-            // Keep the channels' other ends alive for the task's life.
-            let _keep = (_out_tx, _placements);
-            run(worker_end.unwrap(), shared, out_rx, placements_tx, redial).await
+            run(
+                worker_end.unwrap(),
+                task_shared,
+                out_rx,
+                placements_tx,
+                redial,
+            )
+            .await
         });
-        (listener, coordinator_end.unwrap(), secret, task)
+        let control = crate::control_link::Control {
+            shared,
+            out,
+            placements,
+        };
+        Started {
+            listener,
+            first: coordinator_end.unwrap(),
+            secret,
+            task,
+            control,
+        }
+    }
+
+    /// The next connection the worker makes to `listener`, and its first
+    /// message.
+    async fn next_connection(
+        listener: &TcpListener,
+        secret: &Secret,
+    ) -> (control::CoordinatorLink<TcpStream>, WorkerMsg) {
+        let again = async {
+            let (s, _) = listener.accept().await.unwrap();
+            let mut link = control::accept(s, secret, LIMIT).await.unwrap();
+            let first = link.next().await.unwrap().unwrap();
+            (link, first)
+        };
+        tokio::time::timeout(LIMIT, again)
+            .await
+            .expect("the worker did not come back within 10 s")
     }
 
     #[tokio::test]
     async fn a_dropped_connection_is_redialled_and_the_task_carries_on() {
-        let (listener, first, secret, task) = started(LIMIT).await;
+        let Started {
+            listener,
+            first,
+            secret,
+            task,
+            control: _control,
+        } = started(LIMIT).await;
         drop(first);
-        let again = async {
-            let (s, _) = listener.accept().await.unwrap();
-            let mut link = control::accept(s, &secret, LIMIT).await.unwrap();
-            let registration = link.next().await.unwrap().unwrap();
-            (link, registration)
-        };
-        let (mut link, registration) = tokio::time::timeout(LIMIT, again)
-            .await
-            .expect("the worker did not come back within 10 s");
+        let (mut link, registration) = next_connection(&listener, &secret).await;
         let WorkerMsg::Register(r) = registration else {
             panic!("expected a registration, got {registration:?}");
         };
@@ -296,7 +330,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_coordinator_that_stays_away_ends_the_worker_after_the_timeout() {
-        let (listener, first, _, task) = started(Duration::from_millis(300)).await;
+        let Started {
+            listener,
+            first,
+            task,
+            control: _control,
+            ..
+        } = started(Duration::from_millis(300)).await;
         drop(listener);
         drop(first);
         let started = std::time::Instant::now();
@@ -320,7 +360,12 @@ mod tests {
 
     #[tokio::test]
     async fn stop_from_the_coordinator_ends_the_task_with_its_reason() {
-        let (_listener, mut first, _, task) = started(LIMIT).await;
+        let Started {
+            mut first,
+            task,
+            control: _control,
+            ..
+        } = started(LIMIT).await;
         first
             .send(CoordinatorMsg::Stop {
                 reason: "the job is stopping".into(),
@@ -348,5 +393,95 @@ mod tests {
             .expect("it kept trying")
             .unwrap_err();
         assert!(matches!(e, CoordinatorGone::Launcher), "{e}");
+    }
+
+    /// A coordinator that dies holding the worker's `Rejoin` is asked again
+    /// by its successor's first connection: it may have taken the job over
+    /// from the store without ever seeing the question.
+    #[tokio::test]
+    async fn an_unanswered_rejoin_is_asked_again_after_a_reconnection() {
+        let Started {
+            listener,
+            mut first,
+            secret,
+            task,
+            mut control,
+        } = started(LIMIT).await;
+        let wanted = control::Generation(8);
+        let asking = tokio::spawn(async move {
+            let got = crate::rejoin::ask_to_rejoin(&mut control, 8, own_address(), LIMIT).await;
+            (got, control)
+        });
+        let rejoin = WorkerMsg::Rejoin {
+            generation: wanted,
+            data_addr: own_address(),
+        };
+        let asked = tokio::time::timeout(LIMIT, async {
+            loop {
+                match first.next().await.unwrap().unwrap() {
+                    WorkerMsg::Heartbeat { .. } => continue,
+                    m => break m,
+                }
+            }
+        })
+        .await
+        .expect("no Rejoin within 10 s");
+        assert_eq!(asked, rejoin);
+        // The coordinator dies holding it; its successor hears it again
+        // right after the registration.
+        drop(first);
+        let (mut link, registration) = next_connection(&listener, &secret).await;
+        assert!(
+            matches!(registration, WorkerMsg::Register(_)),
+            "{registration:?}"
+        );
+        let again = tokio::time::timeout(LIMIT, link.next())
+            .await
+            .expect("the Rejoin was not asked again within 10 s")
+            .unwrap()
+            .unwrap();
+        assert_eq!(again, rejoin);
+        // Answered, it is not asked a third time.
+        let a = control_assignment(wanted);
+        link.send(CoordinatorMsg::Assign(a.clone())).await.unwrap();
+        let (got, control) = tokio::time::timeout(LIMIT, asking).await.unwrap().unwrap();
+        assert_eq!(got.unwrap(), a);
+        assert!(control.shared.asking.lock().unwrap().is_none());
+        drop(link);
+        let (mut link, registration) = next_connection(&listener, &secret).await;
+        assert!(
+            matches!(registration, WorkerMsg::Register(_)),
+            "{registration:?}"
+        );
+        link.send(CoordinatorMsg::Stop {
+            reason: "done".into(),
+        })
+        .await
+        .unwrap();
+        // Whatever came between the registration and the Stop was no Rejoin.
+        let why = tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
+        assert_eq!(why, "stopped by the coordinator: done");
+        while let Ok(Some(Ok(m))) =
+            tokio::time::timeout(Duration::from_millis(1), link.next()).await
+        {
+            assert!(matches!(m, WorkerMsg::Heartbeat { .. }), "{m:?}");
+        }
+    }
+
+    /// A one-rank assignment to `generation`.
+    fn control_assignment(generation: control::Generation) -> control::Assignment {
+        control::Assignment {
+            generation,
+            rank: 0,
+            size: 1,
+            local_rank: 0,
+            local_size: 1,
+            cross_rank: 0,
+            cross_size: 1,
+            peers: vec![own_address()],
+            hosts: vec![0],
+            data_token: 1,
+            knobs: control::Knobs::default(),
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Moving an elastic worker to its next generation: end the current data
-//! plane, then enter the next generation ([`crate::generation::enter`]) by
+//! plane, then enter the next generation ([`crate::generation::bind`], then
+//! [`crate::generation::Bound::connect`]) by
 //! asking the coordinator to rejoin. The elastic run loop (`elastic::run`)
 //! calls this after a failure or a host update.
 
@@ -10,7 +11,7 @@ use collectives::TransportError;
 use control::{Assignment, PeerAddress, WorkerMsg};
 
 use crate::control_link::{Control, Placement};
-use crate::generation::{self, EnterError};
+use crate::generation;
 use crate::worker::Worker;
 
 /// How long the engine of a finished generation gets to stop cleanly.
@@ -67,23 +68,21 @@ impl Worker {
             .end_generation("this worker is rejoining the job");
         let wanted = self.place.generation + 1;
         let wait = link.start_timeout + elastic_timeout;
-        let control = &mut link.control;
-        let ask = move |data_addr| {
-            let control = control;
-            ask_to_rejoin(control, wanted, data_addr, wait)
-        };
-        let (ip, start, data) = (link.local_ip, link.start_timeout, link.data_timeout);
+        let bound = self
+            .rt
+            .block_on(generation::bind(link.data_bind, link.data_timeout))
+            .map_err(RejoinError::Bind)?;
+        let ask = ask_to_rejoin(&mut link.control, wanted, bound.address.clone(), wait);
+        let assignment = self.rt.block_on(ask)?;
+        // The control task heartbeats meanwhile.
+        let generation = assignment.generation;
         let entered = self
             .rt
-            .block_on(generation::enter(ip, start, data, ask))
-            .map_err(|e| match e {
-                EnterError::Bind(e) => RejoinError::Bind(e),
-                EnterError::Placement(e) => e,
-                EnterError::Mesh { generation, source } => {
-                    // In the new generation, with its data plane down.
-                    self.place.generation = generation.0;
-                    RejoinError::Mesh { generation, source }
-                }
+            .block_on(bound.connect(assignment, link.start_timeout))
+            .map_err(|source| {
+                // In the new generation, with its data plane down.
+                self.place.generation = generation.0;
+                RejoinError::Mesh { generation, source }
             })?;
         let old = self.install(entered.assignment, entered.plane);
         // The old engine's data plane is ended; let it wind down on its own.
@@ -96,7 +95,7 @@ impl Worker {
 
 /// Asks to be placed in generation `wanted` (or later) with the data plane at
 /// `data_addr`, and waits up to `wait` for that assignment.
-async fn ask_to_rejoin(
+pub(crate) async fn ask_to_rejoin(
     control: &mut Control,
     wanted: u64,
     data_addr: PeerAddress,
@@ -107,6 +106,18 @@ async fn ask_to_rejoin(
         generation: wanted,
         data_addr,
     };
+    control.shared.set_asking(Some(ask.clone()));
+    let answer = placement(control, ask, wanted, wait).await;
+    control.shared.set_asking(None);
+    answer
+}
+
+async fn placement(
+    control: &mut Control,
+    ask: WorkerMsg,
+    wanted: collectives::Generation,
+    wait: Duration,
+) -> Result<Assignment, RejoinError> {
     control
         .out
         .send(ask)

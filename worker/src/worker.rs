@@ -47,7 +47,7 @@ pub struct Worker {
 #[derive(Debug)]
 pub(crate) struct Link {
     pub(crate) control: control_link::Control,
-    pub(crate) local_ip: std::net::IpAddr,
+    pub(crate) data_bind: crate::generation::DataBind,
     pub(crate) start_timeout: Duration,
     /// `Some` in an elastic job.
     pub(crate) elastic_timeout: Option<Duration>,
@@ -74,6 +74,11 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, InitError> {
 /// of one when there is none.
 pub fn init() -> Result<Worker, InitError> {
     default_logging();
+    // Many peers mean many sockets (and elasticrun raised it already for the
+    // workers it starts itself, not for those ssh starts).
+    if let Err(e) = control::limits::raise_open_files() {
+        tracing::debug!(%e, "cannot raise the open-files limit");
+    }
     let launch = env::read(|k| std::env::var(k).ok())?;
     // Read once; the program's own children have no use for it.
     crate::sys::remove_env(control::env::SECRET);
@@ -97,7 +102,7 @@ pub fn init() -> Result<Worker, InitError> {
     let control = control_link::spawn(rt.handle(), joined.link, redial);
     let link = Link {
         control,
-        local_ip: joined.local_ip,
+        data_bind: joined.data_bind,
         start_timeout: launch.start_timeout,
         elastic_timeout: launch.elastic_timeout,
         data_timeout: launch.data_timeout,

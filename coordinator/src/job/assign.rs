@@ -2,9 +2,10 @@
 //! and cross ranks from [`crate::layout::placements`] (hosts numbered by their
 //! first rank), every rank's data-plane address. Pure.
 
-use control::{Assignment, Generation, Knobs, PeerAddress};
+use control::{Assignment, DataEndpoint, Generation, Knobs, PeerAddress};
 use elastic::membership::SlotId;
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 
 use crate::layout::placements;
 
@@ -14,6 +15,28 @@ pub struct AssignmentBase<'a> {
     pub generation: Generation,
     pub knobs: &'a Knobs,
     pub data_token: u64,
+    /// When the generation spans this machine and others: this machine's
+    /// address towards the others, given out in place of the loopback
+    /// address its own workers published (they listen on every interface).
+    pub loopback_as: Option<IpAddr>,
+}
+
+/// `addr` as every rank of the generation can reach it.
+fn reachable(addr: &PeerAddress, loopback_as: Option<IpAddr>) -> PeerAddress {
+    let Some(ip) = loopback_as else {
+        return addr.clone();
+    };
+    let endpoints = addr
+        .endpoints
+        .iter()
+        .map(|e| match e {
+            DataEndpoint::Tcp(a) if a.ip().is_loopback() => {
+                DataEndpoint::Tcp(SocketAddr::new(ip, a.port()))
+            }
+            other => *other,
+        })
+        .collect();
+    PeerAddress { endpoints }
 }
 
 /// One assignment per rank of `ranks`, in rank order; `Err` names a rank
@@ -25,7 +48,12 @@ pub fn assignments(
 ) -> Result<Vec<Assignment>, SlotId> {
     let peers = ranks
         .iter()
-        .map(|s| addrs.get(s).cloned().ok_or_else(|| s.clone()))
+        .map(|s| {
+            addrs
+                .get(s)
+                .map(|a| reachable(a, g.loopback_as))
+                .ok_or_else(|| s.clone())
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let mut host_names: Vec<&str> = Vec::new();
     let hosts: Vec<usize> = ranks
@@ -89,6 +117,7 @@ mod tests {
             generation: Generation(3),
             knobs: &k,
             data_token: 7,
+            loopback_as: None,
         };
         let a = assignments(&g, &ranks, &addrs).unwrap();
         assert!(a.iter().all(|x| x.hosts == [0, 1, 0, 2] && x.size == 4));
@@ -105,5 +134,41 @@ mod tests {
         let mut short = addrs.clone();
         short.remove(&slot("b", 0));
         assert_eq!(assignments(&g, &ranks, &short).unwrap_err(), slot("b", 0));
+    }
+
+    /// A generation across this machine and others: the loopback addresses
+    /// of this machine's workers are handed out as its routable address,
+    /// ports kept; every other address is left as it is.
+    #[test]
+    fn loopback_addresses_become_routable_when_the_generation_spans_hosts() {
+        let ranks = vec![slot("localhost", 0), slot("10.0.0.2", 0)];
+        let addrs: HashMap<SlotId, PeerAddress> = [
+            (
+                ranks[0].clone(),
+                PeerAddress::tcp(([127, 0, 0, 1], 9000).into()),
+            ),
+            (
+                ranks[1].clone(),
+                PeerAddress::tcp(([10, 0, 0, 2], 9001).into()),
+            ),
+        ]
+        .into();
+        let k = knobs();
+        let g = AssignmentBase {
+            generation: Generation(1),
+            knobs: &k,
+            data_token: 7,
+            loopback_as: Some([10, 0, 0, 1].into()),
+        };
+        let a = assignments(&g, &ranks, &addrs).unwrap();
+        let peers: Vec<_> = a[1].peers.iter().map(|p| p.tcp_addr().unwrap()).collect();
+        assert_eq!(
+            peers,
+            [
+                SocketAddr::from(([10, 0, 0, 1], 9000)),
+                SocketAddr::from(([10, 0, 0, 2], 9001))
+            ]
+        );
+        assert_eq!(a[0].peers, a[1].peers);
     }
 }

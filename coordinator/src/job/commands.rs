@@ -1,11 +1,14 @@
 //! Carrying out the membership core's commands.
 
-use control::{CoordinatorMsg, Generation};
+use std::net::IpAddr;
+
+use control::{CoordinatorMsg, Generation, PeerAddress};
 use elastic::membership::{Command, SlotId};
 
 use super::assign::{AssignmentBase, assignments};
 use super::driver::{Driver, Mode};
 use crate::job::Ending;
+use crate::launch::address::{is_this_machine, source_address_towards};
 use crate::stall::Inspector;
 
 impl Driver {
@@ -98,6 +101,7 @@ impl Driver {
             generation,
             knobs: &self.knobs,
             data_token: self.data_token,
+            loopback_as: self.loopback_as(ranks),
         };
         let all = match assignments(&g, ranks, &self.addrs) {
             Ok(a) => a,
@@ -128,6 +132,29 @@ impl Driver {
         }
         self.inspector = self.stall.map(Inspector::new);
         Vec::new()
+    }
+
+    /// This machine's address towards the other hosts of `ranks`, when they
+    /// span this machine and others and a worker here published a loopback
+    /// data-plane address (see [`AssignmentBase::loopback_as`]).
+    fn loopback_as(&self, ranks: &[SlotId]) -> Option<IpAddr> {
+        let remote = ranks.iter().find(|s| !is_this_machine(&s.host))?;
+        let on_loopback = ranks.iter().any(|s| {
+            self.addrs
+                .get(s)
+                .and_then(PeerAddress::tcp_addr)
+                .is_some_and(|a| a.ip().is_loopback())
+        });
+        if !on_loopback {
+            return None;
+        }
+        match source_address_towards(&remote.host) {
+            Ok(ip) => Some(ip),
+            Err(e) => {
+                tracing::warn!(%e, "workers on this machine cannot be given a routable address");
+                None
+            }
+        }
     }
 
     /// Sends `msg` to the worker on `slot`, if it is connected. A full channel

@@ -177,13 +177,13 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     let secret = job_secret()?;
     let server = Server::bind(SocketAddr::new(bind, 0), secret.clone()).await?;
     tracing::debug!(addr = %server.local_addr(), "control plane listening");
-    let port = server.local_addr().port();
+    let listening = server.local_addr();
     let Some(stops) = Stops::install() else {
         return Ok(Ending::Failed);
     };
     let knobs = knobs(&cfg);
     let seams = Seams {
-        launcher: Box::new(ProcessLauncher::new(cfg, secret, port)),
+        launcher: Box::new(ProcessLauncher::new(cfg, secret, listening)),
         arrivals: server.into_arrivals(),
         hosts: feed(hosts),
         store: Box::new(MemoryStore::new()),

@@ -83,8 +83,11 @@ pub struct ControlAddresses {
 }
 
 /// Loopback when every host is this machine; the address of
-/// `--network-interface` when given; otherwise every interface, each host
-/// told the address this machine reaches it from.
+/// `--network-interface` when given; otherwise every interface, each remote
+/// host told the address this machine reaches it from, and this machine's
+/// own workers the address it reaches the first remote host from: they bind
+/// their data plane on the address they dial the coordinator at, and remote
+/// peers must reach it.
 pub fn control_addresses(
     hosts: &[&str],
     interface: Option<&str>,
@@ -97,17 +100,18 @@ pub fn control_addresses(
         });
     }
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    if hosts.iter().all(|h| is_this_machine(h)) {
+    let Some(first_remote) = hosts.iter().find(|h| !is_this_machine(h)) else {
         return Ok(ControlAddresses {
             bind: loopback,
             advertised: vec![loopback; hosts.len()],
         });
-    }
+    };
+    let own = source_address_towards(first_remote)?;
     let advertised = hosts
         .iter()
         .map(|h| {
             if is_this_machine(h) {
-                Ok(loopback)
+                Ok(own)
             } else {
                 source_address_towards(h)
             }

@@ -50,6 +50,10 @@ fn job_env(cfg: &JobConfig, w: &WorkerStart<'_>) -> Vec<(String, String)> {
             control::env::THREAD_AFFINITY.into(),
             cfg.engine_cpus.as_deref().map(cpu_list).unwrap_or_default(),
         ),
+        (
+            control::env::DATA_ALL_INTERFACES.into(),
+            u8::from(w.spans_hosts).to_string(),
+        ),
     ];
     if let Some(e) = &cfg.elastic {
         env.push((
@@ -76,6 +80,8 @@ pub struct WorkerStart<'a> {
     pub slot: u32,
     /// The coordinator address this host dials.
     pub coordinator: SocketAddr,
+    /// The job may span hosts (see [`control::env::DATA_ALL_INTERFACES`]).
+    pub spans_hosts: bool,
 }
 
 /// Starts one worker, with its output forwarded by the returned tasks.
@@ -151,15 +157,20 @@ pub struct ProcessLauncher {
     cfg: JobConfig,
     secret: Secret,
     port: u16,
+    /// The coordinator listens on every interface: hosts other than this
+    /// machine may take part.
+    spans_hosts: bool,
     forwarders: Vec<JoinHandle<std::io::Result<()>>>,
 }
 
 impl ProcessLauncher {
-    pub fn new(cfg: JobConfig, secret: Secret, port: u16) -> Self {
+    /// Starts workers that dial the coordinator listening on `coordinator`.
+    pub fn new(cfg: JobConfig, secret: Secret, coordinator: SocketAddr) -> Self {
         Self {
             cfg,
             secret,
-            port,
+            port: coordinator.port(),
+            spans_hosts: coordinator.ip().is_unspecified(),
             forwarders: Vec::new(),
         }
     }
@@ -181,6 +192,7 @@ impl ProcessLauncher {
             host: &slot.host,
             slot: slot.slot,
             coordinator: SocketAddr::new(ip, self.port),
+            spans_hosts: self.spans_hosts,
         };
         let (process, mut forwarders) = start_one(&self.cfg, &self.secret, &one).await?;
         self.forwarders.append(&mut forwarders);
@@ -229,6 +241,7 @@ mod tests {
             host: "localhost",
             slot,
             coordinator: "127.0.0.1:9".parse().unwrap(),
+            spans_hosts: false,
         };
         job_env(cfg, &one)
     }

@@ -133,6 +133,13 @@ fn stall(w: &Worker, late: usize, sleep: Duration) -> Result<(), String> {
     )
 }
 
+/// This process's open-files limit, `[soft, hard]`.
+fn open_files() -> Option<[u64; 2]> {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .ok()
+        .map(|(soft, hard)| [soft, hard])
+}
+
 /// Whether a program this one starts finds the job secret in its environment.
 fn secret_inherited() -> Option<bool> {
     let out = std::process::Command::new("env").output().ok()?;
@@ -175,6 +182,7 @@ fn main() -> ExitCode {
         "cross_rank": w.cross_rank(), "cross_size": w.cross_size(),
         "knobs": w.knobs(),
         "secret_inherited": secret_inherited(),
+        "open_files": open_files(),
         "engine_cpus": w.engine_thread_cpus().ok(),
         "paths": {
             "allreduce": w.collective_paths().allreduce.to_string(),

@@ -6,7 +6,8 @@
 //!     └───────────────dial──────────────┘
 //! ```
 //! Every rank accepts from the ranks above it and dials the ranks below it, all at
-//! once, retrying refused dials (a peer may not listen yet) until the deadline.
+//! once, retrying failed dials until the deadline; a peer that keeps refusing
+//! (nothing listens at its address) is given up after [`REFUSED_GRACE`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -118,6 +119,12 @@ async fn collect_dials(
     Ok(out)
 }
 
+/// How long a dial keeps trying a peer that refuses connections. Peers bind
+/// and listen before their address is published, so a refusal that lasts
+/// means nothing listens there (a wrong address, or a dead peer): say so
+/// instead of waiting out the whole set-up time.
+const REFUSED_GRACE: Duration = Duration::from_secs(2);
+
 async fn dial(
     peer: Rank,
     addr: SocketAddr,
@@ -125,18 +132,21 @@ async fn dial(
     deadline: Instant,
     config: TcpConfig,
 ) -> Result<(Rank, TcpStream), TransportError> {
+    let started = Instant::now();
     let connect_err = |e: std::io::Error| TransportError::Connect {
+        from: me.rank,
         rank: peer,
         addr,
-        after: config.connect_timeout,
+        after: started.elapsed(),
         source: Arc::new(e),
     };
+    let give_up = deadline.min(started + REFUSED_GRACE);
     let mut backoff = Duration::from_millis(5);
     let mut stream = loop {
         let attempt = async { new_socket(addr, &config)?.connect(addr).await };
         match timeout_at(deadline, attempt).await {
             Ok(Ok(s)) => break s,
-            Ok(Err(e)) if Instant::now() + backoff < deadline => {
+            Ok(Err(e)) if Instant::now() + backoff < retry_until(&e, deadline, give_up) => {
                 tracing::trace!(peer, %addr, %e, "dial failed, retrying");
                 sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_millis(200));
@@ -157,6 +167,15 @@ async fn dial(
         }),
         Ok(Err(e)) => Err(connect_err(e)),
         Err(_) => Err(connect_err(std::io::ErrorKind::TimedOut.into())),
+    }
+}
+
+/// Until when a dial that failed with `e` is tried again.
+fn retry_until(e: &std::io::Error, deadline: Instant, refused_until: Instant) -> Instant {
+    if e.kind() == std::io::ErrorKind::ConnectionRefused {
+        refused_until
+    } else {
+        deadline
     }
 }
 
