@@ -10,9 +10,10 @@
 //! (nothing listens at its address) is given up after [`REFUSED_GRACE`].
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use control::{Say, Throttle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
@@ -219,13 +220,33 @@ async fn accept_all(
     Ok(got)
 }
 
+/// Refused data-plane connections said per 10 s; the rest are counted into
+/// the next line said.
+static REFUSALS: Mutex<Throttle> = Mutex::new(Throttle::new(Duration::from_secs(10), 5));
+
+/// Says that a connection was refused, and why (a few times per window).
+fn refused(why: &str) {
+    let say = REFUSALS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .note(std::time::Instant::now());
+    match say {
+        Say::Now { held: 0 } => tracing::warn!(why, "data-plane connection refused"),
+        Say::Now { held } => tracing::warn!(
+            why,
+            "data-plane connection refused ({held} more refused since the last such line)"
+        ),
+        Say::Hold => {}
+    }
+}
+
 /// Reads a dialer's hello and answers it; `None` for anything that is not a valid
 /// peer of this generation (logged, connection closed).
 async fn answer_hello(mut s: TcpStream, me: Hello) -> Option<(Rank, TcpStream)> {
     let mut buf = [0u8; HELLO_LEN];
     let read = tokio::time::timeout(HELLO_TIMEOUT, s.read_exact(&mut buf)).await;
     if !matches!(read, Ok(Ok(_))) {
-        tracing::warn!("data-plane connection closed: no hello within {HELLO_TIMEOUT:?}");
+        refused(&format!("no hello within {HELLO_TIMEOUT:?}"));
         return None;
     }
     let verdict = Hello::decode(&buf).and_then(|h| h.check_against(&me).map(|()| h));
@@ -237,7 +258,7 @@ async fn answer_hello(mut s: TcpStream, me: Hello) -> Option<(Rank, TcpStream)> 
     match (verdict, answered) {
         (Ok(h), Ok(Ok(()))) => Some((h.rank, s)),
         (Err(r), _) => {
-            tracing::warn!(reason = r.reason(), "data-plane connection refused");
+            refused(r.reason());
             None
         }
         _ => None,
