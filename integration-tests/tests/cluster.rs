@@ -14,15 +14,16 @@ mod chaos;
 use std::sync::Arc;
 use std::time::Duration;
 
+use coordinator::config::JobConfig;
 use coordinator::job::Ending;
 use coordinator::store::{JobState, MemoryStore, Revision, Store, StoreError};
 use elastic::SlotId;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use integration_tests::cluster::checks::{
-    check_run, exits, first_step, generations, rollbacks, wait_generation, wait_step,
+    Member, check_run, exits, first_step, generations, rollbacks, wait_generation, wait_step,
 };
-use integration_tests::cluster::{Cluster, Event, Exit, Training, elastic_job};
+use integration_tests::cluster::{Cluster, Coordinator, Event, Exit, Training, elastic_job};
 
 /// Bound on one job, in virtual time.
 const JOB: Duration = Duration::from_secs(600);
@@ -130,8 +131,20 @@ async fn a_removed_host_leaves_and_the_rest_go_on_without_rollback() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_restarted_coordinator_resumes_from_the_store_and_its_workers_reattach() {
+/// A job of three workers on `h` whose coordinator keeps its state in a
+/// store that outlives it (a restarted one resumes from it).
+struct Job {
+    training: Training,
+    cluster: Cluster,
+    cfg: JobConfig,
+    store: Arc<MemoryStore>,
+    coordinator: Coordinator,
+    /// Generation 1's members.
+    first: Vec<Member>,
+}
+
+/// [`Job`] once rank 0 of generation 1 has trained to step 17.
+async fn three_workers_at_step_17() -> Job {
     let training = Training::default();
     let cluster = Cluster::new(training);
     let cfg = elastic_job(&["--min-np", "2", "--max-np", "3"]);
@@ -140,6 +153,26 @@ async fn a_restarted_coordinator_resumes_from_the_store_and_its_workers_reattach
     coordinator.discover("h:3").await;
     let first = wait_generation(&cluster, 1, 3, WAIT).await;
     wait_step(&cluster, 1, 17, WAIT).await;
+    Job {
+        training,
+        cluster,
+        cfg,
+        store,
+        coordinator,
+        first,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_coordinator_resumes_from_the_store_and_its_workers_reattach() {
+    let Job {
+        training,
+        cluster,
+        cfg,
+        store,
+        coordinator,
+        first,
+    } = three_workers_at_step_17().await;
     let (revision, _) = store.load().await.unwrap().expect("a committed state");
     coordinator.crash();
     let coordinator = cluster.start_coordinator(&cfg, Box::new(store.clone()));
@@ -177,14 +210,14 @@ async fn a_restarted_coordinator_resumes_from_the_store_and_its_workers_reattach
 
 #[tokio::test(start_paused = true)]
 async fn a_worker_killed_while_the_coordinator_is_down_fails_after_the_rejoin_timeout() {
-    let training = Training::default();
-    let cluster = Cluster::new(training);
-    let cfg = elastic_job(&["--min-np", "2", "--max-np", "3"]);
-    let store = Arc::new(MemoryStore::new());
-    let coordinator = cluster.start_coordinator(&cfg, Box::new(store.clone()));
-    coordinator.discover("h:3").await;
-    let first = wait_generation(&cluster, 1, 3, WAIT).await;
-    wait_step(&cluster, 1, 17, WAIT).await;
+    let Job {
+        training,
+        cluster,
+        cfg,
+        store,
+        coordinator,
+        first,
+    } = three_workers_at_step_17().await;
     coordinator.crash();
     let victim = first[1].pid;
     cluster.kill(victim);
@@ -221,14 +254,14 @@ async fn a_worker_killed_while_the_coordinator_is_down_fails_after_the_rejoin_ti
 
 #[tokio::test(start_paused = true)]
 async fn a_rejoin_its_coordinator_took_with_it_is_asked_again_of_the_next_one() {
-    let training = Training::default();
-    let cluster = Cluster::new(training);
-    let cfg = elastic_job(&["--min-np", "2", "--max-np", "3"]);
-    let store = Arc::new(MemoryStore::new());
-    let coordinator = cluster.start_coordinator(&cfg, Box::new(store.clone()));
-    coordinator.discover("h:3").await;
-    let first = wait_generation(&cluster, 1, 3, WAIT).await;
-    wait_step(&cluster, 1, 17, WAIT).await;
+    let Job {
+        training,
+        cluster,
+        cfg,
+        store,
+        coordinator,
+        first,
+    } = three_workers_at_step_17().await;
     // The replacement will take 2 s to register: the next generation waits
     // for it, with the survivors' rejoins in hand, when the coordinator dies.
     cluster.slow_start(slot("h", 1), Duration::from_secs(2));

@@ -1,8 +1,11 @@
 //! The worker's end of its control connection once joined: heartbeats out, the
 //! coordinator's directions in. A dropped connection is dialled again with
 //! backoff and the worker registers anew, saying which generation it is in
-//! ([`crate::reconnect`]); a coordinator that cannot be reached within
+//! ([`Redial`]); a coordinator that cannot be reached within
 //! `--coordinator-timeout` ends the process, so that no worker outlives its job.
+//! Public so that the in-process cluster tests run this same loop for their
+//! simulated workers, over in-memory streams ([`Connect`]) and watched
+//! ([`Observe`]).
 //!
 //! ```text
 //!  heartbeat every second ──> coordinator      Stop        -> exit(1)
@@ -24,39 +27,42 @@ use control::{
     Assignment, CoordinatorMsg, Generation, PeerAddress, PendingReport, WorkerLink, WorkerMsg,
 };
 use futures::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
 use crate::engine::PendingBoard;
-pub(crate) use crate::reconnect::Redial;
+pub use crate::reconnect::{Connect, CoordinatorGone, Redial, Tcp};
 
 /// How often a worker tells the coordinator it is alive.
-pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// What the control task and the worker share.
 #[derive(Debug, Default)]
-pub(crate) struct Shared {
+pub struct Shared {
     /// The generation this worker runs in (for heartbeats).
-    pub(crate) generation: AtomicU64,
+    pub generation: AtomicU64,
     /// Highest generation a `HostsUpdated` announced.
-    pub(crate) hosts_updated: AtomicU64,
+    pub hosts_updated: AtomicU64,
     /// Highest generation a `Reset` asked for: a generation older than it
     /// is ended as soon as its breaker is installed (the `Reset` may come
     /// between its `Assign` and then).
-    pub(crate) reset_to: AtomicU64,
+    pub reset_to: AtomicU64,
     /// A `Rejoin` not answered yet: asked again of a coordinator reached
     /// anew, which may have taken the job over without ever seeing it.
-    pub(crate) asking: Mutex<Option<WorkerMsg>>,
+    pub asking: Mutex<Option<WorkerMsg>>,
     /// The current data plane's breaker, ended on `Reset`.
-    pub(crate) breaker: Mutex<Option<Breaker>>,
+    pub breaker: Mutex<Option<Breaker>>,
     /// The current engine's pending tensors, when the stall check is on.
-    pub(crate) pending: Mutex<Option<PendingBoard>>,
+    pub pending: Mutex<Option<PendingBoard>>,
     /// This worker's data-plane address in the current generation.
-    pub(crate) data_addr: Mutex<Option<PeerAddress>>,
+    pub data_addr: Mutex<Option<PeerAddress>>,
 }
 
 impl Shared {
-    pub(crate) fn set_generation(
+    /// Moves to `generation`, whose data plane `breaker` ends; `pending`
+    /// is its engine's board (stall check on), `data_addr` this worker's
+    /// address in it.
+    pub fn set_generation(
         &self,
         generation: u64,
         breaker: Breaker,
@@ -79,7 +85,7 @@ impl Shared {
     }
 
     /// Records the `Rejoin` being asked (`None` once it is answered).
-    pub(crate) fn set_asking(&self, ask: Option<WorkerMsg>) {
+    pub fn set_asking(&self, ask: Option<WorkerMsg>) {
         *self.asking.lock().unwrap_or_else(PoisonError::into_inner) = ask;
     }
 
@@ -91,7 +97,7 @@ impl Shared {
     }
 
     /// Ends the current data plane (a no-op when it already is).
-    pub(crate) fn end_generation(&self, why: &str) {
+    pub fn end_generation(&self, why: &str) {
         if let Some(b) = self
             .breaker
             .lock()
@@ -115,7 +121,7 @@ impl Shared {
 
 /// Where the coordinator places this worker next.
 #[derive(Debug)]
-pub(crate) enum Placement {
+pub enum Placement {
     Assign(Box<Assignment>),
     Leave(String),
 }
@@ -130,17 +136,17 @@ pub(crate) struct Control {
 
 /// Starts the control task on `rt`; `redial` says how to reach the
 /// coordinator again if the connection drops.
-pub(crate) fn spawn(
+pub(crate) fn spawn<C: Connect>(
     rt: &tokio::runtime::Handle,
-    link: WorkerLink<TcpStream>,
-    redial: Redial,
+    link: WorkerLink<C::Stream>,
+    redial: Redial<C>,
 ) -> Control {
     let shared = Arc::new(Shared::default());
     let (out, out_rx) = mpsc::channel(16);
     let (placements_tx, placements) = mpsc::channel(16);
     let task_shared = shared.clone();
     rt.spawn(async move {
-        let why = run(link, task_shared, out_rx, placements_tx, redial).await;
+        let why = run(link, task_shared, out_rx, placements_tx, redial, ()).await;
         exit(&why);
     });
     Control {
@@ -150,18 +156,41 @@ pub(crate) fn spawn(
     }
 }
 
+/// What a control task tells whoever watches it (the in-process cluster
+/// tests record it); the runtime watches nothing.
+pub trait Observe: Send + Sync {
+    /// A message came from the coordinator.
+    fn heard(&self, _msg: &CoordinatorMsg) {}
+    /// The worker registered again after a lost connection, in `generation`.
+    fn reconnected(&self, _generation: u64) {}
+}
+
+impl Observe for () {}
+
 /// Serves the control connection, reconnecting when it drops; returns why
 /// the worker must exit (the coordinator stopped it, or stayed unreachable).
-pub(crate) async fn run(
-    mut link: WorkerLink<TcpStream>,
+/// Messages from `out` go to the coordinator (a `Rejoin` recorded in
+/// [`Shared::asking`] is asked again of a coordinator reached anew);
+/// `Assign` and `Leave` go to `placements`.
+pub async fn run<C: Connect>(
+    mut link: WorkerLink<C::Stream>,
     shared: Arc<Shared>,
     mut out: mpsc::Receiver<WorkerMsg>,
     placements: mpsc::Sender<Placement>,
-    redial: Redial,
+    redial: Redial<C>,
+    observe: impl Observe,
 ) -> String {
     let mut unsent = None;
     loop {
-        let lost = match serve(&mut link, &shared, &mut out, &placements, &mut unsent).await {
+        let served = serve(
+            &mut link,
+            &shared,
+            &mut out,
+            &placements,
+            &mut unsent,
+            &observe,
+        );
+        let lost = match served.await {
             Served::Stop(why) => return why,
             Served::Lost(lost) => lost,
         };
@@ -170,6 +199,7 @@ pub(crate) async fn run(
             Ok(l) => link = l,
             Err(e) => return format!("lost the coordinator ({lost}) and {e}"),
         }
+        observe.reconnected(shared.generation.load(Ordering::SeqCst));
         if unsent.is_none() {
             unsent = shared.asking();
         }
@@ -186,12 +216,13 @@ enum Served {
 
 /// One connection's life. A message that could not be sent is kept in
 /// `unsent` and goes first on the next connection (heartbeats excepted).
-async fn serve(
-    link: &mut WorkerLink<TcpStream>,
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    link: &mut WorkerLink<S>,
     shared: &Shared,
     out: &mut mpsc::Receiver<WorkerMsg>,
     placements: &mpsc::Sender<Placement>,
     unsent: &mut Option<WorkerMsg>,
+    observe: &impl Observe,
 ) -> Served {
     let mut tick = tokio::time::interval(HEARTBEAT);
     loop {
@@ -206,6 +237,7 @@ async fn serve(
                 m = link.next() => {
                     match m {
                         Some(Ok(m)) => {
+                            observe.heard(&m);
                             if let Some(why) = obey(m, shared, placements).await {
                                 return Served::Stop(why);
                             }

@@ -11,7 +11,7 @@
 
 mod affinity;
 mod api;
-mod control_link;
+pub mod control_link;
 mod data_plane;
 pub mod elastic;
 pub mod engine;

@@ -10,6 +10,7 @@
 //!            └─ not within the timeout, or the launching process gone ─► the worker exits
 //! ```
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use control::{Registration, Secret, WorkerLink, WorkerMsg};
 use futures::SinkExt;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -28,38 +30,73 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How often a reconnecting worker looks whether its launcher still runs.
 const LAUNCHER_POLL: Duration = Duration::from_millis(20);
 
-/// How to reach the coordinator again, and for how long to try.
+/// How a worker opens a byte stream to its coordinator: TCP in a job, an
+/// in-memory pipe in an in-process cluster.
+pub trait Connect: Send + Sync + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// Where it connects to, for messages.
+    fn target(&self) -> String;
+    /// A new stream to the coordinator.
+    fn connect(&self) -> impl Future<Output = std::io::Result<Self::Stream>> + Send;
+    /// Whether the process that started this worker is gone (the job with
+    /// it); `None` when there is none to watch.
+    fn launcher_gone(&self) -> Option<bool> {
+        None
+    }
+}
+
+/// The coordinator over TCP.
 #[derive(Clone, Debug)]
-pub(crate) struct Redial {
-    pub(crate) coordinator: SocketAddr,
-    pub(crate) secret: Secret,
-    pub(crate) host: String,
-    pub(crate) slot: u32,
-    /// `--coordinator-timeout`.
-    pub(crate) give_up_after: Duration,
+pub struct Tcp {
+    pub addr: SocketAddr,
     /// The process that started this worker (`elasticrun`, or the remote
     /// shell ssh runs), when it must outlive it: once it is gone, so is the
     /// job, and the worker stops trying at once.
-    pub(crate) launcher: Option<u32>,
+    pub launcher: Option<u32>,
 }
 
-impl Redial {
-    /// Whether the process that started this worker has exited (this one
-    /// was handed to another parent).
-    fn launcher_gone(&self) -> bool {
-        self.launcher
-            .is_some_and(|pid| std::os::unix::process::parent_id() != pid)
+impl Connect for Tcp {
+    type Stream = TcpStream;
+
+    fn target(&self) -> String {
+        self.addr.to_string()
     }
+
+    async fn connect(&self) -> std::io::Result<TcpStream> {
+        let s = TcpStream::connect(self.addr).await?;
+        let _ = s.set_nodelay(true);
+        Ok(s)
+    }
+
+    /// Whether the launcher has exited (this process was handed to another
+    /// parent).
+    fn launcher_gone(&self) -> Option<bool> {
+        self.launcher
+            .map(|pid| std::os::unix::process::parent_id() != pid)
+    }
+}
+
+/// How to reach the coordinator again, as whom, and for how long to try.
+#[derive(Clone, Debug)]
+pub struct Redial<C> {
+    pub connect: C,
+    pub secret: Secret,
+    pub host: String,
+    pub slot: u32,
+    /// This worker's process id (its identity with `host` and `slot`).
+    pub pid: u32,
+    /// `--coordinator-timeout`.
+    pub give_up_after: Duration,
 }
 
 /// Why the worker gave the coordinator up.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CoordinatorGone {
+pub enum CoordinatorGone {
     #[error(
-        "could not reach it again at {addr} within {after:?} ({attempts} attempts; last: {last})"
+        "could not reach it again at {at} within {after:?} ({attempts} attempts; last: {last})"
     )]
     Unreachable {
-        addr: SocketAddr,
+        at: String,
         after: Duration,
         attempts: u32,
         last: String,
@@ -69,14 +106,14 @@ pub(crate) enum CoordinatorGone {
     Launcher,
 }
 
-impl Redial {
+impl<C: Connect> Redial<C> {
     /// A new, registered control connection, or [`CoordinatorGone`]. The
     /// launcher is watched all along (an attempt may hang on a port that
     /// another process took over), so its death ends the wait at once.
-    pub(crate) async fn reconnect(
+    pub async fn reconnect(
         &self,
         shared: &Shared,
-    ) -> Result<WorkerLink<TcpStream>, CoordinatorGone> {
+    ) -> Result<WorkerLink<C::Stream>, CoordinatorGone> {
         tokio::select! {
             r = self.redial(shared) => r,
             () = self.launcher_exit() => Err(CoordinatorGone::Launcher),
@@ -85,15 +122,15 @@ impl Redial {
 
     /// Resolves once the launcher is gone (never without one).
     async fn launcher_exit(&self) {
-        if self.launcher.is_none() {
+        if self.connect.launcher_gone().is_none() {
             return std::future::pending().await;
         }
-        while !self.launcher_gone() {
+        while self.connect.launcher_gone() != Some(true) {
             tokio::time::sleep(LAUNCHER_POLL).await;
         }
     }
 
-    async fn redial(&self, shared: &Shared) -> Result<WorkerLink<TcpStream>, CoordinatorGone> {
+    async fn redial(&self, shared: &Shared) -> Result<WorkerLink<C::Stream>, CoordinatorGone> {
         let deadline = Instant::now() + self.give_up_after;
         let mut backoff = FIRST_BACKOFF;
         let mut attempts = 0;
@@ -111,7 +148,7 @@ impl Redial {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(CoordinatorGone::Unreachable {
-                    addr: self.coordinator,
+                    at: self.connect.target(),
                     after: self.give_up_after,
                     attempts,
                     last,
@@ -124,15 +161,14 @@ impl Redial {
         }
     }
 
-    async fn attempt(
+    /// One try: connect, authenticate within `deadline`, and register as this
+    /// worker in its generation with its data-plane address.
+    pub async fn attempt(
         &self,
         shared: &Shared,
         deadline: Instant,
-    ) -> Result<WorkerLink<TcpStream>, String> {
-        let stream = TcpStream::connect(self.coordinator)
-            .await
-            .map_err(|e| e.to_string())?;
-        let _ = stream.set_nodelay(true);
+    ) -> Result<WorkerLink<C::Stream>, String> {
+        let stream = self.connect.connect().await.map_err(|e| e.to_string())?;
         let left = deadline.saturating_duration_since(Instant::now());
         let mut link = control::connect(stream, &self.secret, left)
             .await
@@ -146,7 +182,7 @@ impl Redial {
         let registration = Registration {
             host: self.host.clone(),
             slot: self.slot,
-            pid: std::process::id(),
+            pid: self.pid,
             data_addr,
             generation: control::Generation(shared.generation.load(Ordering::SeqCst)),
         };
@@ -178,17 +214,20 @@ mod tests {
         addr: std::net::SocketAddr,
         secret: &Secret,
         give_up_after: Duration,
-    ) -> (Shared, Redial) {
+    ) -> (Shared, Redial<Tcp>) {
         let shared = Shared::default();
         shared.generation.store(7, Ordering::SeqCst);
         *shared.data_addr.lock().unwrap() = Some(own_address());
         let redial = Redial {
-            coordinator: addr,
+            connect: Tcp {
+                addr,
+                launcher: None,
+            },
             secret: secret.clone(),
             host: "h".into(),
             slot: 2,
+            pid: std::process::id(),
             give_up_after,
-            launcher: None,
         };
         (shared, redial)
     }
@@ -230,6 +269,7 @@ mod tests {
                 out_rx,
                 placements_tx,
                 redial,
+                (),
             )
             .await
         });
@@ -379,14 +419,17 @@ mod tests {
     #[tokio::test]
     async fn a_worker_whose_launcher_is_gone_stops_trying_at_once() {
         let redial = Redial {
-            // Nothing listens there; the launcher check comes first anyway.
-            coordinator: "127.0.0.1:9".parse().unwrap(),
+            connect: Tcp {
+                // Nothing listens there; the launcher check comes first anyway.
+                addr: "127.0.0.1:9".parse().unwrap(),
+                // Not this process's parent: as if the launcher had exited.
+                launcher: Some(std::os::unix::process::parent_id().wrapping_add(1)),
+            },
             secret: Secret::generate().unwrap(),
             host: "h".into(),
             slot: 0,
+            pid: std::process::id(),
             give_up_after: Duration::from_secs(3600),
-            // Not this process's parent: as if the launcher had exited.
-            launcher: Some(std::os::unix::process::parent_id().wrapping_add(1)),
         };
         let e = tokio::time::timeout(LIMIT, redial.reconnect(&Shared::default()))
             .await

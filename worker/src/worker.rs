@@ -92,12 +92,15 @@ pub fn init() -> Result<Worker, InitError> {
     }
     let joined = rt.block_on(join::join(&launch))?;
     let redial = control_link::Redial {
-        coordinator: launch.coordinator,
+        connect: control_link::Tcp {
+            addr: launch.coordinator,
+            launcher: Some(std::os::unix::process::parent_id()),
+        },
         secret: launch.secret.clone(),
         host: launch.host.clone(),
         slot: launch.slot,
+        pid: std::process::id(),
         give_up_after: launch.coordinator_timeout,
-        launcher: Some(std::os::unix::process::parent_id()),
     };
     let control = control_link::spawn(rt.handle(), joined.link, redial);
     let link = Link {

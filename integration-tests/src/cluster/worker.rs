@@ -1,6 +1,7 @@
 //! A simulated worker: what `examples/train` does through the worker
-//! runtime, as one task. Its control task registers with the coordinator
-//! (real codec and handshake over an in-memory pipe), heartbeats, obeys the
+//! runtime, as one task. Its control task is the runtime's own
+//! ([`worker::control_link::run`]) over in-memory pipes (real codec and
+//! handshake): it registers with the coordinator, heartbeats, obeys the
 //! coordinator and reconnects when the connection drops; its training loop
 //! enters each generation over the cluster's `MemFabric`, syncs the state
 //! from rank 0, runs allreduce steps and commits.
@@ -19,33 +20,26 @@
 //! the ranks: `n (n + 1) / 2` proves that the generation's data plane joins
 //! exactly its `n` ranks.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use collectives::{
-    Breaker, CollectiveOptions, Communicator, Endpoint, MemAddress, MemEndpoint, MemTransport,
-    ReduceOp, Transport,
+    CollectiveOptions, Communicator, Endpoint, MemAddress, MemEndpoint, MemTransport, ReduceOp,
+    Transport,
 };
-use control::{
-    Assignment, CoordinatorMsg, Generation, PeerAddress, PendingReport, Registration, WorkerLink,
-    WorkerMsg,
-};
+use control::{Assignment, CoordinatorMsg, Generation, PeerAddress, WorkerMsg};
 use elastic::SlotId;
-use futures::{SinkExt, StreamExt};
 use tokio::io::DuplexStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use worker::control_link::{self, Connect, Observe, Placement, Redial, Shared};
+
 use super::{Cluster, Event, Exit};
 
-/// How often a worker says it is alive (as the runtime does).
-const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long the handshake and one message may take.
 const MESSAGE: Duration = Duration::from_secs(5);
-/// First and longest pause between reconnection attempts.
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// How the simulated workers train.
 #[derive(Clone, Copy, Debug)]
@@ -101,44 +95,18 @@ impl Ctx {
     }
 }
 
-/// What the control task and the training loop share.
-#[derive(Debug, Default)]
-struct Shared {
-    /// The generation the worker is in.
-    generation: AtomicU64,
-    /// Highest generation a `Reset` asked for.
-    reset_to: AtomicU64,
-    /// Highest generation a `HostsUpdated` announced.
-    hosts_updated: AtomicU64,
-    /// Ends the current generation's data plane.
-    breaker: Mutex<Option<Breaker>>,
-    /// Where the worker's data plane is, for (re-)registering.
-    data_addr: Mutex<Option<PeerAddress>>,
-    /// A `Rejoin` not answered yet: said again to a coordinator reached
-    /// anew (one that took the job over never saw it).
-    asking: Mutex<Option<WorkerMsg>>,
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Shared {
-    fn generation(&self) -> u64 {
-        self.generation.load(Ordering::SeqCst)
-    }
-}
-
-/// Where the coordinator places the worker next.
-#[derive(Debug)]
-enum Placement {
-    Assign(Box<Assignment>),
-    Leave(String),
+/// The generation the worker is in.
+fn generation_of(shared: &Shared) -> u64 {
+    shared.generation.load(Ordering::SeqCst)
 }
 
 /// Runs the worker until it ends, saying how.
 pub(super) async fn run(ctx: &Ctx) -> Exit {
-    let shared = Shared::default();
+    let shared = Arc::new(Shared::default());
     let endpoint = ctx.cluster.inner.fabric.endpoint();
     let Ok(MemAddress(address)) = endpoint.address() else {
         return Exit::Failed {
@@ -149,188 +117,79 @@ pub(super) async fn run(ctx: &Ctx) -> Exit {
     let (out_tx, out_rx) = mpsc::channel(4);
     let (placements_tx, placements_rx) = mpsc::channel(4);
     tokio::select! {
-        why = control(ctx, &shared, out_rx, placements_tx) => Exit::Failed { why },
+        why = control(ctx, shared.clone(), out_rx, placements_tx) => Exit::Failed { why },
         exit = train(ctx, &shared, endpoint, out_tx, placements_rx) => exit,
     }
 }
 
 // ---------------------------------------------------------------- control
 
-/// Serves the control connection, reconnecting when it drops; returns why
-/// the worker must exit.
+/// The cluster's coordinator, over its in-memory dialer.
+#[derive(Debug)]
+struct MemConnect(Cluster);
+
+impl Connect for MemConnect {
+    type Stream = DuplexStream;
+
+    fn target(&self) -> String {
+        "the in-memory coordinator".into()
+    }
+
+    async fn connect(&self) -> std::io::Result<DuplexStream> {
+        self.0.dial()
+    }
+}
+
+/// Records what the control task hears and does as the cluster's events.
+struct Watch<'a>(&'a Ctx);
+
+impl Observe for Watch<'_> {
+    fn heard(&self, msg: &CoordinatorMsg) {
+        let pid = self.0.pid;
+        match msg {
+            CoordinatorMsg::Reset { generation } => self.0.record(Event::Reset {
+                pid,
+                generation: generation.0,
+            }),
+            CoordinatorMsg::HostsUpdated { generation } => self.0.record(Event::HostsUpdated {
+                pid,
+                generation: generation.0,
+            }),
+            _ => {}
+        }
+    }
+
+    fn reconnected(&self, generation: u64) {
+        self.0.record(Event::Reconnected {
+            pid: self.0.pid,
+            generation,
+        });
+    }
+}
+
+/// Registers, then runs the runtime's own control task
+/// ([`worker::control_link::run`]) over in-memory streams; returns why the
+/// worker must exit.
 async fn control(
     ctx: &Ctx,
-    shared: &Shared,
-    mut out: mpsc::Receiver<WorkerMsg>,
+    shared: Arc<Shared>,
+    out: mpsc::Receiver<WorkerMsg>,
     placements: mpsc::Sender<Placement>,
 ) -> String {
     tokio::time::sleep(ctx.start_delay).await;
-    let mut link = match register(ctx, shared).await {
-        Ok(l) => l,
-        Err(why) => return format!("cannot reach the coordinator: {why}"),
-    };
-    let mut unsent = None;
-    loop {
-        let lost = match serve(ctx, &mut link, shared, &mut out, &placements, &mut unsent).await {
-            Served::Stop(why) => return why,
-            Served::Lost(why) => why,
-        };
-        link = match redial(ctx, shared).await {
-            Ok(l) => l,
-            Err(why) => return format!("lost the coordinator ({lost}) and {why}"),
-        };
-        let generation = shared.generation();
-        ctx.record(Event::Reconnected {
-            pid: ctx.pid,
-            generation,
-        });
-        if unsent.is_none() {
-            unsent = lock(&shared.asking).clone();
-        }
-    }
-}
-
-/// Dials the coordinator and registers as this worker in its generation.
-async fn register(ctx: &Ctx, shared: &Shared) -> Result<WorkerLink<DuplexStream>, String> {
-    let stream = ctx.cluster.dial().map_err(|e| e.to_string())?;
-    let secret = &ctx.cluster.inner.secret;
-    let mut link = control::connect(stream, secret, MESSAGE)
-        .await
-        .map_err(|e| e.to_string())?;
-    let data_addr = lock(&shared.data_addr)
-        .clone()
-        .ok_or("no data-plane address yet")?;
-    let registration = Registration {
+    let redial = Redial {
+        connect: MemConnect(ctx.cluster.clone()),
+        secret: ctx.cluster.inner.secret.clone(),
         host: ctx.slot.host.clone(),
         slot: ctx.slot.slot,
         pid: ctx.pid,
-        data_addr,
-        generation: Generation(shared.generation()),
+        give_up_after: ctx.training().coordinator_timeout,
     };
-    link.send(WorkerMsg::Register(registration))
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(link)
-}
-
-/// Registers again, with backoff, until the coordinator timeout.
-async fn redial(ctx: &Ctx, shared: &Shared) -> Result<WorkerLink<DuplexStream>, String> {
-    let limit = ctx.training().coordinator_timeout;
-    let deadline = Instant::now() + limit;
-    let mut backoff = FIRST_BACKOFF;
-    loop {
-        let last = match tokio::time::timeout_at(deadline, register(ctx, shared)).await {
-            Ok(Ok(link)) => return Ok(link),
-            Ok(Err(why)) => why,
-            Err(_) => "timed out".to_owned(),
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!(
-                "could not reach it again within {limit:?} ({last})"
-            ));
-        }
-        tokio::time::sleep(backoff.min(left)).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
-}
-
-enum Served {
-    Stop(String),
-    Lost(String),
-}
-
-/// One connection's life; a message that could not be sent is kept in
-/// `unsent` for the next connection (heartbeats excepted).
-async fn serve(
-    ctx: &Ctx,
-    link: &mut WorkerLink<DuplexStream>,
-    shared: &Shared,
-    out: &mut mpsc::Receiver<WorkerMsg>,
-    placements: &mpsc::Sender<Placement>,
-    unsent: &mut Option<WorkerMsg>,
-) -> Served {
-    let mut beat = tokio::time::interval(HEARTBEAT);
-    loop {
-        let msg = match unsent.take() {
-            Some(m) => m,
-            None => tokio::select! {
-                _ = beat.tick() => WorkerMsg::Heartbeat {
-                    generation: Generation(shared.generation()),
-                    pending: PendingReport::default(),
-                },
-                Some(m) = out.recv() => m,
-                m = link.next() => {
-                    match m {
-                        Some(Ok(m)) => {
-                            if let Some(why) = obey(ctx, m, shared, placements).await {
-                                return Served::Stop(why);
-                            }
-                        }
-                        Some(Err(e)) => return Served::Lost(e.to_string()),
-                        None => return Served::Lost("connection closed".into()),
-                    }
-                    continue;
-                }
-            },
-        };
-        let heartbeat = matches!(msg, WorkerMsg::Heartbeat { .. });
-        let sent = tokio::time::timeout(MESSAGE, link.send(msg.clone())).await;
-        if !matches!(sent, Ok(Ok(()))) {
-            if !heartbeat {
-                *unsent = Some(msg);
-            }
-            return Served::Lost("a message could not be sent".into());
-        }
-    }
-}
-
-/// Carries out the coordinator's message; `Some(why)` when the worker must
-/// exit.
-async fn obey(
-    ctx: &Ctx,
-    m: CoordinatorMsg,
-    shared: &Shared,
-    placements: &mpsc::Sender<Placement>,
-) -> Option<String> {
-    match m {
-        CoordinatorMsg::Stop { reason } => {
-            return Some(format!("stopped by the coordinator: {reason}"));
-        }
-        CoordinatorMsg::Reset { generation } => {
-            ctx.record(Event::Reset {
-                pid: ctx.pid,
-                generation: generation.0,
-            });
-            shared.reset_to.fetch_max(generation.0, Ordering::SeqCst);
-            if generation.0 > shared.generation() {
-                end_generation(shared, "the coordinator reset the job");
-            }
-        }
-        CoordinatorMsg::HostsUpdated { generation } => {
-            ctx.record(Event::HostsUpdated {
-                pid: ctx.pid,
-                generation: generation.0,
-            });
-            shared
-                .hosts_updated
-                .fetch_max(generation.0, Ordering::SeqCst);
-        }
-        CoordinatorMsg::Assign(a) => {
-            let _ = placements.send(Placement::Assign(Box::new(a))).await;
-        }
-        CoordinatorMsg::Leave { reason } => {
-            let _ = placements.send(Placement::Leave(reason)).await;
-        }
-        CoordinatorMsg::Challenge { .. } | CoordinatorMsg::Proven { .. } => {}
-    }
-    None
-}
-
-fn end_generation(shared: &Shared, why: &str) {
-    if let Some(b) = lock(&shared.breaker).as_ref() {
-        b.end(why);
-    }
+    let link = match redial.attempt(&shared, Instant::now() + MESSAGE).await {
+        Ok(l) => l,
+        Err(why) => return format!("cannot reach the coordinator: {why}"),
+    };
+    control_link::run(link, shared, out, placements, redial, Watch(ctx)).await
 }
 
 // ---------------------------------------------------------------- training
@@ -390,7 +249,7 @@ async fn train(
                 state.current = state.committed;
                 ctx.record(Event::RolledBack {
                     pid: ctx.pid,
-                    generation: shared.generation(),
+                    generation: generation_of(shared),
                     to: state.committed.step,
                 });
             }
@@ -405,12 +264,12 @@ async fn train(
         };
         let data_addr = PeerAddress::mem(address);
         *lock(&shared.data_addr) = Some(data_addr.clone());
-        let wanted = Generation(shared.generation() + 1);
+        let wanted = Generation(generation_of(shared) + 1);
         let ask = WorkerMsg::Rejoin {
             generation: wanted,
             data_addr,
         };
-        *lock(&shared.asking) = Some(ask.clone());
+        shared.set_asking(Some(ask.clone()));
         if out.send(ask).await.is_err() {
             return Exit::Failed {
                 why: "the control task is gone".into(),
@@ -443,7 +302,7 @@ async fn placement(
             Ok(Some(Placement::Assign(a))) if a.generation >= wanted => Ok(*a),
             Ok(Some(Placement::Assign(_))) => continue,
         };
-        *lock(&shared.asking) = None;
+        shared.set_asking(None);
         return answer;
     }
 }
@@ -471,13 +330,10 @@ async fn generation(
         Ok(t) => t,
         Err(e) => return Ended::Fatal(format!("cannot connect generation {g}: {e}")),
     };
-    let breaker = transport.breaker();
-    // A Reset for a later generation that came while this one was being
-    // entered: it is over already.
-    if shared.reset_to.load(Ordering::SeqCst) > g.0 {
-        breaker.end("the coordinator reset the job");
-    }
-    *lock(&shared.breaker) = Some(breaker);
+    // As the runtime does: a Reset for a later generation that came while
+    // this one was being entered ends it as soon as it is installed.
+    let own = lock(&shared.data_addr).clone();
+    shared.set_generation(g.0, transport.breaker(), None, own);
     ctx.record(Event::Assigned {
         pid: ctx.pid,
         slot: ctx.slot.clone(),
@@ -505,7 +361,7 @@ async fn steps(
 ) -> Result<Ended, collectives::CollectiveError> {
     let t = *ctx.training();
     let (rank, size) = (comm.rank(), comm.size());
-    let generation = shared.generation();
+    let generation = generation_of(shared);
     let mut sync = [state.current.step as f64, state.current.acc];
     comm.broadcast(&mut sync, 0).await?;
     let synced = Progress {
