@@ -182,13 +182,20 @@ fn slots_removed_mid_run_leave_cleanly() {
     let run = job.finish(JOB);
     run.expect_code(0);
     assert!(failure_lines(&run.stderr).is_empty(), "{}", run.stderr);
+    // Leaving is news, not an error: the worker says so on its stdout,
+    // elasticrun in a line of its own.
     for id in [2, 3] {
-        let leaving = format!("[{id}]<stderr>:train: localhost slot {id} has no place");
+        let leaving = format!("[{id}]<stdout>:train: localhost slot {id} has no place");
         assert!(
-            run.stderr.contains(&leaving) || run.stdout.contains(&leaving),
+            run.stdout.contains(&leaving),
             "worker {id} did not leave cleanly:\n{}",
-            run.stderr
+            run.stdout
         );
+        assert!(!run.stderr.contains(&format!("[{id}]<stderr>:train:")), "{}", run.stderr);
+        let told = format!(
+            "elasticrun: left the job as told: worker {id} on localhost slot {id} (no place in the new generation)"
+        );
+        assert!(run.stderr.lines().any(|l| l == told), "{}", run.stderr);
     }
     check_no_rollback(&run.stdout);
     check_done(&run, 2, LONGER.expected_steps());

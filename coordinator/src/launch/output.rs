@@ -25,10 +25,14 @@ impl Stream {
 
 /// The prefix of one forwarded line.
 pub fn prefix(rank: usize, stream: Stream, at: Option<SystemTime>) -> String {
-    let time = at
-        .map(|t| format!("{} ", humantime::format_rfc3339_millis(t)))
-        .unwrap_or_default();
+    let time = at.map(stamp).unwrap_or_default();
     format!("{time}[{rank}]<{}>:", stream.name())
+}
+
+/// `2023-11-14T22:13:20.123Z `: the time in front of a line, forwarded or
+/// elasticrun's own, with `--prefix-output-with-timestamp`.
+pub fn stamp(at: SystemTime) -> String {
+    format!("{} ", humantime::format_rfc3339_millis(at))
 }
 
 /// Where a rank's output also goes, if anywhere.
