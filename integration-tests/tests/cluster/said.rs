@@ -8,14 +8,18 @@ use std::time::Duration;
 use coordinator::job::Ending;
 use coordinator::store::MemoryStore;
 use integration_tests::cluster::checks::{wait_generation, wait_step};
-use integration_tests::cluster::{Cluster, Training, elastic_job};
+use integration_tests::cluster::{Cluster, Event, Training, elastic_job, said};
 
 use super::{JOB, WAIT};
 
 /// Waiting lines said so far.
 fn waiting(cluster: &Cluster) -> Vec<String> {
-    cluster
-        .said()
+    waiting_in(&cluster.events())
+}
+
+/// Waiting lines among `events`.
+fn waiting_in(events: &[Event]) -> Vec<String> {
+    said(events)
         .into_iter()
         .filter(|l| l.contains(": waiting for "))
         .collect()
@@ -44,8 +48,8 @@ async fn a_job_offered_too_few_slots_says_what_it_waits_for_every_thirty_seconds
          (localhost:1); giving up in 600 s, at 2027-01-15T08:10:00Z"
     );
     let second = cluster
-        .wait_for("the second waiting line", Duration::from_secs(40), |_| {
-            waiting(&cluster).get(1).cloned()
+        .wait_for("the second waiting line", Duration::from_secs(40), |events| {
+            waiting_in(events).get(1).cloned()
         })
         .await;
     assert!(
