@@ -77,18 +77,33 @@ pub async fn forward<R: AsyncRead + Unpin>(
         if terminal {
             let mut out = prefix(rank, stream, timestamps.then(SystemTime::now)).into_bytes();
             out.extend_from_slice(&line);
-            // One write per line so that ranks' lines do not interleave mid-line.
-            let written = match stream {
-                Stream::Stdout => tokio::io::stdout().write_all(&out).await,
-                Stream::Stderr => tokio::io::stderr().write_all(&out).await,
-            };
-            terminal = written.is_ok();
+            terminal = to_terminal(stream, &out).await.is_ok();
         }
     }
     if let Some(f) = file {
         f.close(rank).await;
     }
     Ok(())
+}
+
+/// Writes one forwarded line to elasticrun's stdout or stderr, whole, and
+/// waits until it is written: tokio hands a write to a blocking thread and
+/// returns before it is done, so a line not waited for could be overtaken by
+/// the rank's next one.
+async fn to_terminal(stream: Stream, line: &[u8]) -> std::io::Result<()> {
+    // One write per line so that ranks' lines do not interleave mid-line.
+    match stream {
+        Stream::Stdout => {
+            let mut out = tokio::io::stdout();
+            out.write_all(line).await?;
+            out.flush().await
+        }
+        Stream::Stderr => {
+            let mut err = tokio::io::stderr();
+            err.write_all(line).await?;
+            err.flush().await
+        }
+    }
 }
 
 /// A rank's output file.
