@@ -313,7 +313,11 @@ fn the_documented_output_is_the_real_output() {
         .and_then(|rest| rest.lines().next())
         .expect("docs/launching.md shows a JSON line");
     let lines: Vec<&str> = run.stdout.lines().collect();
-    assert!(lines.contains(&shown), "README shows {shown}; the run printed:\n{}", run.stdout);
+    assert!(
+        lines.contains(&shown),
+        "README shows {shown}; the run printed:\n{}",
+        run.stdout
+    );
     let prefixed = format!("[0]<stdout>:{json}");
     assert!(
         lines.contains(&prefixed.as_str()),

@@ -152,9 +152,5 @@ fn status_lines_carry_the_time_with_the_workers_output() {
         r.stdout
     );
     let status = "elasticrun: rank 0 on localhost exited with code 3; stopping every worker";
-    assert!(
-        r.stderr.lines().any(|l| stamped(l, status)),
-        "{}",
-        r.stderr
-    );
+    assert!(r.stderr.lines().any(|l| stamped(l, status)), "{}", r.stderr);
 }

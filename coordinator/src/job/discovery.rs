@@ -202,9 +202,9 @@ pub async fn watch(d: Discovery, to: mpsc::Sender<Vec<HostSlots>>, say: Say) {
         };
         if now != last {
             match &now {
-                Last::NoHosts => say.line(
-                    "host discovery: the script lists no hosts; the job waits for hosts",
-                ),
+                Last::NoHosts => {
+                    say.line("host discovery: the script lists no hosts; the job waits for hosts")
+                }
                 Last::Failed(why) if had_hosts => say.line(format_args!(
                     "host discovery: {why}; keeping the last good host set"
                 )),

@@ -195,7 +195,10 @@ mod tests {
         );
         done.failure = true;
         done.reached = Some(16);
-        assert!(done.to_string().ends_with("; 1 step rolled back (step 16 -> 15)"));
+        assert!(
+            done.to_string()
+                .ends_with("; 1 step rolled back (step 16 -> 15)")
+        );
         done.reached = None;
         assert!(done.to_string().ends_with("; from step 15"));
     }

@@ -17,9 +17,7 @@ use super::discovery::{Discovery, HostFeed};
 use super::driver::{Driver, Mode, STORE_TIMEOUT, bind_address};
 use super::recovery::Recovery;
 use super::waiting::Waiting;
-use super::{
-    Ending, JobError, Say, Stops, WallClock, data_token, hosts_and_np, job_secret, knobs,
-};
+use super::{Ending, JobError, Say, Stops, WallClock, data_token, hosts_and_np, job_secret, knobs};
 use crate::config::{ElasticConfig, JobConfig};
 use crate::launch::Launcher;
 use crate::launch::address::{control_addresses, is_this_machine};

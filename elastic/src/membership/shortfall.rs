@@ -51,7 +51,9 @@ impl Membership {
             .filter(|h| !self.blacklist.is_blacklisted(&h.host))
             .cloned()
             .collect();
-        let slots = offered.iter().fold(0usize, |n, h| n.saturating_add(h.slots));
+        let slots = offered
+            .iter()
+            .fold(0usize, |n, h| n.saturating_add(h.slots));
         if g.overdue || slots.min(self.policy.max_np) >= wanted {
             return None;
         }

@@ -48,9 +48,11 @@ async fn a_job_offered_too_few_slots_says_what_it_waits_for_every_thirty_seconds
          (localhost:1); giving up in 600 s, at 2027-01-15T08:10:00Z"
     );
     let second = cluster
-        .wait_for("the second waiting line", Duration::from_secs(40), |events| {
-            waiting_in(events).get(1).cloned()
-        })
+        .wait_for(
+            "the second waiting line",
+            Duration::from_secs(40),
+            |events| waiting_in(events).get(1).cloned(),
+        )
         .await;
     assert!(
         started.elapsed() >= Duration::from_secs(30),
