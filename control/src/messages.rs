@@ -29,6 +29,16 @@ pub enum WorkerMsg {
         generation: Generation,
         data_addr: PeerAddress,
     },
+    /// Elastic jobs: this worker entered `generation` and synced its state
+    /// from rank 0, so it trains on from optimizer step `step`; `reached` is
+    /// the step it had reached in the generation it left (`None` for a worker
+    /// new to the job). The coordinator tells from these how long a recovery
+    /// took and how many steps it rolled back.
+    Running {
+        generation: Generation,
+        step: u64,
+        reached: Option<u64>,
+    },
 }
 
 /// Coordinator -> worker.

@@ -99,10 +99,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let say = job::Say::stderr(cfg.output_timestamps);
     match rt.block_on(job::run(cfg)) {
         Ok(ending) => ExitCode::from(ending.code()),
         Err(e) => {
-            eprintln!("elasticrun: {e}");
+            say.line(&e);
             if e.is_usage() {
                 ExitCode::from(USAGE)
             } else {

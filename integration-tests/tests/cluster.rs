@@ -10,6 +10,8 @@
 
 #[path = "cluster/chaos.rs"]
 mod chaos;
+#[path = "cluster/said.rs"]
+mod said;
 
 use std::sync::Arc;
 use std::time::Duration;

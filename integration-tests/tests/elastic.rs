@@ -99,7 +99,45 @@ fn kill_mid_run(
         "the kill came after the last step"
     );
     check_same_as_undisturbed(&run, np, &SHORT);
+    check_recoveries(&run.stderr);
     (run, first)
+}
+
+/// elasticrun said how each recovery went: the new generation runs again
+/// from a commit after the step the kill interrupted, and the count of steps
+/// rolled back is the difference.
+fn check_recoveries(stderr: &str) {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("elasticrun: generation ") && l.contains(" running "))
+        .collect();
+    assert!(!lines.is_empty(), "no recovery line:\n{stderr}");
+    for line in lines {
+        let (_, rollback) = line
+            .split_once(" after the failure; ")
+            .unwrap_or_else(|| panic!("{line}"));
+        let steps = |s: &str| -> u64 { s.parse().unwrap_or_else(|_| panic!("{line}")) };
+        if let Some(at) = rollback.strip_prefix("nothing rolled back (step ") {
+            assert!(steps(at.trim_end_matches(')')) > 0, "{line}");
+            continue;
+        }
+        let (count, span) = rollback
+            .split_once(" rolled back (step ")
+            .unwrap_or_else(|| panic!("{line}"));
+        let (reached, resumed) = span
+            .trim_end_matches(')')
+            .split_once(" -> ")
+            .unwrap_or_else(|| panic!("{line}"));
+        let (reached, resumed) = (steps(reached), steps(resumed));
+        assert!(resumed > 0 && reached > resumed, "{line}");
+        let n = reached - resumed;
+        let want = if n == 1 {
+            "1 step".to_owned()
+        } else {
+            format!("{n} steps")
+        };
+        assert_eq!(count, want, "{line}");
+    }
 }
 
 #[test]
@@ -182,13 +220,25 @@ fn slots_removed_mid_run_leave_cleanly() {
     let run = job.finish(JOB);
     run.expect_code(0);
     assert!(failure_lines(&run.stderr).is_empty(), "{}", run.stderr);
+    // Leaving is news, not an error: the worker says so on its stdout,
+    // elasticrun in a line of its own.
     for id in [2, 3] {
-        let leaving = format!("[{id}]<stderr>:train: localhost slot {id} has no place");
+        let leaving = format!("[{id}]<stdout>:train: localhost slot {id} has no place");
         assert!(
-            run.stderr.contains(&leaving) || run.stdout.contains(&leaving),
+            run.stdout.contains(&leaving),
             "worker {id} did not leave cleanly:\n{}",
+            run.stdout
+        );
+        assert!(
+            !run.stderr.contains(&format!("[{id}]<stderr>:train:")),
+            "{}",
             run.stderr
         );
+        assert!(!run.stderr.contains("ERROR"), "{}", run.stderr);
+        let told = format!(
+            "elasticrun: left the job as told: worker {id} on localhost slot {id} (no place in the new generation)"
+        );
+        assert!(run.stderr.lines().any(|l| l == told), "{}", run.stderr);
     }
     check_no_rollback(&run.stdout);
     check_done(&run, 2, LONGER.expected_steps());

@@ -319,3 +319,38 @@ fn the_open_files_limit_is_raised_to_the_hard_limit() {
         assert_eq!(soft, hard, "{l}");
     }
 }
+
+/// README's main command and the example of docs/launching.md print what
+/// those pages show: rank 0's last line, JSON, as given there.
+#[test]
+fn the_documented_output_is_the_real_output() {
+    let run = launch_train("2", &["--epochs", "5"]).finish(JOB);
+    run.expect_code(0);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let shown = readme
+        .lines()
+        .find(|l| l.starts_with("[0]<stdout>:{"))
+        .expect("README shows rank 0's last line");
+    let launching = std::fs::read_to_string(root.join("docs/launching.md")).unwrap();
+    let json = launching
+        .split("```json\n")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .expect("docs/launching.md shows a JSON line");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(
+        lines.contains(&shown),
+        "README shows {shown}; the run printed:\n{}",
+        run.stdout
+    );
+    let prefixed = format!("[0]<stdout>:{json}");
+    assert!(
+        lines.contains(&prefixed.as_str()),
+        "docs/launching.md shows {json}; the run printed:\n{}",
+        run.stdout
+    );
+    // Rank 0's done line ends its output, whatever rank 1's place.
+    let rank0: Vec<&&str> = lines.iter().filter(|l| l.starts_with("[0]")).collect();
+    assert_eq!(rank0.last(), Some(&&shown), "{}", run.stdout);
+}

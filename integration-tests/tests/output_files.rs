@@ -123,3 +123,34 @@ fn rank_0_of_an_elastic_job_reports_an_unwritable_timeline() {
     });
     assert!(warned, "{}", r.stderr);
 }
+
+/// `--prefix-output-with-timestamp` stamps elasticrun's own lines as it
+/// stamps the workers' forwarded ones.
+#[test]
+fn status_lines_carry_the_time_with_the_workers_output() {
+    let r = launch(&[
+        "--prefix-output-with-timestamp",
+        "-np",
+        "1",
+        "sh",
+        "-c",
+        "echo said; exit 3",
+    ])
+    .finish(JOB);
+    r.expect_code(1);
+    let stamped = |line: &str, rest: &str| {
+        line.split_once(' ').is_some_and(|(time, text)| {
+            text == rest
+                && time.len() == 24
+                && time.ends_with('Z')
+                && humantime::parse_rfc3339(time).is_ok()
+        })
+    };
+    assert!(
+        r.stdout.lines().any(|l| stamped(l, "[0]<stdout>:said")),
+        "{}",
+        r.stdout
+    );
+    let status = "elasticrun: rank 0 on localhost exited with code 3; stopping every worker";
+    assert!(r.stderr.lines().any(|l| stamped(l, status)), "{}", r.stderr);
+}

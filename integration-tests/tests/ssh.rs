@@ -177,9 +177,46 @@ fn an_unreachable_host_is_reported_with_ssh_error() {
     drop(sshd);
     let run = launch(&["-H", &hosts, "-p", &port, "--start-timeout", "20", "true"]).finish(JOB);
     run.expect_code(1);
+    // ssh fails before or after it took its standard input: either way its
+    // exit status is told.
     assert!(
-        run.stderr.contains("rank 0 on 127.0.0.6") && run.stderr.contains("ssh exit code 255"),
+        run.stderr.contains("rank 0 on 127.0.0.6")
+            && (run.stderr.contains("ssh exit code 255")
+                || run.stderr.contains("ssh exited with status 255")),
         "{}",
         run.stderr
     );
+}
+
+/// An ssh that fails at once, before it reads its standard input (a host
+/// that refuses the connection or the key), is reported with its exit status
+/// and what it said, not as the broken pipe elasticrun's write then meets.
+/// A stand-in `ssh` first on PATH says why and exits 255 without reading;
+/// an environment larger than a pipe holds makes elasticrun's write meet
+/// the closed pipe every time.
+#[test]
+fn an_ssh_that_fails_at_once_is_reported_with_its_status_and_message() {
+    let scratch = integration_tests::elastic::Scratch::new("ssh-fails-at-once");
+    let ssh = scratch.write(
+        "ssh",
+        "#!/bin/sh\necho 'ssh: connect to host 127.0.0.2 port 22: Connection refused' >&2\nexit 255\n",
+    );
+    std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        scratch.dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let big = "x".repeat(60 << 10);
+    let mut cmd = std::process::Command::new(integration_tests::elasticrun());
+    cmd.args(["-H", "127.0.0.2:1", "true"])
+        .env("PATH", path)
+        .env("TEST_FILLER_1", &big)
+        .env("TEST_FILLER_2", &big);
+    let run = integration_tests::start(cmd).finish(JOB);
+    run.expect_code(1);
+    let line = "elasticrun: cannot start rank 0 on 127.0.0.2 (ssh): ssh exited with status 255: \
+                ssh: connect to host 127.0.0.2 port 22: Connection refused; stopping every worker";
+    assert!(run.stderr.lines().any(|l| l == line), "{}", run.stderr);
+    assert!(!run.stderr.contains("Broken pipe"), "{}", run.stderr);
 }

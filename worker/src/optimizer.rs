@@ -134,7 +134,7 @@ impl<'w> DistributedOptimizer<'w> {
 
     /// Ends a backward pass: `None` while gradients accumulate locally; on
     /// the pass that completes a step, every gradient averaged over ranks and
-    /// passes.
+    /// passes (and the step is counted, [`Worker::steps`]).
     pub fn step(&mut self) -> Result<Option<Gradients>, Error> {
         if !self.last_pass() {
             self.passes += 1;
@@ -153,6 +153,7 @@ impl<'w> DistributedOptimizer<'w> {
         if !unsent.is_empty() {
             return Err(Invalid::Unsent { names: unsent }.into());
         }
+        self.worker.set_steps(self.worker.steps().saturating_add(1));
         Ok(Some(out))
     }
 }

@@ -93,6 +93,24 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Tells the coordinator that this worker runs in its generation from
+    /// its current step, having reached `reached` in the one it left
+    /// ([`WorkerMsg::Running`]). Nothing when it runs alone; a full queue
+    /// drops the news, which only feeds a log line.
+    pub(crate) fn report_running(&self, reached: Option<u64>) {
+        let Some(link) = &self.link else { return };
+        let msg = WorkerMsg::Running {
+            generation: collectives::Generation(self.place.generation),
+            step: self.steps(),
+            reached,
+        };
+        if link.control.out.try_send(msg).is_err() {
+            tracing::debug!("the control queue is full; not reporting the generation running");
+        }
+    }
+}
+
 /// Asks to be placed in generation `wanted` (or later) with the data plane at
 /// `data_addr`, and waits up to `wait` for that assignment.
 pub(crate) async fn ask_to_rejoin(

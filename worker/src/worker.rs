@@ -1,5 +1,6 @@
 //! [`Worker`]: a training process's place in the job and its engine.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use collectives::{Breaker, CollectiveOptions, Generation, MemTransport};
@@ -41,6 +42,8 @@ pub struct Worker {
     pub(crate) link: Option<Link>,
     /// Autotune samples per world size, across generations.
     pub(crate) memory: TuningMemory,
+    /// Optimizer steps the training state holds (see [`Worker::steps`]).
+    pub(crate) steps: AtomicU64,
 }
 
 /// A launched worker's tie to its coordinator.
@@ -156,6 +159,7 @@ impl Worker {
             names: api::Names::default(),
             link: None,
             memory,
+            steps: AtomicU64::new(0),
         }
     }
 
@@ -174,6 +178,7 @@ impl Worker {
             names: api::Names::default(),
             link: Some(link),
             memory,
+            steps: AtomicU64::new(0),
         };
         worker.publish_generation(p.breaker, own);
         worker
@@ -237,6 +242,20 @@ impl Worker {
     /// not pinned.
     pub fn engine_thread_cpus(&self) -> Result<Vec<usize>, AffinityError> {
         affinity::engine_thread_cpus(&self.rt)
+    }
+
+    /// Optimizer steps this rank's training state holds: each
+    /// [`crate::DistributedOptimizer::step`] that handed back gradients
+    /// counts one; [`crate::elastic::State`] keeps the count with its
+    /// commits, goes back to it when it restores and takes rank 0's when it
+    /// syncs. elasticrun reports from it how many steps a recovery rolled
+    /// back.
+    pub fn steps(&self) -> u64 {
+        self.steps.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_steps(&self, steps: u64) {
+        self.steps.store(steps, Ordering::Relaxed);
     }
 
     /// The engine settings from elasticrun (`None` when running alone).

@@ -4,9 +4,11 @@ use std::net::IpAddr;
 
 use control::{CoordinatorMsg, Generation, PeerAddress};
 use elastic::membership::{Command, SlotId};
+use tokio::time::Instant;
 
 use super::assign::{AssignmentBase, assignments};
 use super::driver::{Driver, Mode};
+use super::say::count;
 use crate::job::Ending;
 use crate::launch::address::{is_this_machine, source_address_towards};
 use crate::stall::Inspector;
@@ -33,7 +35,9 @@ impl Driver {
             && self.ending.is_none()
             && let Err(e) = self.persist().await
         {
-            eprintln!("elasticrun: cannot record the job's state: {e}; stopping every worker");
+            self.say.line(format_args!(
+                "cannot record the job's state: {e}; stopping every worker"
+            ));
             self.ending = Some(Ending::Failed);
         }
         if self.ending.is_some() && !matches!(cmd, Command::Finish | Command::Fail(_)) {
@@ -43,7 +47,8 @@ impl Driver {
             Command::Spawn(slot) => {
                 if let Err(why) = self.spawn(&slot).await {
                     if self.mode == Mode::Elastic {
-                        eprintln!("elasticrun: cannot start a worker on {slot}: {why}");
+                        self.say
+                            .line(format_args!("cannot start a worker on {slot}: {why}"));
                     }
                     let now = self.now();
                     return self.core.failed(now, &slot, &why);
@@ -55,14 +60,16 @@ impl Driver {
                 self.retire(&slot);
             }
             Command::Reset { generation } => {
+                self.recovery.begin(Instant::now(), true);
                 let m = CoordinatorMsg::Reset { generation };
                 self.tell_all(&m);
                 self.announced = Some(m);
             }
             Command::HostsUpdated { generation } => {
-                eprintln!(
-                    "elasticrun: hosts changed; workers move to generation {generation} at their next commit"
-                );
+                self.recovery.begin(Instant::now(), false);
+                self.say.line(format_args!(
+                    "hosts changed; workers move to generation {generation} at their next commit"
+                ));
                 let m = CoordinatorMsg::HostsUpdated { generation };
                 self.tell_all(&m);
                 self.announced = Some(m);
@@ -76,20 +83,21 @@ impl Driver {
                 self.tell(&slot, CoordinatorMsg::Leave { reason });
             }
             Command::Blacklisted { host, until } => match until {
-                Some(t) => eprintln!(
-                    "elasticrun: host {host} is blacklisted for {:.0} s (its workers keep failing)",
+                Some(t) => self.say.line(format_args!(
+                    "host {host} is blacklisted for {:.0} s (its workers keep failing)",
                     t.saturating_sub(self.now()).as_secs_f64()
-                ),
-                None => eprintln!(
-                    "elasticrun: host {host} is blacklisted for the rest of the job (its workers keep failing)"
-                ),
+                )),
+                None => self.say.line(format_args!(
+                    "host {host} is blacklisted for the rest of the job (its workers keep failing)"
+                )),
             },
             Command::Readmitted { host } => {
-                eprintln!("elasticrun: host {host} is back from the blacklist");
+                self.say
+                    .line(format_args!("host {host} is back from the blacklist"));
             }
             Command::Finish => self.ending = Some(Ending::Success),
             Command::Fail(f) => {
-                eprintln!("elasticrun: {f}; stopping every worker");
+                self.say.line(format_args!("{f}; stopping every worker"));
                 self.ending = Some(Ending::Failed);
             }
         }
@@ -108,7 +116,7 @@ impl Driver {
             Err(slot) => {
                 // Cannot happen for a worker that registered or rejoined.
                 let why = "no data-plane address is known for it";
-                eprintln!("elasticrun: worker on {slot}: {why}");
+                self.say.line(format_args!("worker on {slot}: {why}"));
                 self.retire(&slot);
                 let now = self.now();
                 return self.core.failed(now, &slot, why);
@@ -116,14 +124,15 @@ impl Driver {
         };
         let summary = summary(ranks);
         match self.mode {
-            Mode::Elastic => eprintln!(
-                "elasticrun: generation {generation}: {} workers ({summary})",
-                ranks.len()
-            ),
+            Mode::Elastic => self.say.line(format_args!(
+                "generation {generation}: {} ({summary})",
+                count(ranks.len(), "worker")
+            )),
             Mode::Static => {
                 tracing::debug!(workers = ranks.len(), %summary, "every worker registered")
             }
         }
+        self.recovery.assigned(generation, ranks);
         self.announced = None;
         self.assigned.clear();
         for (slot, a) in ranks.iter().zip(all) {

@@ -16,6 +16,8 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::Say;
+
 /// Most bytes of script output read; more is garbage.
 const MAX_OUTPUT: u64 = 1 << 20;
 
@@ -126,10 +128,11 @@ impl HostFeed {
         feed
     }
 
-    /// The script's good results, every interval.
-    pub fn script(d: Discovery) -> HostFeed {
+    /// The script's good results, every interval; its failures are said
+    /// on `say`.
+    pub fn script(d: Discovery, say: Say) -> HostFeed {
         let (tx, mut feed) = Self::channel();
-        feed.task = Some(tokio::spawn(watch(d, tx)));
+        feed.task = Some(tokio::spawn(watch(d, tx, say)));
         feed
     }
 
@@ -180,7 +183,7 @@ enum Last {
 /// Runs the script every interval for as long as `to` is open, sending each
 /// good host set. A failure is told once per distinct reason in a row, and so
 /// is an empty host list (the job pauses on it).
-pub async fn watch(d: Discovery, to: mpsc::Sender<Vec<HostSlots>>) {
+pub async fn watch(d: Discovery, to: mpsc::Sender<Vec<HostSlots>>, say: Say) {
     let mut tick = tokio::time::interval(d.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last = Last::Nothing;
@@ -199,15 +202,15 @@ pub async fn watch(d: Discovery, to: mpsc::Sender<Vec<HostSlots>>) {
         };
         if now != last {
             match &now {
-                Last::NoHosts => eprintln!(
-                    "elasticrun: host discovery: the script lists no hosts; the job waits for hosts"
-                ),
-                Last::Failed(why) if had_hosts => {
-                    eprintln!("elasticrun: host discovery: {why}; keeping the last good host set")
+                Last::NoHosts => {
+                    say.line("host discovery: the script lists no hosts; the job waits for hosts")
                 }
-                Last::Failed(why) => {
-                    eprintln!("elasticrun: host discovery: {why}; there is no good host set yet")
-                }
+                Last::Failed(why) if had_hosts => say.line(format_args!(
+                    "host discovery: {why}; keeping the last good host set"
+                )),
+                Last::Failed(why) => say.line(format_args!(
+                    "host discovery: {why}; there is no good host set yet"
+                )),
                 Last::Hosts | Last::Nothing => {}
             }
         }

@@ -20,6 +20,9 @@ use tokio::time::Instant;
 
 use super::discovery::HostFeed;
 use super::links::{self, LinkEvent, LinkEventKind};
+use super::recovery::Recovery;
+use super::say::Say;
+use super::waiting::{self, Waiting};
 use crate::config::JobConfig;
 use crate::job::{Ending, JobError, SILENCE, STOP_GRACE, Stops};
 use crate::launch::address::{first_interface, interface_address};
@@ -100,6 +103,14 @@ pub(super) struct Driver {
     pub(super) stall: Option<StallConfig>,
     pub(super) inspector: Option<Inspector>,
     pub(super) ending: Option<Ending>,
+    /// Where the driver's status lines go.
+    pub(super) say: Say,
+    /// When the job last said what it waits for.
+    pub(super) waiting: Waiting,
+    /// The recovery under way since the last reset.
+    pub(super) recovery: Recovery,
+    /// Whether a host set has come from discovery yet.
+    pub(super) discovered: bool,
 }
 
 /// Where the coordinator listens: the `--network-interface` address, or
@@ -153,9 +164,10 @@ impl Driver {
         loop {
             let cmds = tokio::select! {
                 _ = tick.tick() => Vec::new(),
-                ending = stops.next() => return ending,
+                ending = stops.next(&self.say) => return ending,
                 Some(hosts) = discovered.next() => {
                     let now = self.now();
+                    self.discovered = true;
                     self.core.discovered(now, &hosts)
                 }
                 Some(a) = arrivals.next() => self.arrive(a),
@@ -169,6 +181,22 @@ impl Driver {
             if let Some(ending) = self.ending {
                 return ending;
             }
+            self.say_waiting();
+        }
+    }
+
+    /// Says what an elastic job that cannot form its next generation waits
+    /// for (once discovery has spoken: until then it has its own lines).
+    fn say_waiting(&mut self) {
+        if self.mode != Mode::Elastic || !self.discovered {
+            return;
+        }
+        let short = self.core.shortfall();
+        let now = self.now();
+        if self.waiting.due(now, short.as_ref())
+            && let Some(s) = &short
+        {
+            self.say.line(waiting::describe(s, now, self.say.clock()));
         }
     }
 
@@ -263,6 +291,20 @@ impl Driver {
                 let now = self.now();
                 self.core.rejoined(now, &e.slot, generation)
             }
+            LinkEventKind::Running {
+                generation,
+                step,
+                reached,
+            } => {
+                let at = Instant::now();
+                if let Some(r) = self
+                    .recovery
+                    .running(at, &e.slot, generation, step, reached)
+                {
+                    self.say.line(r);
+                }
+                Vec::new()
+            }
             LinkEventKind::Ended(why) => {
                 live.link_ended = Some((Instant::now(), why));
                 Vec::new()
@@ -280,7 +322,10 @@ impl Driver {
                 continue;
             };
             if live.leaving {
-                tracing::info!(%slot, "worker left");
+                self.say.line(format_args!(
+                    "left the job as told: worker {} on {slot} (no place in the new generation)",
+                    live.id
+                ));
             } else if st.success() {
                 cmds.extend(self.core.finished(now, &slot));
             } else {
@@ -290,7 +335,7 @@ impl Driver {
                     }
                     Mode::Elastic => {
                         let why = format!("worker {} on {slot} {}", live.id, live.process.how(st));
-                        eprintln!("elasticrun: {why}");
+                        self.say.line(&why);
                         why
                     }
                 };
@@ -313,7 +358,7 @@ impl Driver {
                     Mode::Static => format!("rank {id} ({slot}) failed: {why}"),
                     Mode::Elastic => {
                         let why = format!("worker on {slot}: {why}");
-                        eprintln!("elasticrun: {why}");
+                        self.say.line(&why);
                         why
                     }
                 };
@@ -357,9 +402,9 @@ impl Driver {
                             format!("{stall}, past the stall shutdown time of {limit} s")
                         }
                         Mode::Elastic => {
-                            eprintln!(
-                                "elasticrun: {stall}, past the stall shutdown time; replacing the stalled ranks"
-                            );
+                            self.say.line(format_args!(
+                                "{stall}, past the stall shutdown time; replacing the stalled ranks"
+                            ));
                             "stalled".to_owned()
                         }
                     };

@@ -17,6 +17,13 @@ pub enum LinkEventKind {
         generation: Generation,
         data_addr: control::PeerAddress,
     },
+    /// The worker runs in `generation` from `step` (see
+    /// [`WorkerMsg::Running`]).
+    Running {
+        generation: Generation,
+        step: u64,
+        reached: Option<u64>,
+    },
     /// The connection closed, failed or went silent.
     Ended(String),
 }
@@ -70,6 +77,10 @@ async fn run(
                 }
                 Ok(Some(Ok(WorkerMsg::Rejoin { generation, data_addr }))) => {
                     let kind = LinkEventKind::Rejoin { generation, data_addr };
+                    send(&events, &slot, id, kind).await;
+                }
+                Ok(Some(Ok(WorkerMsg::Running { generation, step, reached }))) => {
+                    let kind = LinkEventKind::Running { generation, step, reached };
                     send(&events, &slot, id, kind).await;
                 }
                 Ok(Some(Ok(other))) => tracing::debug!(%slot, ?other, "ignored message"),

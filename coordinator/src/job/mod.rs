@@ -20,8 +20,12 @@ mod commands;
 pub mod discovery;
 mod driver;
 pub mod links;
+mod recovery;
+mod say;
 mod setup;
+mod waiting;
 
+pub use say::Say;
 pub use setup::{Seams, run, run_on};
 
 use std::time::{Duration, SystemTime};
@@ -195,7 +199,7 @@ pub struct Stops {
 
 impl Stops {
     /// `None` (and says so) when the handlers cannot be installed.
-    pub fn install() -> Option<Stops> {
+    pub fn install(say: &Say) -> Option<Stops> {
         match (
             signal(SignalKind::interrupt()),
             signal(SignalKind::terminate()),
@@ -204,7 +208,7 @@ impl Stops {
                 signals: Some((int, term)),
             }),
             _ => {
-                eprintln!("elasticrun: cannot install signal handlers");
+                say.line("cannot install signal handlers");
                 None
             }
         }
@@ -215,18 +219,18 @@ impl Stops {
         Stops { signals: None }
     }
 
-    /// The next of the two signals, said on stderr, as the job's ending.
-    pub(crate) async fn next(&mut self) -> Ending {
+    /// The next of the two signals, said, as the job's ending.
+    pub(crate) async fn next(&mut self, say: &Say) -> Ending {
         let Some((int, term)) = &mut self.signals else {
             return std::future::pending().await;
         };
         tokio::select! {
             _ = int.recv() => {
-                eprintln!("elasticrun: interrupted; stopping every worker");
+                say.line("interrupted; stopping every worker");
                 Ending::Interrupted
             }
             _ = term.recv() => {
-                eprintln!("elasticrun: terminated; stopping every worker");
+                say.line("terminated; stopping every worker");
                 Ending::Terminated
             }
         }

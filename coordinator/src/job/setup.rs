@@ -15,7 +15,9 @@ use tokio::sync::mpsc;
 
 use super::discovery::{Discovery, HostFeed};
 use super::driver::{Driver, Mode, STORE_TIMEOUT, bind_address};
-use super::{Ending, JobError, Stops, WallClock, data_token, hosts_and_np, job_secret, knobs};
+use super::recovery::Recovery;
+use super::waiting::Waiting;
+use super::{Ending, JobError, Say, Stops, WallClock, data_token, hosts_and_np, job_secret, knobs};
 use crate::config::{ElasticConfig, JobConfig};
 use crate::launch::Launcher;
 use crate::launch::address::{control_addresses, is_this_machine};
@@ -110,11 +112,11 @@ async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
 }
 
 /// Feeds the driver its host sets: the static list once, or the discovery
-/// script's results.
-fn feed(hosts: Hosts) -> HostFeed {
+/// script's results (its failures said on `say`).
+fn feed(hosts: Hosts, say: Say) -> HostFeed {
     match hosts {
         Hosts::Fixed(list) => HostFeed::fixed(list),
-        Hosts::Script(d) => HostFeed::script(d),
+        Hosts::Script(d) => HostFeed::script(d, say),
     }
 }
 
@@ -153,8 +155,8 @@ async fn resume(store: &dyn Store, policy: Policy, clock: WallClock) -> Result<R
 
 /// What a job runs on besides its configuration. [`run`] makes a job's: a
 /// process launcher, a TCP listener, the host list or discovery script, an
-/// in-memory store, the system clock and the signal handlers; an in-process
-/// cluster passes its own to [`run_on`].
+/// in-memory store, the system clock, the signal handlers and status lines
+/// on stderr; an in-process cluster passes its own to [`run_on`].
 #[derive(Debug)]
 pub struct Seams {
     pub launcher: Box<dyn Launcher>,
@@ -164,6 +166,8 @@ pub struct Seams {
     pub store: Box<dyn Store>,
     pub clock: WallClock,
     pub stops: Stops,
+    /// Where elasticrun's own status lines go.
+    pub say: Say,
 }
 
 /// Runs the job described by `cfg` until it ends.
@@ -178,17 +182,19 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     let server = Server::bind(SocketAddr::new(bind, 0), secret.clone()).await?;
     tracing::debug!(addr = %server.local_addr(), "control plane listening");
     let listening = server.local_addr();
-    let Some(stops) = Stops::install() else {
+    let say = Say::stderr(cfg.output_timestamps);
+    let Some(stops) = Stops::install(&say) else {
         return Ok(Ending::Failed);
     };
     let knobs = knobs(&cfg);
     let seams = Seams {
         launcher: Box::new(ProcessLauncher::new(cfg, secret, listening)),
         arrivals: server.into_arrivals(),
-        hosts: feed(hosts),
+        hosts: feed(hosts, say.clone()),
         store: Box::new(MemoryStore::new()),
         clock: WallClock::System,
         stops,
+        say,
     };
     drive(mode, policy, knobs, seams).await
 }
@@ -215,6 +221,7 @@ async fn drive(mode: Mode, policy: Policy, knobs: Knobs, seams: Seams) -> Result
         store,
         clock,
         stops,
+        say,
     } = seams;
     let data_token = data_token()?;
     let (events_tx, events_rx) = mpsc::channel(1024);
@@ -246,6 +253,10 @@ async fn drive(mode: Mode, policy: Policy, knobs: Knobs, seams: Seams) -> Result
         events: events_tx,
         inspector: None,
         ending: None,
+        say,
+        waiting: Waiting::default(),
+        recovery: Recovery::default(),
+        discovered: false,
     };
     let ending = driver
         .run(&mut arrivals, &mut hosts, events_rx, stops)

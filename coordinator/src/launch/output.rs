@@ -25,10 +25,14 @@ impl Stream {
 
 /// The prefix of one forwarded line.
 pub fn prefix(rank: usize, stream: Stream, at: Option<SystemTime>) -> String {
-    let time = at
-        .map(|t| format!("{} ", humantime::format_rfc3339_millis(t)))
-        .unwrap_or_default();
+    let time = at.map(stamp).unwrap_or_default();
     format!("{time}[{rank}]<{}>:", stream.name())
+}
+
+/// `2023-11-14T22:13:20.123Z `: the time in front of a line, forwarded or
+/// elasticrun's own, with `--prefix-output-with-timestamp`.
+pub fn stamp(at: SystemTime) -> String {
+    format!("{} ", humantime::format_rfc3339_millis(at))
 }
 
 /// Where a rank's output also goes, if anywhere.
@@ -73,18 +77,33 @@ pub async fn forward<R: AsyncRead + Unpin>(
         if terminal {
             let mut out = prefix(rank, stream, timestamps.then(SystemTime::now)).into_bytes();
             out.extend_from_slice(&line);
-            // One write per line so that ranks' lines do not interleave mid-line.
-            let written = match stream {
-                Stream::Stdout => tokio::io::stdout().write_all(&out).await,
-                Stream::Stderr => tokio::io::stderr().write_all(&out).await,
-            };
-            terminal = written.is_ok();
+            terminal = to_terminal(stream, &out).await.is_ok();
         }
     }
     if let Some(f) = file {
         f.close(rank).await;
     }
     Ok(())
+}
+
+/// Writes one forwarded line to elasticrun's stdout or stderr, whole, and
+/// waits until it is written: tokio hands a write to a blocking thread and
+/// returns before it is done, so a line not waited for could be overtaken by
+/// the rank's next one.
+async fn to_terminal(stream: Stream, line: &[u8]) -> std::io::Result<()> {
+    // One write per line so that ranks' lines do not interleave mid-line.
+    match stream {
+        Stream::Stdout => {
+            let mut out = tokio::io::stdout();
+            out.write_all(line).await?;
+            out.flush().await
+        }
+        Stream::Stderr => {
+            let mut err = tokio::io::stderr();
+            err.write_all(line).await?;
+            err.flush().await
+        }
+    }
 }
 
 /// A rank's output file.

@@ -3,12 +3,13 @@
 //! the [`Started`] handle of the process launcher.
 
 use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use super::launcher::Started;
@@ -47,11 +48,36 @@ pub struct Spec<'a> {
     pub stdin_line: Option<String>,
 }
 
+/// How long ssh that would not take its standard input gets to exit and
+/// say why.
+const SSH_EXIT_GRACE: Duration = Duration::from_secs(5);
+/// Most bytes of ssh's own stderr kept for the error.
+const SSH_STDERR: u64 = 4096;
+
+/// Why a worker could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("no command to run")]
+    NoCommand,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// ssh ended before it took the secret and the environment (the host is
+    /// down, the key refused): its exit status and what it said.
+    #[error("ssh exited with {status}{}", said(stderr))]
+    SshEnded { status: String, stderr: String },
+}
+
+fn said(stderr: &str) -> String {
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!(": {stderr}")
+    }
+}
+
 /// Starts a worker in a process group of its own.
-pub async fn spawn(spec: Spec<'_>) -> std::io::Result<(WorkerProcess, Pipes)> {
-    let (program, args) = spec.argv.split_first().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command to run")
-    })?;
+pub async fn spawn(spec: Spec<'_>) -> Result<(WorkerProcess, Pipes), SpawnError> {
+    let (program, args) = spec.argv.split_first().ok_or(SpawnError::NoCommand)?;
     let remote = spec.stdin_line.is_some();
     let mut child = Command::new(program)
         .args(args)
@@ -70,14 +96,20 @@ pub async fn spawn(spec: Spec<'_>) -> std::io::Result<(WorkerProcess, Pipes)> {
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(std::io::Error::other("worker has no output pipes"));
+    let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(std::io::Error::other("worker has no output pipes").into());
     };
     let mut stdin = child.stdin.take();
     if let (Some(pipe), Some(line)) = (stdin.as_mut(), spec.stdin_line) {
-        // ssh reads it at once; a large environment waits for it here.
-        pipe.write_all(line.as_bytes()).await?;
-        pipe.flush().await?;
+        // ssh reads it at once; a large environment waits for it here. A
+        // write that fails means ssh has gone: what it said says why.
+        let written = async {
+            pipe.write_all(line.as_bytes()).await?;
+            pipe.flush().await
+        };
+        if written.await.is_err() {
+            return Err(ssh_ended(&mut child, &mut stderr).await);
+        }
     }
     let p = WorkerProcess {
         rank: spec.rank,
@@ -89,6 +121,42 @@ pub async fn spawn(spec: Spec<'_>) -> std::io::Result<(WorkerProcess, Pipes)> {
         status: None,
     };
     Ok((p, Pipes { stdout, stderr }))
+}
+
+/// Why ssh went away before it took its standard input: its exit status
+/// and the start of its stderr (it is killed if it has not exited within
+/// [`SSH_EXIT_GRACE`]).
+async fn ssh_ended(child: &mut Child, stderr: &mut ChildStderr) -> SpawnError {
+    let mut said = Vec::new();
+    let mut head = (&mut *stderr).take(SSH_STDERR);
+    let _ = tokio::time::timeout(SSH_EXIT_GRACE, head.read_to_end(&mut said)).await;
+    let status = match tokio::time::timeout(SSH_EXIT_GRACE, child.wait()).await {
+        Ok(Ok(st)) => exit_status(st),
+        Ok(Err(e)) => format!("an unknown status ({e})"),
+        Err(_) => {
+            let _ = child.kill().await;
+            format!("no exit within {SSH_EXIT_GRACE:?} (killed)")
+        }
+    };
+    let text = String::from_utf8_lossy(&said);
+    let stderr = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    SpawnError::SshEnded {
+        status,
+        stderr: stderr.collect::<Vec<_>>().join("; "),
+    }
+}
+
+/// "status 255", "signal 9 (SIGKILL)".
+fn exit_status(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("status {c}"),
+        (None, Some(s)) => match Signal::try_from(s) {
+            Ok(sig) => format!("signal {s} ({sig})"),
+            Err(_) => format!("signal {s}"),
+        },
+        _ => "an unknown status".to_owned(),
+    }
 }
 
 impl WorkerProcess {

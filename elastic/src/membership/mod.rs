@@ -88,6 +88,7 @@ mod fill;
 mod gather;
 mod machine;
 mod policy;
+mod shortfall;
 mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -103,6 +104,7 @@ pub use policy::{
     BlacklistPolicy, DEFAULT_ELASTIC_TIMEOUT, DEFAULT_REJOIN_TIMEOUT, DEFAULT_START_TIMEOUT,
     OnFailure, Policy, PolicyError,
 };
+pub use shortfall::Shortfall;
 pub use snapshot::{Ban, HostHistory, Snapshot};
 
 /// One place for a worker: slot `slot` of host `host`.

@@ -35,7 +35,7 @@ use collectives::MemFabric;
 use control::Secret;
 use coordinator::config::{self, JobConfig, cli::Cli, file::ConfigFile};
 use coordinator::job::discovery::HostFeed;
-use coordinator::job::{Ending, JobError, Seams, Stops, WallClock};
+use coordinator::job::{Ending, JobError, Say, Seams, Stops, WallClock};
 use coordinator::server::{self, MemDialer};
 use coordinator::store::Store;
 use elastic::SlotId;
@@ -84,6 +84,8 @@ pub enum Event {
     Reconnected { pid: u32, generation: u64 },
     /// It ended.
     Exited { pid: u32, slot: SlotId, exit: Exit },
+    /// The coordinator said this status line (`elasticrun: ...`).
+    Said { line: String },
 }
 
 /// How a simulated worker ended.
@@ -191,6 +193,16 @@ impl Cluster {
         let (arrivals, dialer) = server::in_memory(self.inner.secret.clone());
         self.state().dialer = Some(dialer);
         let (hosts, feed) = HostFeed::channel();
+        let heard = self.clone();
+        let say = Say::to(
+            move |line| {
+                heard.record(Event::Said {
+                    line: line.to_owned(),
+                });
+            },
+            self.inner.clock,
+            cfg.output_timestamps,
+        );
         let seams = Seams {
             launcher: Box::new(launcher::SimLauncher::new(self.clone())),
             arrivals,
@@ -198,6 +210,7 @@ impl Cluster {
             store,
             clock: self.inner.clock,
             stops: Stops::never(),
+            say,
         };
         let cfg = cfg.clone();
         let task = tokio::spawn(async move { coordinator::job::run_on(&cfg, seams).await });
@@ -249,6 +262,29 @@ impl Cluster {
         self.state().events.clone()
     }
 
+    /// The status lines the coordinators said so far.
+    pub fn said(&self) -> Vec<String> {
+        said(&self.state().events)
+    }
+
+    /// Waits until the coordinator says a line that `pick` accepts, for at
+    /// most `within` of virtual time; hands the line back.
+    ///
+    /// # Panics
+    ///
+    /// When `within` passes first (the message lists the events).
+    pub async fn wait_said(
+        &self,
+        what: &str,
+        within: Duration,
+        pick: impl Fn(&str) -> bool,
+    ) -> String {
+        self.wait_for(what, within, |events| {
+            said(events).into_iter().find(|l| pick(l))
+        })
+        .await
+    }
+
     /// The workers running now, by pid.
     pub fn running(&self) -> BTreeMap<u32, SlotId> {
         self.state()
@@ -289,6 +325,17 @@ impl Cluster {
             }
         }
     }
+}
+
+/// The status lines among `events`, in order.
+pub fn said(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Said { line } => Some(line.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The events one per line, steps left out (there are many).

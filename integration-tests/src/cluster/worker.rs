@@ -234,8 +234,16 @@ async fn train(
         Err(exit) => return exit,
     };
     let mut state = State::default();
+    // The step reached in the generation it left (none for a newcomer).
+    let mut reached = None;
     loop {
-        let ended = generation(ctx, shared, &assignment, endpoint, &mut state).await;
+        let here = Here {
+            assignment: &assignment,
+            out: &out,
+            reached,
+        };
+        let ended = generation(ctx, shared, &here, endpoint, &mut state).await;
+        reached = Some(state.current.step);
         match ended {
             Ended::Done(generation) => {
                 return Exit::Finished {
@@ -307,14 +315,22 @@ async fn placement(
     }
 }
 
+/// A generation to enter, and what to tell the coordinator once it runs.
+struct Here<'a> {
+    assignment: &'a Assignment,
+    out: &'a mpsc::Sender<WorkerMsg>,
+    reached: Option<u64>,
+}
+
 /// Enters the generation of `a` and trains in it until it ends.
 async fn generation(
     ctx: &Ctx,
     shared: &Shared,
-    a: &Assignment,
+    here: &Here<'_>,
     endpoint: MemEndpoint,
     state: &mut State,
 ) -> Ended {
+    let a = here.assignment;
     let g = a.generation;
     shared.generation.store(g.0, Ordering::SeqCst);
     let peers: Option<Vec<MemAddress>> = a
@@ -342,7 +358,7 @@ async fn generation(
         size,
     });
     let comm = Communicator::new(transport, CollectiveOptions::default());
-    let ended = match steps(ctx, shared, &comm, state).await {
+    let ended = match steps(ctx, shared, &comm, here, state).await {
         Ok(ended) => ended,
         Err(_) => return Ended::Failed,
     };
@@ -357,6 +373,7 @@ async fn steps(
     ctx: &Ctx,
     shared: &Shared,
     comm: &Communicator<MemTransport>,
+    here: &Here<'_>,
     state: &mut State,
 ) -> Result<Ended, collectives::CollectiveError> {
     let t = *ctx.training();
@@ -370,6 +387,13 @@ async fn steps(
     };
     state.current = synced;
     state.committed = synced;
+    // As the runtime does once it has synced: it runs from here.
+    let running = WorkerMsg::Running {
+        generation: Generation(generation),
+        step: synced.step,
+        reached: here.reached,
+    };
+    let _ = here.out.send(running).await;
     let progress = &mut state.current;
     while progress.step < t.steps {
         tokio::time::sleep(t.step_time).await;

@@ -49,8 +49,14 @@ where
     F: FnMut(&Worker, &mut State<T>) -> Result<R, Interrupt>,
 {
     let mut resets = 0;
+    // The step this worker had reached in the generation it left.
+    let mut reached = None;
     loop {
-        let attempt = state.sync(w).and_then(|()| train(w, state));
+        let attempt = state.sync(w).and_then(|()| {
+            w.report_running(reached);
+            train(w, state)
+        });
+        reached = Some(w.steps());
         match attempt {
             Ok(value) => return Ok(Outcome { value, resets }),
             Err(Interrupt::Fatal(why)) => return Err(ElasticError::Train(why)),
@@ -61,6 +67,7 @@ where
                 let lost = failed.lost.map(|p| p.rank);
                 tracing::info!(rank = w.rank(), ?lost, why = %failed.why, "workers failed; restoring the last commit");
                 state.restore();
+                w.set_steps(state.committed_steps());
             }
             Err(Interrupt::HostsUpdated) => {
                 tracing::info!(

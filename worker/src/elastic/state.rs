@@ -97,6 +97,8 @@ pub struct State<T> {
     current: T,
     committed: T,
     commits: u64,
+    /// The worker's optimizer steps ([`Worker::steps`]) at the last commit.
+    committed_steps: u64,
 }
 
 /// Name of the tensor in which ranks agree on host updates.
@@ -108,6 +110,7 @@ impl<T: Clone + Serialize + DeserializeOwned> State<T> {
             committed: value.clone(),
             current: value,
             commits: 0,
+            committed_steps: 0,
         }
     }
 
@@ -129,27 +132,37 @@ impl<T: Clone + Serialize + DeserializeOwned> State<T> {
         self.commits
     }
 
-    /// Keeps the current value as the one to come back to, then
-    /// [`State::check_host_updates`].
+    /// The worker's optimizer steps ([`Worker::steps`]) at the last commit:
+    /// where a restore goes back to.
+    pub fn committed_steps(&self) -> u64 {
+        self.committed_steps
+    }
+
+    /// Keeps the current value (and the worker's step count) as the one to
+    /// come back to, then [`State::check_host_updates`].
     pub fn commit(&mut self, w: &Worker) -> Result<(), Interrupt> {
-        self.save();
+        self.save(w);
         self.check_host_updates(w)
     }
 
-    fn save(&mut self) {
+    fn save(&mut self, w: &Worker) {
         self.committed = self.current.clone();
+        self.committed_steps = w.steps();
         self.commits += 1;
     }
 
-    /// Goes back to the last commit.
+    /// Goes back to the last commit (and, in [`super::run`], the worker's
+    /// step count to [`State::committed_steps`]).
     pub fn restore(&mut self) {
         self.current = self.committed.clone();
     }
 
-    /// Makes every rank's state rank 0's (and commits it).
+    /// Makes every rank's state and step count rank 0's (and commits it).
     pub fn sync(&mut self, w: &Worker) -> Result<(), Interrupt> {
         self.current = w.broadcast_object(&self.current, 0)?;
-        self.save();
+        let steps = w.broadcast_object(&w.steps(), 0)?;
+        w.set_steps(steps);
+        self.save(w);
         Ok(())
     }
 

@@ -126,7 +126,13 @@ pub(super) async fn run<D: Collectives<Host>, H: Transport>(
             Ok(false) => {}
             Ok(true) => break,
             Err(e) => {
-                tracing::error!(%e, "engine stopped");
+                if e.is_generation_ended() {
+                    // Its owner ended the generation (this worker rejoins, or
+                    // the coordinator reset the job): news, not an error.
+                    tracing::info!(%e, "engine stopped");
+                } else {
+                    tracing::error!(%e, "engine stopped");
+                }
                 st.fail_all(&e);
                 drain_after_failure(&mut rx, &e).await;
                 break;

@@ -25,6 +25,19 @@ pub enum EngineError {
     Internal(#[from] Internal),
 }
 
+impl EngineError {
+    /// Whether the data plane stopped because its owner ended the
+    /// generation on purpose ([`collectives::TransportError::Ended`]): an
+    /// elastic worker moving to its next generation, not a failure.
+    pub fn is_generation_ended(&self) -> bool {
+        matches!(
+            self,
+            EngineError::Collective(c)
+                if matches!(**c, CollectiveError::Transport(collectives::TransportError::Ended { .. }))
+        )
+    }
+}
+
 impl From<CollectiveError> for EngineError {
     fn from(e: CollectiveError) -> Self {
         EngineError::Collective(Arc::new(e))
@@ -132,4 +145,27 @@ pub enum Internal {
     Negotiation { why: String },
     #[error("the engine task failed: {why}")]
     Task { why: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use collectives::{Generation, LossCause, TransportError};
+
+    use super::*;
+
+    #[test]
+    fn only_a_generation_ended_on_purpose_is_no_failure() {
+        let ended = TransportError::Ended {
+            generation: Generation(2),
+            why: "this worker is rejoining the job".into(),
+        };
+        assert!(EngineError::from(CollectiveError::from(ended)).is_generation_ended());
+        let lost = TransportError::PeerLost {
+            rank: 1,
+            generation: Generation(2),
+            cause: LossCause::Closed,
+        };
+        assert!(!EngineError::from(CollectiveError::from(lost)).is_generation_ended());
+        assert!(!EngineError::ShutDown.is_generation_ended());
+    }
 }

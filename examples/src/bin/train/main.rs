@@ -93,8 +93,9 @@ fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
+        // Told to leave (the job shrank): news, not an error.
         Err(TrainError::Elastic(ElasticError::Left(why))) => {
-            eprintln!("train: {why}; leaving");
+            println!("train: {why}; leaving");
             ExitCode::SUCCESS
         }
         Err(e) => {
