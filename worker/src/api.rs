@@ -235,26 +235,108 @@ impl Worker {
     }
 
     /// Sends `value` from `root` to every rank (other ranks' values are ignored):
-    /// any serde value, e.g. a model or a configuration.
+    /// any serde value, e.g. a model or a configuration, of at most
+    /// [`MAX_OBJECT_BYTES`] encoded.
     pub fn broadcast_object<V: Serialize + DeserializeOwned>(
         &self,
         value: &V,
         root: usize,
     ) -> Result<V, ObjectError> {
         let mut bytes = if self.rank() == root {
-            bincode::serde::encode_to_vec(value, bincode::config::standard())
-                .map_err(|e| ObjectError::Encode(e.to_string()))?
+            encode_object(value)?
         } else {
             Vec::new()
         };
         let mut len = [bytes.len() as i64];
         self.broadcast(&mut len, root)?;
-        let len =
-            usize::try_from(len[0]).map_err(|_| ObjectError::Decode("negative length".into()))?;
+        let len = usize::try_from(len[0])
+            .ok()
+            .filter(|&l| l <= MAX_OBJECT_BYTES)
+            .ok_or_else(|| ObjectError::Decode(format!("a length of {} bytes", len[0])))?;
         bytes.resize(len, 0);
         self.broadcast(&mut bytes, root)?;
-        let (v, _) = bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
-            .map_err(|e| ObjectError::Decode(e.to_string()))?;
-        Ok(v)
+        decode_object(&bytes)
+    }
+}
+
+/// The largest object [`Worker::broadcast_object`] sends (encoded), and the
+/// most a received one may claim to hold: a corrupt length or container size
+/// is an error, not an allocation of exabytes.
+pub const MAX_OBJECT_BYTES: usize = 1 << 32;
+
+/// bincode's settings for objects, with the limit.
+fn object_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_OBJECT_BYTES>()
+}
+
+fn encode_object<V: Serialize>(value: &V) -> Result<Vec<u8>, ObjectError> {
+    bincode::serde::encode_to_vec(value, object_config())
+        .map_err(|e| ObjectError::Encode(e.to_string()))
+}
+
+/// Decodes an object received from a peer; anything malformed is an error.
+pub(crate) fn decode_object<V: DeserializeOwned>(bytes: &[u8]) -> Result<V, ObjectError> {
+    let (v, _) = bincode::serde::decode_from_slice(bytes, object_config())
+        .map_err(|e| ObjectError::Decode(e.to_string()))?;
+    Ok(v)
+}
+
+#[cfg(test)]
+mod props {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use super::*;
+
+    /// An object of the kinds programs broadcast: nested containers,
+    /// strings, numbers.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Model {
+        name: String,
+        layers: Vec<Vec<f32>>,
+        extras: BTreeMap<String, Vec<u64>>,
+        step: Option<u64>,
+    }
+
+    fn encodings() -> Vec<Vec<u8>> {
+        let m = Model {
+            name: "resnet".into(),
+            layers: vec![vec![1.0, 2.5], vec![], vec![-3.0; 7]],
+            extras: [("lr".to_owned(), vec![1, 2, 3])].into(),
+            step: Some(1 << 40),
+        };
+        let empty = Model {
+            name: String::new(),
+            layers: vec![],
+            extras: BTreeMap::new(),
+            step: None,
+        };
+        vec![encode_object(&m).unwrap(), encode_object(&empty).unwrap()]
+    }
+
+    /// Whatever a peer sends as an object (random or corrupted bytes, a
+    /// container claiming billions of entries) decodes or fails typed: no
+    /// panic, no allocation past [`MAX_OBJECT_BYTES`].
+    #[test]
+    fn received_objects_decode_or_fail_typed() {
+        testkit::check("broadcast objects", testkit::bytes(encodings()), |b| {
+            let _ = decode_object::<Model>(&b);
+            let _ = decode_object::<Vec<String>>(&b);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_huge_claimed_length_is_an_error() {
+        // A Vec<u64> claiming 2^60 entries (bincode's varint: 253, then the
+        // length in 8 bytes), and nothing after.
+        let mut b = vec![253];
+        b.extend_from_slice(&(1u64 << 60).to_le_bytes());
+        let e = decode_object::<Vec<u64>>(&b).unwrap_err();
+        assert!(matches!(e, ObjectError::Decode(_)), "{e}");
+        let round = decode_object::<Model>(&encodings()[0]).unwrap();
+        assert_eq!(round.step, Some(1 << 40));
     }
 }

@@ -29,7 +29,7 @@ mod sys;
 mod worker;
 
 pub use affinity::AffinityError;
-pub use api::GroupHandle;
+pub use api::{GroupHandle, MAX_OBJECT_BYTES};
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
 pub use data_plane::DataPlane;
 pub use engine::{
