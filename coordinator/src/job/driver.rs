@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 use std::time::SystemTime;
@@ -34,6 +33,10 @@ use crate::store::{JobState, Revision, Store, StoreError};
 /// How long a closed control connection waits for its process's exit status
 /// (a better description of the failure) before counting as the failure.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long a static job holds a worker's failed exit without a signal
+/// before reporting it: the worker may have exited on losing a peer that was
+/// killed, whose own exit (over ssh, later) names the cause.
+const EXIT_SETTLE: Duration = Duration::from_millis(300);
 /// How long a worker told to leave gets to exit on its own.
 const LEAVE_GRACE: Duration = Duration::from_secs(10);
 /// How long a commit to the store may take.
@@ -68,6 +71,9 @@ pub(super) struct Live {
     /// Number of its current control connection (events of an earlier one
     /// are dropped).
     pub(super) link_id: usize,
+    /// Its exit, once seen, while it waits to be reported (see
+    /// [`EXIT_SETTLE`]).
+    pub(super) exited: Option<(Instant, ExitStatus)>,
 }
 
 /// The driver's state.
@@ -370,18 +376,44 @@ impl Driver {
 
     /// Workers that have exited, those killed by a signal first: when several
     /// ended since the last look, a kill is more likely the cause than peers
-    /// that exited on losing it.
+    /// that exited on losing it. In a static job a failure without a signal
+    /// waits up to [`EXIT_SETTLE`] for such a kill to show.
     fn exits(&mut self) -> Vec<(SlotId, ExitStatus)> {
-        let mut out = Vec::new();
+        let now = Instant::now();
         for (slot, live) in &mut self.workers {
+            if live.exited.is_some() {
+                continue;
+            }
             match live.process.poll() {
-                Ok(Some(st)) => out.push((slot.clone(), live.id, st)),
+                Ok(Some(st)) => live.exited = Some((now, st)),
                 Ok(None) => {}
                 Err(e) => tracing::warn!(%slot, %e, "cannot wait for a worker"),
             }
         }
-        out.sort_by_key(|(_, id, st)| (st.signal().is_none(), *id));
-        out.into_iter().map(|(slot, _, st)| (slot, st)).collect()
+        // (slot, id, seen at, status, killed by a signal)
+        let seen: Vec<(SlotId, usize, Instant, ExitStatus, bool)> = self
+            .workers
+            .iter()
+            .filter_map(|(slot, live)| {
+                let (at, st) = live.exited?;
+                Some((slot.clone(), live.id, at, st, live.process.killed(st)))
+            })
+            .collect();
+        let any_killed = seen.iter().any(|s| s.4);
+        let hold = |at: Instant, st: ExitStatus, killed: bool| {
+            self.mode == Mode::Static
+                && !any_killed
+                && !killed
+                && !st.success()
+                && now.saturating_duration_since(at) < EXIT_SETTLE
+        };
+        let mut out: Vec<(SlotId, usize, ExitStatus, bool)> = seen
+            .into_iter()
+            .filter(|&(_, _, at, st, killed)| !hold(at, st, killed))
+            .map(|(slot, id, _, st, killed)| (slot, id, st, killed))
+            .collect();
+        out.sort_by_key(|&(_, id, _, killed)| (!killed, id));
+        out.into_iter().map(|(slot, _, st, _)| (slot, st)).collect()
     }
 
     /// Stalls past the shutdown time: the ranks they wait on have failed.
@@ -449,6 +481,7 @@ impl Driver {
             link_ended: None,
             pid: None,
             link_id: 0,
+            exited: None,
         };
         if let Some(old) = self.workers.insert(slot.clone(), live) {
             // A worker told to leave that has not exited yet: it gets its
@@ -493,6 +526,7 @@ impl Driver {
             link_ended: None,
             pid: Some(pid),
             link_id: 0,
+            exited: None,
         };
         self.next_id += 1;
         self.workers.insert(slot.clone(), live);

@@ -64,6 +64,12 @@ pub trait Started: Send + std::fmt::Debug {
     /// (SIGKILL)", or what a remote launch's status means.
     fn how(&self, status: ExitStatus) -> String;
 
+    /// Whether `status` says it was killed by a signal (a remote worker's
+    /// status comes through ssh as 128 + the signal).
+    fn killed(&self, status: ExitStatus) -> bool {
+        std::os::unix::process::ExitStatusExt::signal(&status).is_some()
+    }
+
     /// Asks it to stop (SIGTERM to a process).
     fn terminate(&mut self);
 

@@ -186,6 +186,13 @@ impl Started for WorkerProcess {
         }
     }
 
+    fn killed(&self, status: ExitStatus) -> bool {
+        match (self.remote, status.code()) {
+            (true, Some(code)) => super::ssh::killed_code(code),
+            _ => std::os::unix::process::ExitStatusExt::signal(&status).is_some(),
+        }
+    }
+
     /// SIGTERM to a local worker's process group; a remote one is stopped by
     /// its host when ssh's standard input closes.
     fn terminate(&mut self) {

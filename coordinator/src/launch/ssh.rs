@@ -140,6 +140,11 @@ pub fn command(host: &str, opts: &SshOptions, cwd: &Path, command: &[String]) ->
 
 /// What a remote worker's exit code means: the remote shell reports a worker
 /// killed by signal N as 128+N, and ssh itself fails with 255.
+/// Whether a remote worker's exit code (through ssh) says a signal killed it.
+pub fn killed_code(code: i32) -> bool {
+    (129..=192).contains(&code) && nix::sys::signal::Signal::try_from(code - 128).is_ok()
+}
+
 pub fn describe_code(code: i32) -> String {
     match code {
         255 => "could not be started or lost its ssh connection (ssh exit code 255)".to_owned(),
