@@ -401,15 +401,19 @@ async fn a_frame_from_an_older_generation_is_refused() {
     assert_eq!(t.stale_refused(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_peer_is_a_connect_error_within_the_deadline() {
-    // Bind then drop to get a port that nobody listens on.
+/// Rank 1 of two whose rank 0's address is a port nobody listens on
+/// (bound, then dropped), connecting within `connect_timeout`: the error,
+/// and that address.
+async fn connect_to_a_closed_port(
+    connect_timeout: Duration,
+    hang: &str,
+) -> (TransportError, std::net::SocketAddr) {
     let closed = std::net::TcpListener::bind(LOCAL)
         .unwrap()
         .local_addr()
         .unwrap();
     let cfg = TcpConfig {
-        connect_timeout: Duration::from_millis(500),
+        connect_timeout,
         ..config()
     };
     let ep = TcpEndpoint::bind(LOCAL.parse().unwrap(), cfg)
@@ -418,8 +422,15 @@ async fn an_unreachable_peer_is_a_connect_error_within_the_deadline() {
     let addrs = [closed, ep.local_addr().unwrap()];
     let e = tokio::time::timeout(HANG, ep.connect(1, Generation(0), &addrs))
         .await
-        .expect("connecting to a closed port never gave up")
+        .expect(hang)
         .unwrap_err();
+    (e, closed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_peer_is_a_connect_error_within_the_deadline() {
+    let hang = "connecting to a closed port never gave up";
+    let (e, _) = connect_to_a_closed_port(Duration::from_millis(500), hang).await;
     assert!(
         matches!(e, TransportError::Connect { rank: 0, .. }),
         "{e:?}"
@@ -431,22 +442,8 @@ async fn an_unreachable_peer_is_a_connect_error_within_the_deadline() {
 /// address, instead of waiting out the whole set-up time.
 #[tokio::test]
 async fn a_refusing_peer_is_given_up_with_a_message_naming_both_ranks() {
-    let closed = std::net::TcpListener::bind(LOCAL)
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let cfg = TcpConfig {
-        connect_timeout: Duration::from_secs(3600),
-        ..config()
-    };
-    let ep = TcpEndpoint::bind(LOCAL.parse().unwrap(), cfg)
-        .await
-        .unwrap();
-    let addrs = [closed, ep.local_addr().unwrap()];
-    let e = tokio::time::timeout(HANG, ep.connect(1, Generation(0), &addrs))
-        .await
-        .expect("a refusing peer was tried for the whole set-up time")
-        .unwrap_err();
+    let hang = "a refusing peer was tried for the whole set-up time";
+    let (e, closed) = connect_to_a_closed_port(Duration::from_secs(3600), hang).await;
     assert!(
         matches!(
             e,

@@ -58,14 +58,16 @@ impl Scratch {
 
     /// The `--host-discovery-script` that prints the host list.
     pub fn file_discovery(&self) -> String {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../discovery-scripts/hosts-from-file.sh");
-        format!(
-            "{} {}",
-            script.display(),
-            self.dir.join("hosts.txt").display()
-        )
+        file_discovery(&self.dir.join("hosts.txt"))
     }
+}
+
+/// The `--host-discovery-script` that prints the host list in file `hosts`
+/// (`discovery-scripts/hosts-from-file.sh`).
+pub fn file_discovery(hosts: &std::path::Path) -> String {
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../discovery-scripts/hosts-from-file.sh");
+    format!("{} {}", script.display(), hosts.display())
 }
 
 impl Drop for Scratch {

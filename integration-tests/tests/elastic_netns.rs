@@ -44,11 +44,7 @@ fn hosts_text(c: &Cluster, which: &[usize]) -> String {
 }
 
 fn start_job(c: &Cluster, hosts_file: &Path, options: &[&str]) -> Watched {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("discovery-scripts/hosts-from-file.sh");
-    let discovery = format!("{} {}", script.display(), hosts_file.display());
+    let discovery = integration_tests::elastic::file_discovery(hosts_file);
     let train = train();
     let samples = SAMPLES.to_string();
     let epochs = EPOCHS.to_string();

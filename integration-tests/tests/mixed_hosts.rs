@@ -115,11 +115,7 @@ fn a_remote_host_joins_an_elastic_job_on_this_machine() {
     };
     let hosts_file = c.dir().join("hosts");
     write_atomically(&hosts_file, "localhost:2\n");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("discovery-scripts/hosts-from-file.sh");
-    let discovery = format!("{} {}", script.display(), hosts_file.display());
+    let discovery = integration_tests::elastic::file_discovery(&hosts_file);
     let mut args: Vec<String> = [
         "--min-np",
         "2",
