@@ -9,9 +9,13 @@
 #   (integration-tests/tests/elastic_netns.rs); they also need root
 #   (CAP_NET_ADMIN) and a kernel with veth and bridge support.
 #   nftables: a firewall between namespaces (integration-tests/tests/mixed_hosts.rs).
-# Once installed they must work: ELASTICRUN_REQUIRE_SSHD and
-# ELASTICRUN_REQUIRE_NETNS turn a test's "skipped: ..." for lack of them into a
-# failure that says what is missing (integration-tests/src/needs.rs). A plain
+#   protobuf-compiler: `protoc`, which the etcd client crate's build needs.
+#   etcd-server, etcd-client: a real etcd (and etcdctl) for the tests of
+#   `elasticrun serve` and self-joining workers (integration-tests/tests/etcd_*.rs).
+# Once installed they must work: ELASTICRUN_REQUIRE_SSHD,
+# ELASTICRUN_REQUIRE_NETNS and ELASTICRUN_REQUIRE_ETCD turn a test's
+# "skipped: ..." for lack of them into a failure that says what is missing
+# (integration-tests/src/needs.rs). A plain
 # `cargo test --workspace` skips those tests instead, one line each.
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p coordinator`).
 set -euo pipefail
@@ -22,6 +26,9 @@ missing=()
 command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || missing+=(openssh-client)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v nft >/dev/null || missing+=(nftables)
+command -v protoc >/dev/null || missing+=(protobuf-compiler)
+command -v etcd >/dev/null || missing+=(etcd-server)
+command -v etcdctl >/dev/null || missing+=(etcd-client)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -31,6 +38,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 export ELASTICRUN_REQUIRE_SSHD=1
 export ELASTICRUN_REQUIRE_NETNS=1
+export ELASTICRUN_REQUIRE_ETCD=1
 if [ "$#" -eq 0 ]; then
     set -- --workspace
 fi

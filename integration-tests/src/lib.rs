@@ -11,6 +11,7 @@
 pub mod cluster;
 pub mod collectives_check;
 pub mod elastic;
+pub mod etcd;
 pub mod needs;
 pub mod netns;
 pub mod sshd;

@@ -3,7 +3,8 @@
 //! developer's machine, fail where the environment promises it.
 //!
 //! Each [`Need`] has a variable (`ELASTICRUN_REQUIRE_NETNS`,
-//! `ELASTICRUN_REQUIRE_SSHD`); `scripts/test.sh` (which `.ci/run` runs) sets both, so that in CI a test that
+//! `ELASTICRUN_REQUIRE_SSHD`, `ELASTICRUN_REQUIRE_ETCD`); `scripts/test.sh`
+//! (which `.ci/run` runs) sets them all, so that in CI a test that
 //! cannot get what it needs fails, naming what is missing, instead of passing
 //! after "skipping".
 
@@ -15,6 +16,8 @@ pub enum Need {
     /// `/usr/sbin/sshd`, `ssh` and `ssh-keygen` (openssh-server,
     /// openssh-client): launching over ssh.
     Sshd,
+    /// `etcd` (etcd-server): jobs whose coordinator is `elasticrun serve`.
+    Etcd,
 }
 
 impl Need {
@@ -24,6 +27,7 @@ impl Need {
         match self {
             Need::NetworkNamespaces => "ELASTICRUN_REQUIRE_NETNS",
             Need::Sshd => "ELASTICRUN_REQUIRE_SSHD",
+            Need::Etcd => "ELASTICRUN_REQUIRE_ETCD",
         }
     }
 

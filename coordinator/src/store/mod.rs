@@ -16,9 +16,11 @@
 //! ```
 //!
 //! Implementations: [`MemoryStore`] (a job whose coordinator is the launcher:
-//! the state lives as long as the process). A store kept elsewhere (etcd)
-//! implements the same trait in a file of its own.
+//! the state lives as long as the process) and [`EtcdStore`] (`elasticrun
+//! serve`: the state outlives every coordinator, and only the elected leader
+//! can write it).
 
+mod etcd;
 mod memory;
 
 use std::time::{Duration, SystemTime};
@@ -27,6 +29,7 @@ use elastic::Snapshot;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
+pub use etcd::EtcdStore;
 pub use memory::MemoryStore;
 
 /// Largest encoded job state a store accepts or decodes.
@@ -104,6 +107,18 @@ pub enum StoreError {
     TooLarge { bytes: usize },
     #[error("the store at {at} cannot be reached: {why}")]
     Unavailable { at: String, why: String },
+    /// This coordinator no longer leads the job (its election key `key` is
+    /// gone or another's): it must not write, and steps down.
+    #[error("deposed: this coordinator no longer leads the job ({key} is not its election key)")]
+    Deposed { key: String },
+}
+
+impl StoreError {
+    /// Whether another coordinator may lead the job now: this one must step
+    /// down rather than act.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, StoreError::Fenced { .. } | StoreError::Deposed { .. })
+    }
 }
 
 fn show(r: Option<Revision>) -> String {

@@ -1,0 +1,249 @@
+//! The workers' keys: a worker claims the lowest free slot of its node on its
+//! own lease ([`claim_slot`]), marks itself leaving on SIGTERM
+//! ([`set_leaving`]); the leader follows them all ([`PodWatch`]): listed,
+//! then watched from the revision listed, listed again after an error or a
+//! compaction, so that no change is missed across an etcd restart.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::records::{decode, encode};
+use crate::{EtcdError, Keys, Lease, MAX_NODE_NAME, WorkerRecord, timed, valid_segment};
+
+/// Every registered worker: `(node, slot)` → its record.
+pub type Pods = BTreeMap<(String, u32), WorkerRecord>;
+
+/// How many slots of one node a claim tries before giving up.
+const MAX_SLOTS_PER_NODE: u32 = 4096;
+
+/// Claims the lowest slot of `node` that no live worker holds, on `lease`.
+pub async fn claim_slot(
+    client: &Client,
+    keys: &Keys,
+    node: &str,
+    lease: &Lease,
+    record: &WorkerRecord,
+) -> Result<u32, EtcdError> {
+    valid_segment("node name", node, MAX_NODE_NAME)?;
+    let mut c = client.clone();
+    let opts = GetOptions::new().with_prefix().with_keys_only();
+    for _ in 0..16 {
+        let taken = timed(
+            "listing the node's workers",
+            c.get(keys.workers_on(node), Some(opts.clone())),
+        )
+        .await?;
+        let used: BTreeSet<u32> = taken
+            .kvs()
+            .iter()
+            .filter_map(|kv| keys.parse_worker(&String::from_utf8_lossy(kv.key())))
+            .map(|(_, s)| s)
+            .collect();
+        let Some(slot) = (0..MAX_SLOTS_PER_NODE).find(|s| !used.contains(s)) else {
+            break;
+        };
+        let key = keys.worker(node, slot);
+        let value = encode(&key, record)?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                value,
+                Some(PutOptions::new().with_lease(lease.id())),
+            )]);
+        if timed("claiming a slot", c.txn(txn)).await?.succeeded() {
+            return Ok(slot);
+        }
+        // Another worker of the node took it meanwhile: look again.
+    }
+    Err(EtcdError::Request {
+        what: "claiming a slot",
+        why: format!("no free slot on {node} after 16 tries"),
+    })
+}
+
+/// Rewrites this worker's own key (still on its lease) as leaving.
+pub async fn set_leaving(
+    client: &Client,
+    keys: &Keys,
+    node: &str,
+    slot: u32,
+    lease: &Lease,
+    record: &WorkerRecord,
+) -> Result<(), EtcdError> {
+    let key = keys.worker(node, slot);
+    let leaving = WorkerRecord {
+        leaving: true,
+        ..record.clone()
+    };
+    let value = encode(&key, &leaving)?;
+    // Only while the key is still this worker's (on its lease).
+    let txn = Txn::new()
+        .when([Compare::lease(key.as_str(), CompareOp::Equal, lease.id())])
+        .and_then([TxnOp::put(
+            key.as_str(),
+            value,
+            Some(PutOptions::new().with_lease(lease.id())),
+        )]);
+    let mut c = client.clone();
+    timed("marking the worker leaving", c.txn(txn)).await?;
+    Ok(())
+}
+
+/// Deletes this worker's key at once (it has left the job).
+pub async fn release(client: &Client, keys: &Keys, node: &str, slot: u32, lease: &Lease) {
+    let key = keys.worker(node, slot);
+    let txn = Txn::new()
+        .when([Compare::lease(key.as_str(), CompareOp::Equal, lease.id())])
+        .and_then([TxnOp::delete(key.as_str(), None)]);
+    let mut c = client.clone();
+    if let Err(e) = timed("removing the worker's key", c.txn(txn)).await {
+        tracing::debug!(%e, "cannot remove the worker's key; its lease removes it");
+    }
+}
+
+/// Every registered worker, kept current by a task (ended on drop).
+#[derive(Debug)]
+pub struct PodWatch {
+    rx: watch::Receiver<Option<Pods>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PodWatch {
+    pub fn start(client: &Client, keys: &Keys) -> Self {
+        let (tx, rx) = watch::channel(None);
+        let task = tokio::spawn(follow(client.clone(), keys.clone(), tx));
+        PodWatch { rx, task }
+    }
+
+    /// A receiver of every change (`None` until the first listing).
+    pub fn subscribe(&self) -> watch::Receiver<Option<Pods>> {
+        self.rx.clone()
+    }
+}
+
+async fn follow(client: Client, keys: Keys, tx: watch::Sender<Option<Pods>>) {
+    let mut failing = false;
+    let mut garbage = BTreeSet::new();
+    loop {
+        let r = list_and_watch(&client, &keys, &tx, &mut garbage, &mut failing).await;
+        if let Err(e) = r {
+            if !failing {
+                tracing::warn!(%e, "etcd: cannot follow the workers' keys; retrying");
+                failing = true;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+async fn list_and_watch(
+    client: &Client,
+    keys: &Keys,
+    tx: &watch::Sender<Option<Pods>>,
+    garbage: &mut BTreeSet<String>,
+    failing: &mut bool,
+) -> Result<(), EtcdError> {
+    let mut c = client.clone();
+    let got = timed(
+        "listing the workers",
+        c.get(keys.workers(), Some(GetOptions::new().with_prefix())),
+    )
+    .await?;
+    let rev = got.header().map_or(0, |h| h.revision());
+    let mut pods = Pods::new();
+    for kv in got.kvs() {
+        if let Some((id, r)) = read(keys, kv.key(), kv.value(), garbage) {
+            pods.insert(id, r);
+        }
+    }
+    publish(tx, &pods);
+    if std::mem::take(failing) {
+        tracing::warn!("etcd: following the workers' keys again");
+    }
+    let opts = WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(rev + 1);
+    let mut stream = timed("watching the workers", c.watch(keys.workers(), Some(opts))).await?;
+    loop {
+        let msg = stream
+            .message()
+            .await
+            .map_err(EtcdError::request("watching the workers"))?;
+        let Some(r) = msg else { return Ok(()) };
+        if r.canceled() {
+            // Compacted past our revision, or the watch ended: list again.
+            return Ok(());
+        }
+        for e in r.events() {
+            let Some(kv) = e.kv() else { continue };
+            match e.event_type() {
+                EventType::Put => {
+                    if let Some((id, rec)) = read(keys, kv.key(), kv.value(), garbage) {
+                        pods.insert(id, rec);
+                    }
+                }
+                EventType::Delete => {
+                    let key = String::from_utf8_lossy(kv.key()).into_owned();
+                    garbage.remove(&key);
+                    if let Some(id) = keys.parse_worker(&key) {
+                        pods.remove(&id);
+                    }
+                }
+            }
+        }
+        publish(tx, &pods);
+    }
+}
+
+fn publish(tx: &watch::Sender<Option<Pods>>, pods: &Pods) {
+    tx.send_if_modified(|cur| {
+        let changed = cur.as_ref() != Some(pods);
+        if changed {
+            *cur = Some(pods.clone());
+        }
+        changed
+    });
+}
+
+/// A worker key and its record, or `None` (said once per key) for anything
+/// else found under `workers/`.
+fn read(
+    keys: &Keys,
+    key: &[u8],
+    value: &[u8],
+    garbage: &mut BTreeSet<String>,
+) -> Option<((String, u32), WorkerRecord)> {
+    let key = String::from_utf8_lossy(key).into_owned();
+    let parsed = match keys.parse_worker(&key) {
+        Some(id) => decode::<WorkerRecord>(&key, value).map(|r| (id, r)),
+        None => Err(EtcdError::Corrupt {
+            key: key.clone(),
+            why: "not a worker key (workers/<node>/<slot>)".into(),
+        }),
+    };
+    match parsed {
+        Ok(p) => {
+            garbage.remove(&key);
+            Some(p)
+        }
+        Err(e) => {
+            if garbage.insert(key) {
+                tracing::warn!("ignored: {e}");
+            }
+            None
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! A real etcd (Debian's `etcd-server`) for a test: one member or a cluster
+//! of three, on free loopback ports with throw-away data directories, each
+//! member killed with its process when the [`Etcd`] is dropped.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::needs::{Need, on_path};
+
+/// How long a member may take to answer `/health`.
+const START_LIMIT: Duration = Duration::from_secs(30);
+
+/// One member: its ports and data directory, and its process while it runs.
+#[derive(Debug)]
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// An etcd cluster of one or more members on 127.0.0.1.
+#[derive(Debug)]
+pub struct Etcd {
+    members: Vec<Member>,
+    cluster: String,
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free loopback port: {e}"))
+}
+
+impl Etcd {
+    /// A one-member etcd, or `None` (said, or a failure where required)
+    /// without the `etcd` binary.
+    pub fn start() -> Option<Etcd> {
+        Self::cluster(1, false)
+    }
+
+    /// `n` members (with etcd's v2 API too when `v2`: torchrun's etcd-v2
+    /// rendezvous needs it).
+    pub fn cluster(n: usize, v2: bool) -> Option<Etcd> {
+        if on_path("etcd").is_none() {
+            Need::Etcd.unavailable("no etcd on PATH (Debian package etcd-server)");
+            return None;
+        }
+        let tag = format!("elasticrun-etcd-{}-{}", std::process::id(), free_port());
+        let members: Vec<Member> = (0..n)
+            .map(|i| {
+                let dir = std::env::temp_dir().join(format!("{tag}-{i}"));
+                let _ = std::fs::remove_dir_all(&dir);
+                Member {
+                    name: format!("m{i}"),
+                    client: free_port(),
+                    peer: free_port(),
+                    dir,
+                    child: None,
+                }
+            })
+            .collect();
+        let cluster = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut etcd = Etcd { members, cluster };
+        for i in 0..n {
+            etcd.spawn(i, v2);
+        }
+        for i in 0..n {
+            etcd.wait_healthy(i);
+        }
+        Some(etcd)
+    }
+
+    fn spawn(&mut self, i: usize, v2: bool) {
+        let m = &mut self.members[i];
+        let client = format!("http://127.0.0.1:{}", m.client);
+        let peer = format!("http://127.0.0.1:{}", m.peer);
+        let mut cmd = Command::new("etcd");
+        cmd.args(["--name", &m.name, "--data-dir"])
+            .arg(&m.dir)
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &self.cluster])
+            .args([
+                "--initial-cluster-token",
+                "elasticrun-test",
+                "--initial-cluster-state",
+                "new",
+            ])
+            .args(["--log-level", "error", "--logger", "zap"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if v2 {
+            cmd.arg("--enable-v2");
+        }
+        m.child = Some(
+            cmd.spawn()
+                .unwrap_or_else(|e| panic!("cannot start etcd: {e}")),
+        );
+    }
+
+    fn wait_healthy(&mut self, i: usize) {
+        let port = self.members[i].client;
+        crate::wait_for(&format!("etcd member {i} healthy"), START_LIMIT, || {
+            if let Some(c) = self.members[i].child.as_mut()
+                && let Ok(Some(st)) = c.try_wait()
+            {
+                panic!("etcd member {i} exited at start: {st}");
+            }
+            healthy(port).then_some(())
+        });
+    }
+
+    /// Every member's client URL, comma-separated (for `--etcd`).
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The client port of member `i`.
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.members[i].client
+    }
+
+    /// SIGKILLs member `i` (its data stays).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data and waits until it is healthy.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        let m = &mut self.members[i];
+        let client = format!("http://127.0.0.1:{}", m.client);
+        let peer = format!("http://127.0.0.1:{}", m.peer);
+        let child = Command::new("etcd")
+            .args(["--name", &m.name, "--data-dir"])
+            .arg(&m.dir)
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--log-level", "error", "--logger", "zap"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start etcd again: {e}"));
+        m.child = Some(child);
+        self.wait_healthy(i);
+    }
+
+    /// `etcdctl` with this cluster's endpoints and `args`; its stdout.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoints()))
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run etcdctl: {e}"));
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+            let _ = std::fs::remove_dir_all(&self.members[i].dir);
+        }
+    }
+}
+
+/// Whether the member on `port` says it is healthy.
+fn healthy(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let started = Instant::now();
+    let _ = s.read_to_string(&mut body);
+    started.elapsed() < Duration::from_secs(2) && body.contains("\"health\":\"true\"")
+}
