@@ -9,11 +9,16 @@ use super::{Command, Generation, SlotId};
 impl Membership {
     /// The slot belongs to a discovered, non-blacklisted host that offers it.
     pub(super) fn usable(&self, slot: &SlotId) -> bool {
-        !self.blacklist.is_blacklisted(&slot.host)
-            && self
+        if self.blacklist.is_blacklisted(&slot.host) {
+            return false;
+        }
+        match &self.slot_sets {
+            Some(sets) => sets.get(&slot.host).is_some_and(|s| s.contains(&slot.slot)),
+            None => self
                 .host_slots
                 .get(&slot.host)
-                .is_some_and(|&n| (slot.slot as usize) < n)
+                .is_some_and(|&n| (slot.slot as usize) < n),
+        }
     }
 
     /// Usable slots in spawn preference order: hosts in discovery order, then slot
@@ -23,8 +28,12 @@ impl Membership {
             .iter()
             .filter(|h| !self.blacklist.is_blacklisted(&h.host))
             .flat_map(|h| {
-                let n = u32::try_from(h.slots).unwrap_or(u32::MAX);
-                (0..n).map(|i| SlotId::new(h.host.clone(), i))
+                let listed: Box<dyn Iterator<Item = u32> + '_> =
+                    match self.slot_sets.as_ref().and_then(|s| s.get(&h.host)) {
+                        Some(set) => Box::new(set.iter().copied()),
+                        None => Box::new(0..u32::try_from(h.slots).unwrap_or(u32::MAX)),
+                    };
+                listed.map(|i| SlotId::new(h.host.clone(), i))
             })
     }
 

@@ -19,6 +19,9 @@ pub struct Membership {
     pub(super) hosts: Vec<HostSlots>,
     /// The same, by name: how many slots each offers.
     pub(super) host_slots: BTreeMap<String, usize>,
+    /// Which slots each host offers when they are not `0..n` (workers that
+    /// registered by themselves, [`Membership::offered`]).
+    pub(super) slot_sets: Option<BTreeMap<String, BTreeSet<u32>>>,
     pub(super) blacklist: Blacklist,
     /// Every live worker, by slot.
     pub(super) workers: BTreeMap<SlotId, Worker>,
@@ -93,6 +96,7 @@ impl Membership {
             policy,
             hosts: Vec::new(),
             host_slots: BTreeMap::new(),
+            slot_sets: None,
             workers: BTreeMap::new(),
             members: Vec::new(),
             phase: Phase::Gathering(Gathering {
@@ -120,21 +124,56 @@ impl Membership {
         }
         self.hosts.clear();
         self.host_slots.clear();
+        self.slot_sets = None;
         for h in hosts {
             if !self.host_slots.contains_key(&h.host) {
                 self.host_slots.insert(h.host.clone(), h.slots);
                 self.hosts.push(h.clone());
             }
         }
-        if matches!(self.phase, Phase::Finishing) {
+        self.hosts_changed(now, &mut out);
+        out
+    }
+
+    /// The slots offered now, when workers register by themselves (pods,
+    /// each on a slot it claimed): the job's slots are exactly these, hosts
+    /// in the order they first appear. Replaces the previous set; otherwise
+    /// as [`Membership::discovered`].
+    pub fn offered(&mut self, now: Duration, slots: &[SlotId]) -> Vec<Command> {
+        let mut out = Vec::new();
+        if matches!(self.phase, Phase::Done) {
             return out;
         }
-        self.stop_unusable_newcomers(&mut out);
-        if matches!(self.phase, Phase::Stable) && self.members.iter().any(|s| !self.usable(s)) {
-            self.begin_gathering(now, Cause::HostsChanged, &mut out);
+        let mut sets: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+        self.hosts.clear();
+        for s in slots {
+            if !sets.contains_key(&s.host) {
+                self.hosts.push(HostSlots {
+                    host: s.host.clone(),
+                    slots: 0,
+                });
+            }
+            sets.entry(s.host.clone()).or_default().insert(s.slot);
         }
-        self.settle(now, &[], &mut out);
+        for h in &mut self.hosts {
+            h.slots = sets.get(&h.host).map_or(0, BTreeSet::len);
+        }
+        self.host_slots = self.hosts.iter().map(|h| (h.host.clone(), h.slots)).collect();
+        self.slot_sets = Some(sets);
+        self.hosts_changed(now, &mut out);
         out
+    }
+
+    /// What follows a new host or slot set.
+    fn hosts_changed(&mut self, now: Duration, out: &mut Vec<Command>) {
+        if matches!(self.phase, Phase::Finishing) {
+            return;
+        }
+        self.stop_unusable_newcomers(out);
+        if matches!(self.phase, Phase::Stable) && self.members.iter().any(|s| !self.usable(s)) {
+            self.begin_gathering(now, Cause::HostsChanged, out);
+        }
+        self.settle(now, &[], out);
     }
 
     /// A spawned worker on `slot` connected and is ready to be placed.

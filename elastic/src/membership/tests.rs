@@ -178,3 +178,52 @@ fn random_event_streams_keep_the_invariants() {
         random_run(seed);
     }
 }
+
+#[test]
+fn offered_slots_are_exactly_the_ones_listed() {
+    // Pods on slots 0 and 2 of node n1 (slot 1's pod is gone), 5 of n2.
+    let mut m = Membership::new(Policy::new(2, 8, 3));
+    let pods = [slot("n1", 0), slot("n1", 2), slot("n2", 5)];
+    let out = m.offered(s(0), &pods);
+    let spawned: Vec<&SlotId> = out
+        .iter()
+        .filter_map(|c| match c {
+            Command::Spawn(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(spawned, pods.iter().collect::<Vec<_>>());
+    for p in &pods {
+        m.registered(s(1), p);
+    }
+    assert_eq!(m.generation(), Generation(1));
+    assert_eq!(m.members(), &pods);
+    // A pod that leaves (its key marked leaving): the others move on at
+    // their next commit and it is not placed again.
+    let out = m.offered(s(2), &pods[..2]);
+    assert_eq!(
+        out,
+        vec![Command::HostsUpdated {
+            generation: Generation(2)
+        }]
+    );
+    m.rejoined(s(3), &pods[0], Generation(2));
+    let out = m.rejoined(s(3), &pods[1], Generation(2));
+    assert!(out.contains(&Command::Leave {
+        slot: pods[2].clone()
+    }));
+    assert_eq!(m.members(), &pods[..2]);
+    assert_eq!(m.resets(), 1);
+}
+
+#[test]
+fn host_lists_after_offered_slots_count_from_zero_again() {
+    let mut m = Membership::new(Policy::new(1, 4, 1));
+    m.offered(s(0), &[slot("n", 7)]);
+    let out = m.discovered(s(1), &hosts(&[("n", 1)]));
+    assert!(out.contains(&Command::Spawn(slot("n", 0))), "{out:?}");
+    assert!(out.contains(&Command::Stop {
+        slot: slot("n", 7),
+        why: "host n now offers 1 slots".into()
+    }));
+}
