@@ -9,6 +9,7 @@ pub mod config;
 pub mod job;
 pub mod launch;
 pub mod layout;
+pub mod serve;
 pub mod server;
 pub mod stall;
 pub mod store;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use coordinator::config::cli::{Cli, CliError};
 use coordinator::config::{self, LogLevel};
 use coordinator::job;
+use coordinator::serve::ServeConfig;
 
 /// Exit code of every usage error: a command line, environment variable or
 /// file elasticrun cannot run.
@@ -20,9 +21,56 @@ fn log_filter(level: LogLevel) -> &'static str {
     }
 }
 
+/// `elasticrun serve ...`: its own options, and the job's as a command line.
+fn serve_line() -> Result<Option<(ServeConfig, Vec<String>)>, ExitCode> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) != Some("serve") {
+        return Ok(None);
+    }
+    if args.iter().skip(2).any(|a| a == "--help" || a == "-h") {
+        print!("{}{}", config::serve::help(), Cli::help_text());
+        return Err(ExitCode::SUCCESS);
+    }
+    let parsed = config::serve::split(&args[2..]).and_then(|(found, rest)| {
+        let serve = config::serve::resolve(&found, &|k| std::env::var(k).ok())?;
+        Ok((serve, rest))
+    });
+    match parsed {
+        Ok((serve, rest)) => {
+            let mut job = vec![args[0].clone()];
+            job.extend(rest);
+            Ok(Some((serve, job)))
+        }
+        Err(e) => {
+            eprintln!("elasticrun serve: {e}");
+            Err(ExitCode::from(USAGE))
+        }
+    }
+}
+
 /// The command line, or the exit code when there is nothing (more) to run.
-fn command_line() -> Result<Cli, ExitCode> {
-    match Cli::parse_args(std::env::args()) {
+fn command_line() -> Result<(Cli, Option<ServeConfig>), ExitCode> {
+    let serve = serve_line()?;
+    let (args, serve) = match serve {
+        Some((s, job)) => (job, Some(s)),
+        None => (std::env::args().collect(), None),
+    };
+    let cli = parse_cli(args, serve.is_some())?;
+    if serve.is_some() && !cli.command.is_empty() {
+        eprintln!(
+            "elasticrun serve: it runs no command (workers start by themselves): remove {:?}",
+            cli.command.join(" ")
+        );
+        return Err(ExitCode::from(USAGE));
+    }
+    Ok((cli, serve))
+}
+
+fn parse_cli(args: Vec<String>, serve: bool) -> Result<Cli, ExitCode> {
+    match Cli::parse_args(args).map(|mut c| {
+        c.serve = serve;
+        c
+    }) {
         Ok(cli) if cli.check_build => {
             print!("{}", config::check_build());
             Err(ExitCode::SUCCESS)
@@ -62,8 +110,8 @@ fn load(cli: &Cli) -> Result<config::JobConfig, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = match command_line() {
-        Ok(cli) => cli,
+    let (cli, serve) = match command_line() {
+        Ok(c) => c,
         Err(code) => return code,
     };
     let cfg = match load(&cli) {
@@ -100,6 +148,15 @@ fn main() -> ExitCode {
         }
     };
     let say = job::Say::stderr(cfg.output_timestamps);
+    if let Some(serve) = serve {
+        return match rt.block_on(coordinator::serve::run(cfg, serve)) {
+            Ok(ending) => ExitCode::from(ending.code()),
+            Err(e) => {
+                say.line(&e);
+                ExitCode::FAILURE
+            }
+        };
+    }
     match rt.block_on(job::run(cfg)) {
         Ok(ending) => ExitCode::from(ending.code()),
         Err(e) => {

@@ -73,26 +73,15 @@ impl Lease {
     /// Resolves once the lease cannot be counted on: lost, or not renewed
     /// for `ttl - margin` (it may expire before the next renewal could land).
     pub async fn lapsed(&self, margin: Duration) -> String {
-        let mut rx = self.health.clone();
-        loop {
-            let renewed = match &*rx.borrow_and_update() {
-                LeaseHealth::Lost { why } => return why.clone(),
-                LeaseHealth::Alive { renewed } => *renewed,
-            };
-            let by = renewed + self.ttl.saturating_sub(margin);
-            tokio::select! {
-                () = tokio::time::sleep_until(by) => {
-                    if matches!(&*rx.borrow(), LeaseHealth::Alive { renewed: r } if *r == renewed) {
-                        return format!("not renewed for {:?}", renewed.elapsed());
-                    }
-                }
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        return "its keeper stopped".to_owned();
-                    }
-                }
-            }
-        }
+        lapsed(self.health.clone(), self.ttl, margin).await
+    }
+
+    /// [`Lease::lapsed`], as a future that owns what it watches.
+    pub fn lapse(
+        &self,
+        margin: Duration,
+    ) -> impl std::future::Future<Output = String> + Send + 'static {
+        lapsed(self.health.clone(), self.ttl, margin)
     }
 
     /// Ends the lease now (its keys go at once), best effort.
@@ -121,15 +110,10 @@ async fn keep(
             Ok(()) => return,
             Err(why) => why,
         };
-        if renewed.elapsed() > ttl {
-            let why = format!(
-                "not renewed for {:?} (its TTL is {ttl:?}): {why}",
-                renewed.elapsed()
-            );
-            tracing::warn!(lease = format_args!("{id:x}"), %holder, "etcd lease lost: {why}");
-            let _ = tx.send(LeaseHealth::Lost { why });
-            return;
-        }
+        // Past its TTL it may be gone, or not: etcd extends every lease when
+        // it elects a leader (after a restart, a lost member), so only etcd's
+        // own answer says it is lost. A holder that must not act on a lease
+        // that may have lapsed asks `lapsed`.
         if outage.is_none() {
             tracing::warn!(%holder, "etcd: cannot renew the lease ({why}); retrying");
             outage = Some(why);
@@ -180,4 +164,27 @@ async fn renew_stream(
 /// The error of acting on a lost lease.
 pub(crate) fn lost(id: i64, why: String) -> EtcdError {
     EtcdError::LeaseLost { id, why }
+}
+
+/// See [`Lease::lapsed`].
+async fn lapsed(mut rx: watch::Receiver<LeaseHealth>, ttl: Duration, margin: Duration) -> String {
+    loop {
+        let renewed = match &*rx.borrow_and_update() {
+            LeaseHealth::Lost { why } => return why.clone(),
+            LeaseHealth::Alive { renewed } => *renewed,
+        };
+        let by = renewed + ttl.saturating_sub(margin);
+        tokio::select! {
+            () = tokio::time::sleep_until(by) => {
+                if matches!(&*rx.borrow(), LeaseHealth::Alive { renewed: r } if *r == renewed) {
+                    return format!("not renewed for {:?}", renewed.elapsed());
+                }
+            }
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    return "its keeper stopped".to_owned();
+                }
+            }
+        }
+    }
 }

@@ -13,6 +13,7 @@
 //!   election/<lease hex>    one per serve replica, on its lease; the lowest create revision leads
 //!                           (value: LeaderRecord), that revision is the leader's epoch
 //!   workers/<node>/<slot>   one per worker, on the worker's own lease (value: WorkerRecord)
+//!   done                    "succeeded" or "failed" once the job is over (leader only)
 //! ```
 //!
 //! Liveness comes from each worker's own lease, never from its connection to
@@ -32,7 +33,7 @@ pub use lease::{Lease, LeaseHealth};
 pub use pods::{PodWatch, Pods, claim_slot, release, set_leaving};
 pub use records::{LeaderRecord, MAX_RECORD_BYTES, WorkerRecord};
 pub use session::{Endpoints, connect};
-pub use state::{fenced_found, timed_get, timed_txn};
+pub use state::{fenced_found, mark_done, read_done, timed_get, timed_txn};
 
 pub use etcd_client::Client;
 
@@ -164,6 +165,11 @@ impl Keys {
     /// The job state the leader commits.
     pub fn state(&self) -> String {
         format!("{}state", self.prefix)
+    }
+
+    /// Set by the leader when the job is over: `succeeded` or `failed`.
+    pub fn done(&self) -> String {
+        format!("{}done", self.prefix)
     }
 
     /// The election's keys start with this.

@@ -26,6 +26,9 @@ pub struct WorkerRecord {
     pub ip: IpAddr,
     /// Set on SIGTERM: it leaves at its next commit (a scale-down).
     pub leaving: bool,
+    /// Set when its program has ended its training cleanly.
+    #[serde(default)]
+    pub finished: bool,
 }
 
 /// A coordinator replica's election key: where its control plane listens.
@@ -83,6 +86,7 @@ mod tests {
             pid: 7,
             ip: "10.0.0.7".parse().unwrap(),
             leaving: false,
+            finished: false,
         }
     }
 

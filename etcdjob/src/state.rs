@@ -44,3 +44,38 @@ pub fn fenced_found(r: &etcd_client::TxnResponse, epoch: i64) -> (Option<u64>, b
     });
     (state, leads)
 }
+
+/// Records that the job is over (`ok`: it succeeded), guarded by the
+/// leadership that decided it.
+pub async fn mark_done(
+    c: &mut Client,
+    keys: &crate::Keys,
+    leadership: &crate::Leadership,
+    ok: bool,
+) -> Result<(), EtcdError> {
+    let value = if ok { "succeeded" } else { "failed" };
+    let txn = etcd_client::Txn::new()
+        .when([leadership.guard()])
+        .and_then([etcd_client::TxnOp::put(keys.done(), value, None)]);
+    timed("recording the end of the job", c.txn(txn)).await?;
+    Ok(())
+}
+
+/// Whether the job is over: `Some(true)` succeeded, `Some(false)` failed.
+pub async fn read_done(c: &mut Client, keys: &crate::Keys) -> Result<Option<bool>, EtcdError> {
+    let got = timed("reading whether the job is over", c.get(keys.done(), None)).await?;
+    let Some(kv) = got.kvs().first() else {
+        return Ok(None);
+    };
+    match kv.value() {
+        b"succeeded" => Ok(Some(true)),
+        b"failed" => Ok(Some(false)),
+        other => Err(EtcdError::Corrupt {
+            key: keys.done(),
+            why: format!(
+                "{:?} is neither \"succeeded\" nor \"failed\"",
+                String::from_utf8_lossy(other)
+            ),
+        }),
+    }
+}

@@ -168,6 +168,7 @@ fn garbage_in_the_job_keys_is_an_error_naming_the_key() {
             pid: 1,
             ip: "127.0.0.1".parse().unwrap_or_else(|e| panic!("{e}")),
             leaving: false,
+            finished: false,
         };
         let slot = etcdjob::claim_slot(&client, &keys, "node-a", &lease, &record)
             .await

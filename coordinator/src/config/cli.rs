@@ -390,6 +390,10 @@ pub struct Cli {
         value_name = "COMMAND"
     )]
     pub command: Vec<String>,
+    /// `elasticrun serve`: a coordinator for workers that register by
+    /// themselves; no COMMAND, the hosts are the workers' nodes.
+    #[arg(skip)]
+    pub serve: bool,
 }
 
 /// `--thread-affinity`'s CPU ids, in slot order.

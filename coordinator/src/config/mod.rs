@@ -11,6 +11,7 @@ pub mod file;
 mod options;
 mod parse;
 mod resolve;
+pub mod serve;
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -180,8 +181,9 @@ impl FromStr for LogLevel {
 /// `1 <= min_np <= initial_np <= max_np`, every count and duration positive.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ElasticConfig {
-    /// Run every `discovery_interval`; prints one `host` or `host:slots` per line.
-    pub discovery_script: PathBuf,
+    /// Run every `discovery_interval`; prints one `host` or `host:slots` per
+    /// line. `None`: the workers register by themselves (`elasticrun serve`).
+    pub discovery_script: Option<PathBuf>,
     /// `--min-np`; default `-np`.
     pub min_np: usize,
     /// `--max-np`; `None` = no cap.
@@ -205,6 +207,7 @@ pub struct ElasticConfig {
 /// Everything `elasticrun` needs to run a job, resolved and validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobConfig {
+    /// Empty for `elasticrun serve`.
     pub command: Vec<String>,
     /// `None`: as many processes as the hosts have slots. In an elastic job,
     /// the initial target (`Some(initial_np)`).

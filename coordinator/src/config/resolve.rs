@@ -143,8 +143,12 @@ pub fn resolve(
     let ssh_port = l.pick(&opt::SSH_PORT)?;
     let ssh_identity_file = l.pick(&opt::SSH_IDENTITY_FILE)?;
     let (hosts, elastic) = match hosts(&l)? {
+        _ if cli.serve => (HostSpec::Localhost, elastic(&l, Some(None), np.value)?),
         Hosts::Static(spec) => (spec, elastic(&l, None, np.value)?),
-        Hosts::Discovered(script) => (HostSpec::Localhost, elastic(&l, Some(script), np.value)?),
+        Hosts::Discovered(script) => (
+            HostSpec::Localhost,
+            elastic(&l, Some(Some(script)), np.value)?,
+        ),
     };
     if let Some(names) = &network_interface.value
         && names.contains(',')
@@ -238,9 +242,12 @@ struct ElasticGiven {
 
 /// The elastic options: `Some` with a discovery `script`, validated against
 /// `np` (`-np`, the initial target); without one, any of them given is an error.
+/// An elastic job's options: `script` is `None` for a job that is not
+/// elastic, `Some(None)` for `elasticrun serve` (workers register by
+/// themselves), `Some(Some(path))` for a discovery script.
 fn elastic(
     l: &Layers<'_>,
-    script: Option<PathBuf>,
+    script: Option<Option<PathBuf>>,
     np: Option<usize>,
 ) -> Result<Option<ElasticConfig>, ConfigError> {
     let l = Layers {
@@ -292,7 +299,7 @@ fn elastic(
 
 /// An elastic job's options, checked against each other and `np`.
 fn check_elastic(
-    discovery_script: PathBuf,
+    discovery_script: Option<PathBuf>,
     g: ElasticGiven,
     np: Option<usize>,
 ) -> Result<ElasticConfig, ConfigError> {

@@ -433,7 +433,7 @@ fn elastic_defaults() {
     assert_eq!(
         c.elastic,
         Some(ElasticConfig {
-            discovery_script: "./d.sh".into(),
+            discovery_script: Some("./d.sh".into()),
             min_np: 4,
             max_np: None,
             initial_np: 4,
@@ -466,7 +466,7 @@ fn every_elastic_option_from_the_command_line() {
     assert_eq!(
         elastic(&c),
         &ElasticConfig {
-            discovery_script: "d".into(),
+            discovery_script: Some("d".into()),
             min_np: 2,
             max_np: Some(8),
             initial_np: 4,
@@ -504,7 +504,7 @@ fn elastic_options_command_line_beats_environment_beats_file() {
     ];
     let c = run("-np 4 --max-np 10 ./t", &env_vars, file).unwrap();
     let e = elastic(&c);
-    assert_eq!(e.discovery_script, PathBuf::from("env.sh"));
+    assert_eq!(e.discovery_script, Some(PathBuf::from("env.sh")));
     assert_eq!(e.max_np, Some(10), "command line");
     assert_eq!(e.slots_per_host, 3, "environment");
     assert_eq!(
@@ -532,7 +532,7 @@ fn elastic_options_command_line_beats_environment_beats_file() {
     )
     .unwrap();
     let e = elastic(&c);
-    assert_eq!(e.discovery_script, PathBuf::from("cli.sh"));
+    assert_eq!(e.discovery_script, Some(PathBuf::from("cli.sh")));
     assert_eq!(e.elastic_timeout, Duration::from_secs(300));
     assert_eq!(
         e.blacklist_cooldown,
@@ -577,7 +577,7 @@ fn the_highest_layer_picks_between_hosts_and_discovery() {
         "launch:\n  hosts: a:2\n",
     )
     .unwrap();
-    assert_eq!(elastic(&c).discovery_script, PathBuf::from("d"));
+    assert_eq!(elastic(&c).discovery_script, Some(PathBuf::from("d")));
     assert_eq!(c.hosts, HostSpec::Localhost);
     let c = run(
         "-np 2 --hostfile h ./t",

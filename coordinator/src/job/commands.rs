@@ -35,10 +35,20 @@ impl Driver {
             && self.ending.is_none()
             && let Err(e) = self.persist().await
         {
-            self.say.line(format_args!(
-                "cannot record the job's state: {e}; stopping every worker"
-            ));
-            self.ending = Some(Ending::Failed);
+            if self.launcher.self_started() {
+                // Fenced: another leads. Unreachable: what was decided is not
+                // recorded, so not acted on; a leader that can record it (this
+                // one again, or another) decides anew from the stored state.
+                self.say.line(format_args!(
+                    "cannot record the job's state: {e}; stepping down, the workers keep training"
+                ));
+                self.ending = Some(Ending::SteppedDown);
+            } else {
+                self.say.line(format_args!(
+                    "cannot record the job's state: {e}; stopping every worker"
+                ));
+                self.ending = Some(Ending::Failed);
+            }
         }
         if self.ending.is_some() && !matches!(cmd, Command::Finish | Command::Fail(_)) {
             return Vec::new();

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use elastic::discovery::parse_discovered;
 use elastic::hosts::HostSlots;
+use elastic::membership::SlotId;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
@@ -107,7 +108,19 @@ pub async fn discover_once(d: &Discovery) -> Result<Vec<HostSlots>, String> {
 #[derive(Debug)]
 pub struct HostFeed {
     rx: mpsc::Receiver<Vec<HostSlots>>,
+    /// The slots of workers that register by themselves, when the job's
+    /// slots come from them instead of a host list.
+    slots: Option<mpsc::Receiver<Vec<SlotId>>>,
     task: Option<JoinHandle<()>>,
+}
+
+/// What a feed offers the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Offer {
+    /// Hosts and how many slots each has.
+    Hosts(Vec<HostSlots>),
+    /// Exactly these slots (`elasticrun serve`: the workers' claimed slots).
+    Slots(Vec<SlotId>),
 }
 
 /// Host sets that may wait for the driver.
@@ -117,7 +130,12 @@ impl HostFeed {
     /// A feed of what is sent on the returned channel.
     pub fn channel() -> (mpsc::Sender<Vec<HostSlots>>, HostFeed) {
         let (tx, rx) = mpsc::channel(FEED);
-        (tx, HostFeed { rx, task: None })
+        let feed = HostFeed {
+            rx,
+            slots: None,
+            task: None,
+        };
+        (tx, feed)
     }
 
     /// `hosts`, once.
@@ -136,9 +154,20 @@ impl HostFeed {
         feed
     }
 
-    /// The next host set; `None` once no more can come.
-    pub async fn next(&mut self) -> Option<Vec<HostSlots>> {
-        self.rx.recv().await
+    /// The slots sent on `rx` by `task` (ended with the feed).
+    pub fn slots(rx: mpsc::Receiver<Vec<SlotId>>, task: JoinHandle<()>) -> HostFeed {
+        let (_, mut feed) = Self::channel();
+        feed.slots = Some(rx);
+        feed.task = Some(task);
+        feed
+    }
+
+    /// The next host or slot set; `None` once no more can come.
+    pub async fn next(&mut self) -> Option<Offer> {
+        match &mut self.slots {
+            Some(rx) => rx.recv().await.map(Offer::Slots),
+            None => self.rx.recv().await.map(Offer::Hosts),
+        }
     }
 }
 

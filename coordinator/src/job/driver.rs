@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::discovery::HostFeed;
+use super::discovery::{HostFeed, Offer};
 use super::links::{self, LinkEvent, LinkEventKind};
 use super::recovery::Recovery;
 use super::say::Say;
@@ -41,6 +41,9 @@ const EXIT_SETTLE: Duration = Duration::from_millis(300);
 const LEAVE_GRACE: Duration = Duration::from_secs(10);
 /// How long a commit to the store may take.
 pub(super) const STORE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a self-started worker's registration waits for its slot to be
+/// offered (its etcd key to be seen).
+const EARLY_GRACE: Duration = Duration::from_secs(10);
 /// How often the driver polls exits and ticks the core.
 const TICK: Duration = Duration::from_millis(20);
 
@@ -117,6 +120,9 @@ pub(super) struct Driver {
     pub(super) recovery: Recovery,
     /// Whether a host set has come from discovery yet.
     pub(super) discovered: bool,
+    /// Registrations of self-started workers on slots not offered yet (their
+    /// etcd key is on its way), with when they came.
+    pub(super) early: Vec<(Instant, Arrival)>,
 }
 
 /// Where the coordinator listens: the `--network-interface` address, or
@@ -171,15 +177,20 @@ impl Driver {
             let cmds = tokio::select! {
                 _ = tick.tick() => Vec::new(),
                 ending = stops.next(&self.say) => return ending,
-                Some(hosts) = discovered.next() => {
+                Some(offer) = discovered.next() => {
                     let now = self.now();
                     self.discovered = true;
-                    self.core.discovered(now, &hosts)
+                    match offer {
+                        Offer::Hosts(hosts) => self.core.discovered(now, &hosts),
+                        Offer::Slots(slots) => self.core.offered(now, &slots),
+                    }
                 }
                 Some(a) = arrivals.next() => self.arrive(a),
                 Some(e) = events.recv() => self.link_event(e),
             };
             self.carry_out(cmds).await;
+            let early = self.retry_early();
+            self.carry_out(early).await;
             let mut more = self.poll_exits();
             more.extend(self.core.tick(self.now()));
             more.extend(self.poll_stalls());
@@ -221,6 +232,17 @@ impl Driver {
         if !self.workers.contains_key(&slot) {
             self.adopt(&slot, r.pid);
         }
+        if !self.workers.contains_key(&slot) && self.launcher.self_started() {
+            // Its key in etcd may not have reached the pod watch yet.
+            self.early.push((
+                Instant::now(),
+                Arrival {
+                    registration: r,
+                    link,
+                },
+            ));
+            return Vec::new();
+        }
         let Some(live) = self.workers.get_mut(&slot) else {
             tracing::warn!(%slot, "registration refused: no worker was started there");
             tokio::spawn(refuse(link, format!("{slot} is not a slot of this job")));
@@ -254,6 +276,28 @@ impl Driver {
             return self.core.reattached(now, &slot, r.generation);
         }
         self.core.registered(now, &slot)
+    }
+
+    /// Early registrations whose slot is offered now, taken; those that
+    /// waited [`EARLY_GRACE`] in vain, refused.
+    fn retry_early(&mut self) -> Vec<Command> {
+        if self.early.is_empty() {
+            return Vec::new();
+        }
+        let mut cmds = Vec::new();
+        for (at, a) in std::mem::take(&mut self.early) {
+            let slot = SlotId::new(a.registration.host.clone(), a.registration.slot);
+            if self.workers.contains_key(&slot) {
+                cmds.extend(self.arrive(a));
+            } else if at.elapsed() < EARLY_GRACE {
+                self.early.push((at, a));
+            } else {
+                tracing::warn!(%slot, "registration refused: no worker key for it in etcd");
+                let why = format!("{slot} is not a slot of this job (no worker key in etcd)");
+                tokio::spawn(refuse(a.link, why));
+            }
+        }
+        cmds
     }
 
     /// Re-sends what a reconnected worker in `generation` may have missed
@@ -494,6 +538,20 @@ impl Driver {
     /// Stops every worker still running and waits for the stopping ones; a
     /// static job that did not succeed first tells its workers why.
     pub(super) async fn wind_down(&mut self, ending: Ending) {
+        if self.launcher.self_started() {
+            // Pods stop when told; a coordinator that steps down or is
+            // stopped tells them nothing: the next leader takes them over.
+            if ending == Ending::Failed {
+                self.tell_all(&CoordinatorMsg::Stop {
+                    reason: "the job failed".to_owned(),
+                });
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            for t in self.stopping.drain(..) {
+                t.abort();
+            }
+            return;
+        }
         if self.mode == Mode::Static && ending != Ending::Success {
             let reason = "the job is stopping".to_owned();
             self.tell_all(&CoordinatorMsg::Stop { reason });

@@ -27,6 +27,7 @@ mod waiting;
 
 pub use say::Say;
 pub use setup::{Seams, run, run_on};
+pub(crate) use setup::{drive_elastic, policy as policy_of};
 
 use std::time::{Duration, SystemTime};
 
@@ -49,6 +50,11 @@ pub enum JobError {
          --hostfile (their slots then make the number)"
     )]
     NoNp,
+    #[error(
+        "an elastic job without a host discovery script is one whose workers register by \
+         themselves: run it with `elasticrun serve`"
+    )]
+    NoDiscoveryScript,
     #[error("cannot read hostfile {}: {why}", path.display())]
     HostfileUnreadable {
         path: std::path::PathBuf,
@@ -83,6 +89,7 @@ impl JobError {
         matches!(
             self,
             JobError::NoNp
+                | JobError::NoDiscoveryScript
                 | JobError::HostfileUnreadable { .. }
                 | JobError::Hostfile { .. }
                 | JobError::Layout(_)
@@ -97,13 +104,16 @@ pub enum Ending {
     Failed,
     Interrupted,
     Terminated,
+    /// This coordinator no longer leads the job (`elasticrun serve`): it
+    /// stopped acting and left the workers to the next leader.
+    SteppedDown,
 }
 
 impl Ending {
     pub fn code(self) -> u8 {
         match self {
             Ending::Success => 0,
-            Ending::Failed => 1,
+            Ending::Failed | Ending::SteppedDown => 1,
             Ending::Interrupted => 130,
             Ending::Terminated => 143,
         }
@@ -191,10 +201,21 @@ pub(crate) fn data_token() -> Result<u64, JobError> {
 }
 
 /// SIGINT and SIGTERM to elasticrun, which end the job.
-#[derive(Debug)]
 pub struct Stops {
     /// `None`: nothing stops the job from outside (an in-process cluster).
     signals: Option<(Signal, Signal)>,
+    /// Resolves, with why, once this coordinator may no longer lead the job
+    /// (`elasticrun serve`: its lease may have lapsed).
+    lapse: Option<futures::future::BoxFuture<'static, String>>,
+}
+
+impl std::fmt::Debug for Stops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stops")
+            .field("signals", &self.signals.is_some())
+            .field("lapse", &self.lapse.is_some())
+            .finish()
+    }
 }
 
 impl Stops {
@@ -206,6 +227,7 @@ impl Stops {
         ) {
             (Ok(int), Ok(term)) => Some(Stops {
                 signals: Some((int, term)),
+                lapse: None,
             }),
             _ => {
                 say.line("cannot install signal handlers");
@@ -216,22 +238,56 @@ impl Stops {
 
     /// No signal ends the job: the process keeps its own handlers (a test).
     pub fn never() -> Stops {
-        Stops { signals: None }
+        Stops {
+            signals: None,
+            lapse: None,
+        }
+    }
+
+    /// Also ends the job, as [`Ending::SteppedDown`], when `lapse` resolves.
+    pub fn or_lapse(mut self, lapse: futures::future::BoxFuture<'static, String>) -> Stops {
+        self.lapse = Some(lapse);
+        self
     }
 
     /// The next of the two signals, said, as the job's ending.
     pub(crate) async fn next(&mut self, say: &Say) -> Ending {
-        let Some((int, term)) = &mut self.signals else {
-            return std::future::pending().await;
+        let Stops { signals, lapse } = self;
+        // A coordinator that may step down (serve) leaves the workers be.
+        let after = if lapse.is_some() {
+            "resigning; the workers keep training"
+        } else {
+            "stopping every worker"
+        };
+        let lapse = async {
+            match lapse {
+                Some(l) => l.await,
+                None => std::future::pending().await,
+            }
+        };
+        let signal = async {
+            match signals {
+                Some((int, term)) => tokio::select! {
+                    _ = int.recv() => Ending::Interrupted,
+                    _ = term.recv() => Ending::Terminated,
+                },
+                None => std::future::pending().await,
+            }
         };
         tokio::select! {
-            _ = int.recv() => {
-                say.line("interrupted; stopping every worker");
-                Ending::Interrupted
+            why = lapse => {
+                say.line(format_args!(
+                    "no longer leading the job ({why}); stepping down, the workers keep training"
+                ));
+                Ending::SteppedDown
             }
-            _ = term.recv() => {
-                say.line("terminated; stopping every worker");
-                Ending::Terminated
+            ending = signal => {
+                if ending == Ending::Interrupted {
+                    say.line(format_args!("interrupted; {after}"));
+                } else {
+                    say.line(format_args!("terminated; {after}"));
+                }
+                ending
             }
         }
     }

@@ -36,7 +36,7 @@ const BLACKLIST_FAILURES: u32 = 3;
 const REJOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The membership core's policy of an elastic job.
-pub(super) fn policy(cfg: &JobConfig, e: &ElasticConfig) -> Policy {
+pub(crate) fn policy(cfg: &JobConfig, e: &ElasticConfig) -> Policy {
     Policy {
         min_np: e.min_np,
         max_np: e.max_np.unwrap_or(usize::MAX),
@@ -85,13 +85,16 @@ fn check_files(cfg: &JobConfig, rank0_here: bool) -> Result<(), JobError> {
 
 async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
     if let Some(e) = &cfg.elastic {
+        let Some(script) = e.discovery_script.clone() else {
+            return Err(JobError::NoDiscoveryScript);
+        };
         check_files(cfg, false)?;
         return Ok(Setup {
             mode: Mode::Elastic,
             policy: policy(cfg, e),
             bind: bind_address(cfg)?,
             hosts: Hosts::Script(Discovery {
-                script: e.discovery_script.clone(),
+                script,
                 interval: e.discovery_interval,
                 timeout: e.discovery_timeout,
                 slots_per_host: e.slots_per_host,
@@ -213,6 +216,16 @@ pub async fn run_on(cfg: &JobConfig, seams: Seams) -> Result<Ending, JobError> {
     drive(mode, policy, knobs(cfg), seams).await
 }
 
+/// Runs an elastic job on `seams` with `policy` and `knobs` (`elasticrun
+/// serve`'s leader, whose seams are etcd's).
+pub(crate) async fn drive_elastic(
+    policy: Policy,
+    knobs: Knobs,
+    seams: Seams,
+) -> Result<Ending, JobError> {
+    drive(Mode::Elastic, policy, knobs, seams).await
+}
+
 async fn drive(mode: Mode, policy: Policy, knobs: Knobs, seams: Seams) -> Result<Ending, JobError> {
     let Seams {
         launcher,
@@ -257,6 +270,7 @@ async fn drive(mode: Mode, policy: Policy, knobs: Knobs, seams: Seams) -> Result
         waiting: Waiting::default(),
         recovery: Recovery::default(),
         discovered: false,
+        early: Vec::new(),
     };
     let ending = driver
         .run(&mut arrivals, &mut hosts, events_rx, stops)

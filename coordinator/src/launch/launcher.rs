@@ -53,6 +53,13 @@ pub trait Launcher: Send + std::fmt::Debug {
     /// Waits for what the launcher does besides running workers (forwarding
     /// their output) to end; called once every worker has stopped.
     fn finish(&mut self) -> BoxFuture<'_, ()>;
+
+    /// Whether the workers start by themselves (pods, `elasticrun serve`)
+    /// and this launcher only watches them: they register on slots no
+    /// `start` preceded, and only telling them stops them.
+    fn self_started(&self) -> bool {
+        false
+    }
 }
 
 /// A started worker, as its launcher sees it.

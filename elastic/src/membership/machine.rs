@@ -158,7 +158,11 @@ impl Membership {
         for h in &mut self.hosts {
             h.slots = sets.get(&h.host).map_or(0, BTreeSet::len);
         }
-        self.host_slots = self.hosts.iter().map(|h| (h.host.clone(), h.slots)).collect();
+        self.host_slots = self
+            .hosts
+            .iter()
+            .map(|h| (h.host.clone(), h.slots))
+            .collect();
         self.slot_sets = Some(sets);
         self.hosts_changed(now, &mut out);
         out

@@ -1,0 +1,143 @@
+//! Workers that start by themselves (pods) as the job driver sees them: the
+//! slots they claimed in etcd are the job's slots ([`feed`]), and a
+//! "started" worker is the pod registered on its slot ([`PodLauncher`]),
+//! alive while its key is, finished when it says so, gone when its lease
+//! ends. Nothing here starts or kills a process: Kubernetes does.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use elastic::membership::SlotId;
+use etcdjob::Pods;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::job::discovery::HostFeed;
+use crate::launch::{LaunchError, Launcher, Started};
+
+/// How long a slot the driver heard of first from a registration may wait
+/// for its key to show in etcd before the worker counts as gone.
+const KEY_GRACE: Duration = Duration::from_secs(10);
+
+/// The raw wait status of a pod whose lease ended (as if killed by SIGKILL).
+const GONE: i32 = 9;
+
+/// The slots offered to the job: every worker key not marked leaving, in key
+/// order.
+pub(crate) fn offered(pods: &Pods) -> Vec<SlotId> {
+    pods.iter()
+        .filter(|(_, r)| !r.leaving)
+        .map(|((node, slot), _)| SlotId::new(node.clone(), *slot))
+        .collect()
+}
+
+/// A host feed of the slots offered, from the workers' watch.
+pub(crate) fn feed(mut pods: watch::Receiver<Option<Pods>>) -> HostFeed {
+    let (tx, rx) = mpsc::channel(4);
+    let task = tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let now = pods.borrow_and_update().as_ref().map(offered);
+            if let Some(slots) = now
+                && last.as_ref() != Some(&slots)
+            {
+                if tx.send(slots.clone()).await.is_err() {
+                    return;
+                }
+                last = Some(slots);
+            }
+            if pods.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    HostFeed::slots(rx, task)
+}
+
+/// The "launcher" of a job whose workers start by themselves.
+#[derive(Debug)]
+pub(crate) struct PodLauncher {
+    pub(crate) pods: watch::Receiver<Option<Pods>>,
+}
+
+impl Launcher for PodLauncher {
+    fn start<'a>(
+        &'a mut self,
+        _label: usize,
+        slot: &'a SlotId,
+    ) -> BoxFuture<'a, Result<Box<dyn Started>, LaunchError>> {
+        let handle: Box<dyn Started> = Box::new(Pod::new(self.pods.clone(), slot));
+        async move { Ok(handle) }.boxed()
+    }
+
+    fn adopt(&mut self, _label: usize, slot: &SlotId, _pid: u32) -> Option<Box<dyn Started>> {
+        Some(Box::new(Pod::new(self.pods.clone(), slot)))
+    }
+
+    fn finish(&mut self) -> BoxFuture<'_, ()> {
+        async {}.boxed()
+    }
+
+    fn self_started(&self) -> bool {
+        true
+    }
+}
+
+/// The worker registered on one slot, seen through its key.
+#[derive(Debug)]
+struct Pod {
+    pods: watch::Receiver<Option<Pods>>,
+    id: (String, u32),
+    since: Instant,
+    seen: bool,
+}
+
+impl Pod {
+    fn new(pods: watch::Receiver<Option<Pods>>, slot: &SlotId) -> Self {
+        Pod {
+            pods,
+            id: (slot.host.clone(), slot.slot),
+            since: Instant::now(),
+            seen: false,
+        }
+    }
+}
+
+impl Started for Pod {
+    fn poll(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        let record = self
+            .pods
+            .borrow()
+            .as_ref()
+            .and_then(|p| p.get(&self.id).cloned());
+        match record {
+            Some(r) if r.finished => Ok(Some(ExitStatus::from_raw(0))),
+            Some(_) => {
+                self.seen = true;
+                Ok(None)
+            }
+            None if self.seen || self.since.elapsed() > KEY_GRACE => {
+                Ok(Some(ExitStatus::from_raw(GONE)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn how(&self, status: ExitStatus) -> String {
+        if status.success() {
+            "finished".to_owned()
+        } else {
+            "is gone: its etcd lease ended (the pod was deleted, killed or cut off)".to_owned()
+        }
+    }
+
+    /// A pod is stopped by telling it (`Stop`), which the driver does.
+    fn terminate(&mut self) {}
+
+    fn kill(&mut self) -> BoxFuture<'_, ()> {
+        async {}.boxed()
+    }
+}
