@@ -37,8 +37,20 @@ fn serve_line() -> Result<Option<(ServeConfig, Vec<String>)>, ExitCode> {
     });
     match parsed {
         Ok((serve, rest)) => {
+            if let Some(word) = rest
+                .iter()
+                .find(|a| !a.starts_with('-') && is_command(&rest, a))
+            {
+                eprintln!(
+                    "elasticrun serve: it runs no command (workers start by themselves): remove {word:?}"
+                );
+                return Err(ExitCode::from(USAGE));
+            }
+            // The job's options, parsed as any job's: clap wants a COMMAND
+            // after them, which `serve` has none of (dropped after parsing).
             let mut job = vec![args[0].clone()];
             job.extend(rest);
+            job.extend(["--".to_owned(), "serve".to_owned()]);
             Ok(Some((serve, job)))
         }
         Err(e) => {
@@ -55,15 +67,24 @@ fn command_line() -> Result<(Cli, Option<ServeConfig>), ExitCode> {
         Some((s, job)) => (job, Some(s)),
         None => (std::env::args().collect(), None),
     };
-    let cli = parse_cli(args, serve.is_some())?;
-    if serve.is_some() && !cli.command.is_empty() {
-        eprintln!(
-            "elasticrun serve: it runs no command (workers start by themselves): remove {:?}",
-            cli.command.join(" ")
-        );
-        return Err(ExitCode::from(USAGE));
+    let mut cli = parse_cli(args, serve.is_some())?;
+    if serve.is_some() {
+        cli.command.clear();
     }
     Ok((cli, serve))
+}
+
+/// Whether `word` in `args` stands where a value of the option before it
+/// cannot be: `--` before it, or an option before it that takes no value.
+fn is_command(args: &[String], word: &str) -> bool {
+    let Some(i) = args.iter().position(|a| a == word) else {
+        return false;
+    };
+    match i.checked_sub(1).map(|p| args[p].as_str()) {
+        None => true,
+        Some("--") => true,
+        Some(prev) => !prev.starts_with('-') || prev.contains('='),
+    }
 }
 
 fn parse_cli(args: Vec<String>, serve: bool) -> Result<Cli, ExitCode> {

@@ -84,6 +84,21 @@ impl Lease {
         lapsed(self.health.clone(), self.ttl, margin)
     }
 
+    /// Resolves, with why, once etcd says the lease is gone.
+    pub fn lost(&self) -> impl std::future::Future<Output = String> + Send + 'static {
+        let mut rx = self.health.clone();
+        async move {
+            loop {
+                if let LeaseHealth::Lost { why } = &*rx.borrow_and_update() {
+                    return why.clone();
+                }
+                if rx.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        }
+    }
+
     /// Ends the lease now (its keys go at once), best effort.
     pub async fn revoke(self, client: &Client) {
         self.keeper.abort();

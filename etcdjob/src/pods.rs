@@ -247,3 +247,26 @@ fn read(
         }
     }
 }
+
+/// Rewrites this worker's own key with `record` (still on its lease).
+pub async fn rewrite(
+    client: &Client,
+    keys: &Keys,
+    node: &str,
+    slot: u32,
+    lease: &Lease,
+    record: &WorkerRecord,
+) -> Result<(), EtcdError> {
+    let key = keys.worker(node, slot);
+    let value = encode(&key, record)?;
+    let txn = Txn::new()
+        .when([Compare::lease(key.as_str(), CompareOp::Equal, lease.id())])
+        .and_then([TxnOp::put(
+            key.as_str(),
+            value,
+            Some(PutOptions::new().with_lease(lease.id())),
+        )]);
+    let mut c = client.clone();
+    timed("rewriting the worker's key", c.txn(txn)).await?;
+    Ok(())
+}

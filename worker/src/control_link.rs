@@ -189,6 +189,7 @@ pub async fn run<C: Connect>(
             &placements,
             &mut unsent,
             &observe,
+            redial.connect.superseded(),
         );
         let lost = match served.await {
             Served::Stop(why) => return why,
@@ -223,8 +224,10 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     placements: &mpsc::Sender<Placement>,
     unsent: &mut Option<WorkerMsg>,
     observe: &impl Observe,
+    superseded: impl std::future::Future<Output = ()>,
 ) -> Served {
     let mut tick = tokio::time::interval(HEARTBEAT);
+    let mut superseded = std::pin::pin!(superseded);
     loop {
         let msg = match unsent.take() {
             Some(m) => m,
@@ -234,6 +237,9 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     pending: shared.report(),
                 },
                 Some(m) = out.recv() => m,
+                () = &mut superseded => {
+                    return Served::Lost("another coordinator leads the job now".into());
+                }
                 m = link.next() => {
                     match m {
                         Some(Ok(m)) => {

@@ -31,6 +31,14 @@ pub enum InitError {
         cpu: usize,
         source: crate::affinity::AffinityError,
     },
+    /// Joining through etcd (`ELASTICRUN_ETCD`) failed.
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcdjob::EtcdError),
+    /// No coordinator led the job within the start timeout.
+    #[error(
+        "no coordinator leads job {job} (none in etcd within {waited:?}): is `elasticrun serve` running?"
+    )]
+    NoLeader { job: String, waited: Duration },
     /// The worker's own runtime could not start.
     #[error("cannot start the worker's runtime: {why}")]
     Runtime { why: String },

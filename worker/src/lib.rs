@@ -21,6 +21,7 @@ mod generation;
 mod hierarchy;
 mod join;
 mod optimizer;
+mod pod;
 mod reconnect;
 mod rejoin;
 mod settings;

@@ -43,6 +43,12 @@ pub trait Connect: Send + Sync + 'static {
     fn launcher_gone(&self) -> Option<bool> {
         None
     }
+    /// Resolves once the coordinator last reached no longer leads the job
+    /// (another was elected): the connection to it is dropped and the new
+    /// one dialled. Never, where there is only one coordinator.
+    fn superseded(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
 
 /// The coordinator over TCP.

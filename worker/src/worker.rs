@@ -1,5 +1,6 @@
 //! [`Worker`]: a training process's place in the job and its engine.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use crate::error::InitError;
 use crate::generation::{self, Entered};
 use crate::hierarchy::CollectivePaths;
 use crate::settings::engine_config;
-use crate::{affinity, api, env, join};
+use crate::{affinity, api, env, join, pod};
 
 /// This process's place in the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +57,8 @@ pub(crate) struct Link {
     pub(crate) elastic_timeout: Option<Duration>,
     /// Longest wait of one data-plane send or receive.
     pub(crate) data_timeout: Duration,
+    /// This worker in etcd, when it joined through etcd.
+    pub(crate) pod: Option<Arc<pod::Pod>>,
 }
 
 /// How long a world of one waits on itself (it never does: every message it
@@ -82,23 +85,43 @@ pub fn init() -> Result<Worker, InitError> {
     if let Err(e) = control::limits::raise_open_files() {
         tracing::debug!(%e, "cannot raise the open-files limit");
     }
-    let launch = env::read(|k| std::env::var(k).ok())?;
+    let get = |k: &str| std::env::var(k).ok();
+    // Started by elasticrun (ELASTICRUN_COORDINATOR), else through etcd.
+    let pod_env = match get(env::COORDINATOR) {
+        Some(_) => None,
+        None => pod::read(&get)?,
+    };
+    let launch = env::read(get)?;
     // Read once; the program's own children have no use for it.
     crate::sys::remove_env(control::env::SECRET);
     let rt = runtime()?;
+    if let Some(pe) = pod_env {
+        return init_pod(rt, pe);
+    }
     let Some(launch) = launch else {
         return Ok(Worker::alone(rt));
     };
+    let connect = control_link::Tcp {
+        addr: launch.coordinator,
+        launcher: Some(std::os::unix::process::parent_id()),
+    };
+    join_job(rt, &launch, connect, None)
+}
+
+/// Joins as `launch` says, redialling the coordinator through `connect`.
+fn join_job<C: control_link::Connect<Stream = tokio::net::TcpStream>>(
+    rt: tokio::runtime::Runtime,
+    launch: &env::Launch,
+    connect: C,
+    pod: Option<Arc<pod::Pod>>,
+) -> Result<Worker, InitError> {
     if let Some(cpu) = launch.engine_cpu {
         affinity::pin_engine_thread(&rt, cpu)
             .map_err(|source| InitError::ThreadAffinity { cpu, source })?;
     }
-    let joined = rt.block_on(join::join(&launch))?;
+    let joined = rt.block_on(join::join(launch))?;
     let redial = control_link::Redial {
-        connect: control_link::Tcp {
-            addr: launch.coordinator,
-            launcher: Some(std::os::unix::process::parent_id()),
-        },
+        connect,
         secret: launch.secret.clone(),
         host: launch.host.clone(),
         slot: launch.slot,
@@ -112,8 +135,27 @@ pub fn init() -> Result<Worker, InitError> {
         start_timeout: launch.start_timeout,
         elastic_timeout: launch.elastic_timeout,
         data_timeout: launch.data_timeout,
+        pod,
     };
     Ok(Worker::launched(rt, joined.entered, link))
+}
+
+/// Joins through etcd (a pod): registers, finds the leader, joins it, and
+/// leaves on SIGTERM.
+fn init_pod(rt: tokio::runtime::Runtime, pe: pod::PodEnv) -> Result<Worker, InitError> {
+    let within = std::env::var(control::env::START_TIMEOUT)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(Duration::from_secs(60), Duration::from_secs_f64);
+    let pod = Arc::new(rt.block_on(pod::enter(pe, within))?);
+    let launch = env::read(|k| pod::launch_var(&pod, k))?.ok_or(InitError::Environment {
+        var: pod::ETCD,
+        why: "cannot describe the job".into(),
+    })?;
+    pod::watch_signals(&rt, &pod, launch.coordinator_timeout);
+    let connect = pod.connect();
+    join_job(rt, &launch, connect, Some(pod))
 }
 
 /// Warnings and errors of the runtime on stderr (which elasticrun forwards)
@@ -272,8 +314,14 @@ impl Worker {
     /// Leaves the job cleanly once every rank has asked to (peers still
     /// finishing are not disturbed); returns the engine's counters.
     pub fn shutdown(self) -> Option<EngineStats> {
-        let Worker { rt, engine, .. } = self;
-        rt.block_on(engine.shutdown()).ok()
+        let Worker {
+            rt, engine, link, ..
+        } = self;
+        let stats = rt.block_on(engine.shutdown()).ok();
+        if let Some(pod) = link.and_then(|l| l.pod) {
+            rt.block_on(pod.finished());
+        }
+        stats
     }
 }
 

@@ -157,6 +157,11 @@ impl Driver {
     /// span this machine and others and a worker here published a loopback
     /// data-plane address (see [`AssignmentBase::loopback_as`]).
     fn loopback_as(&self, ranks: &[SlotId]) -> Option<IpAddr> {
+        // Self-started workers (pods) publish the address they listen on,
+        // and their "hosts" are node names, not addresses.
+        if self.launcher.self_started() {
+            return None;
+        }
         let remote = ranks.iter().find(|s| !is_this_machine(&s.host))?;
         let on_loopback = ranks.iter().any(|s| {
             self.addrs

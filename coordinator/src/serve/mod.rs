@@ -138,6 +138,13 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
                 return Ok(ending);
             }
         };
+        // The job may have ended while this replica stood by.
+        if let Some(ok) = etcdjob::read_done(&mut client.clone(), &keys).await? {
+            say.line(format_args!("job {} is over already", serve.job));
+            leadership.resign(&client).await;
+            lease.revoke(&client).await;
+            return Ok(if ok { Ending::Success } else { Ending::Failed });
+        }
         say.line(format_args!(
             "leading job {} (epoch {}); workers reach this coordinator at {addr}",
             serve.job, leadership.epoch
@@ -169,6 +176,11 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
             }
             Ending::Success | Ending::Failed => {
                 let ok = ending == Ending::Success;
+                say.line(format_args!(
+                    "job {} {}",
+                    serve.job,
+                    if ok { "succeeded" } else { "failed" }
+                ));
                 if let Err(e) =
                     etcdjob::mark_done(&mut client.clone(), &keys, &leadership, ok).await
                 {
@@ -215,7 +227,8 @@ fn advertised_ip(endpoints: &Endpoints) -> Result<IpAddr, ServeError> {
         .first()
         .map_or("127.0.0.1:2379", String::as_str);
     let hostport = first.trim_start_matches("http://");
-    Ok(crate::launch::address::source_address_towards(hostport)?)
+    let host = hostport.rsplit_once(':').map_or(hostport, |(h, _)| h);
+    Ok(crate::launch::address::source_address_towards(host)?)
 }
 
 /// This replica's name in messages: host name and process id.

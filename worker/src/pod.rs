@@ -1,0 +1,312 @@
+//! Joining a job through etcd, as a Kubernetes pod does: no launcher, only
+//! `ELASTICRUN_ETCD`, `ELASTICRUN_JOB` and the secret in a file
+//! (`ELASTICRUN_SECRET_FILE`). The worker takes a lease it keeps alive,
+//! claims the lowest free slot of its node (`NODE_NAME`) under the job,
+//! finds the leading coordinator's address in etcd and joins as any worker
+//! does; it follows the election afterwards and moves to a new leader as
+//! soon as etcd names one. SIGTERM (a deleted pod) marks its key leaving: it
+//! leaves at its next commit, a scale-down without rollback. A clean end of
+//! training marks it finished.
+//!
+//! ```text
+//!  etcd: lease ─► workers/<node>/<slot> ─► leader? ─► join (TCP, secret) ─► train
+//!        leader changes ──► drop the old connection, register with the new one
+//!        SIGTERM ──► key marked leaving ──► Leave at the next commit ──► exit 0
+//! ```
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use etcdjob::{Client, Endpoints, JobName, Keys, LeaderRecord, LeaderWatch, Lease, WorkerRecord};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::InitError;
+use crate::reconnect::Connect;
+
+/// The variables of a worker that joins through etcd.
+pub(crate) const ETCD: &str = "ELASTICRUN_ETCD";
+pub(crate) const JOB: &str = "ELASTICRUN_JOB";
+pub(crate) const SECRET_FILE: &str = "ELASTICRUN_SECRET_FILE";
+pub(crate) const LEASE_TTL: &str = "ELASTICRUN_LEASE_TTL";
+
+/// How long a worker keeps training without a coordinator when
+/// `ELASTICRUN_COORDINATOR_TIMEOUT` does not say: long enough for a standby
+/// to take over after the leader's lease ends.
+pub(crate) const POD_COORDINATOR_TIMEOUT: &str = "30";
+
+/// Who this worker is in etcd mode, from the pod's environment.
+#[derive(Debug)]
+pub(crate) struct PodEnv {
+    endpoints: Endpoints,
+    job: JobName,
+    secret_file: std::path::PathBuf,
+    node: String,
+    record: WorkerRecord,
+    lease_ttl: Duration,
+}
+
+/// `None` unless `ELASTICRUN_ETCD` is set.
+pub(crate) fn read(get: &impl Fn(&str) -> Option<String>) -> Result<Option<PodEnv>, InitError> {
+    let Some(etcd) = get(ETCD).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let bad = |var: &'static str, why: String| InitError::Environment { var, why };
+    let endpoints = Endpoints::parse(&etcd).map_err(|e| bad(ETCD, e.to_string()))?;
+    let job = get(JOB).ok_or_else(|| bad(JOB, "is not set".into()))?;
+    let job = JobName::new(job.trim()).map_err(|e| bad(JOB, e.to_string()))?;
+    let secret_file = get(SECRET_FILE)
+        .ok_or_else(|| bad(SECRET_FILE, "is not set (the job secret's file)".into()))?
+        .into();
+    let hostname = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into());
+    let node = get("NODE_NAME").unwrap_or_else(|| hostname.clone());
+    let pod = get("POD_NAME").unwrap_or_else(|| hostname.clone());
+    let uid = get("POD_UID").unwrap_or_else(|| format!("{pod}-{}", std::process::id()));
+    let ip = match get("POD_IP") {
+        Some(v) => v
+            .trim()
+            .parse::<IpAddr>()
+            .map_err(|_| bad("POD_IP", format!("{v:?} is not an IP address")))?,
+        None => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+    };
+    let lease_ttl = match get(LEASE_TTL) {
+        Some(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 2.0 && *s <= 3600.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| bad(LEASE_TTL, "is not from 2 to 3600 seconds".into()))?,
+        None => etcdjob::DEFAULT_LEASE_TTL,
+    };
+    Ok(Some(PodEnv {
+        endpoints,
+        job,
+        secret_file,
+        node,
+        record: WorkerRecord {
+            pod,
+            uid,
+            pid: std::process::id(),
+            ip,
+            leaving: false,
+            finished: false,
+        },
+        lease_ttl,
+    }))
+}
+
+/// A worker registered in etcd: its key, lease and view of the leader.
+pub(crate) struct Pod {
+    client: Client,
+    keys: Keys,
+    pub(crate) node: String,
+    pub(crate) slot: u32,
+    lease: Lease,
+    record: WorkerRecord,
+    leader: LeaderWatch,
+    /// The leader found at the start.
+    pub(crate) first: (i64, LeaderRecord),
+    pub(crate) secret_hex: String,
+}
+
+/// Registers in etcd and finds the leader, within `within`.
+pub(crate) async fn enter(env: PodEnv, within: Duration) -> Result<Pod, InitError> {
+    let secret = std::fs::read_to_string(&env.secret_file).map_err(|e| InitError::Environment {
+        var: SECRET_FILE,
+        why: format!("{}: {e}", env.secret_file.display()),
+    })?;
+    let client = etcdjob::connect(&env.endpoints, within).await?;
+    let keys = Keys::new(&env.job);
+    if let Some(ok) = etcdjob::read_done(&mut client.clone(), &keys).await? {
+        let how = if ok { "succeeded" } else { "failed" };
+        return Err(InitError::Refused {
+            reason: format!("job {} is over ({how})", env.job),
+        });
+    }
+    let lease = Lease::grant(&client, env.lease_ttl, "worker").await?;
+    let slot = etcdjob::claim_slot(&client, &keys, &env.node, &lease, &env.record).await?;
+    tracing::info!(node = %env.node, slot, "registered in etcd");
+    let leader = LeaderWatch::start(&client, &keys);
+    let first = leader
+        .wait(within)
+        .await
+        .ok_or_else(|| InitError::NoLeader {
+            job: env.job.to_string(),
+            waited: within,
+        })?;
+    Ok(Pod {
+        client,
+        keys,
+        node: env.node,
+        slot,
+        lease,
+        record: env.record,
+        leader,
+        first,
+        secret_hex: secret.trim().to_owned(),
+    })
+}
+
+impl std::fmt::Debug for Pod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.keys.worker(&self.node, self.slot))
+    }
+}
+
+impl Pod {
+    /// The coordinator as the control task redials it: whoever leads now.
+    pub(crate) fn connect(&self) -> LeaderConn {
+        LeaderConn {
+            rx: self.leader.subscribe(),
+            dialled: Arc::new(AtomicI64::new(self.first.0)),
+        }
+    }
+
+    /// Marks this worker leaving (SIGTERM).
+    pub(crate) async fn leave(&self) -> Result<(), etcdjob::EtcdError> {
+        let (c, k, n, s, l, r) = (
+            &self.client,
+            &self.keys,
+            &self.node,
+            self.slot,
+            &self.lease,
+            &self.record,
+        );
+        etcdjob::set_leaving(c, k, n, s, l, r).await
+    }
+
+    /// Marks this worker finished (its training ended cleanly).
+    pub(crate) async fn finished(&self) {
+        let done = WorkerRecord {
+            finished: true,
+            ..self.record.clone()
+        };
+        if let Err(e) = etcdjob::rewrite(
+            &self.client,
+            &self.keys,
+            &self.node,
+            self.slot,
+            &self.lease,
+            &done,
+        )
+        .await
+        {
+            tracing::warn!(%e, "cannot mark this worker finished in etcd");
+        }
+    }
+
+    /// Resolves once etcd says this worker's lease is gone.
+    pub(crate) fn lost(&self) -> impl Future<Output = String> + Send + 'static {
+        self.lease.lost()
+    }
+}
+
+/// Dials whichever coordinator leads now; a connection to one that no
+/// longer leads is dropped ([`Connect::superseded`]).
+#[derive(Clone, Debug)]
+pub(crate) struct LeaderConn {
+    rx: watch::Receiver<Option<(i64, LeaderRecord)>>,
+    /// The epoch of the leader last dialled.
+    dialled: Arc<AtomicI64>,
+}
+
+impl LeaderConn {
+    fn leader(&self) -> Option<(i64, SocketAddr)> {
+        self.rx.borrow().as_ref().map(|(e, r)| (*e, r.addr))
+    }
+}
+
+impl Connect for LeaderConn {
+    type Stream = TcpStream;
+
+    fn target(&self) -> String {
+        match self.leader() {
+            Some((_, addr)) => addr.to_string(),
+            None => "no coordinator (none leads the job in etcd)".into(),
+        }
+    }
+
+    async fn connect(&self) -> std::io::Result<TcpStream> {
+        let Some((epoch, addr)) = self.leader() else {
+            return Err(std::io::Error::other("no coordinator leads the job now"));
+        };
+        let s = TcpStream::connect(addr).await?;
+        let _ = s.set_nodelay(true);
+        self.dialled.store(epoch, Ordering::SeqCst);
+        Ok(s)
+    }
+
+    fn superseded(&self) -> impl Future<Output = ()> + Send {
+        let mut rx = self.rx.clone();
+        let dialled = self.dialled.clone();
+        async move {
+            let moved = rx.wait_for(|l| {
+                l.as_ref()
+                    .is_some_and(|(e, _)| *e > dialled.load(Ordering::SeqCst))
+            });
+            if moved.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// The launch variable `var` of a worker that joined through etcd: who it
+/// is and where its coordinator is come from etcd, the rest from its
+/// environment (with longer waits for a coordinator by default).
+pub(crate) fn launch_var(pod: &Pod, var: &str) -> Option<String> {
+    use control::env as e;
+    let from_env = std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+    match var {
+        e::COORDINATOR => Some(pod.first.1.addr.to_string()),
+        e::SECRET => Some(pod.secret_hex.clone()),
+        e::HOST => Some(pod.node.clone()),
+        e::SLOT => Some(pod.slot.to_string()),
+        e::ELASTIC_TIMEOUT => from_env.or_else(|| Some("600".into())),
+        e::COORDINATOR_TIMEOUT => from_env.or_else(|| Some(POD_COORDINATOR_TIMEOUT.into())),
+        e::DATA_ALL_INTERFACES => None,
+        _ => from_env,
+    }
+}
+
+/// SIGTERM (a deleted pod): mark the key leaving, then wait to be told to
+/// leave at the next commit; a second SIGTERM, or `grace` without a
+/// coordinator's word, ends the process (143). A lease etcd has ended
+/// ends it too (1): the job has counted this worker gone.
+pub(crate) fn watch_signals(rt: &tokio::runtime::Runtime, pod: &Arc<Pod>, grace: Duration) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let p = pod.clone();
+    rt.spawn(async move {
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            tracing::warn!("cannot watch SIGTERM; a deleted pod fails instead of leaving");
+            return;
+        };
+        term.recv().await;
+        eprintln!("elasticrun worker: SIGTERM: leaving the job at its next commit");
+        if let Err(e) = p.leave().await {
+            eprintln!("elasticrun worker: cannot mark this worker leaving ({e}); exiting");
+            std::process::exit(143);
+        }
+        tokio::select! {
+            _ = term.recv() => {}
+            () = tokio::time::sleep(grace) => {}
+        }
+        eprintln!("elasticrun worker: not released within {grace:?} of SIGTERM; exiting");
+        std::process::exit(143);
+    });
+    let lost = pod.lost();
+    rt.spawn(async move {
+        let why = lost.await;
+        eprintln!(
+            "elasticrun worker: its etcd lease ended ({why}); the job counts it gone; exiting"
+        );
+        std::process::exit(1);
+    });
+}
