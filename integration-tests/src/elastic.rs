@@ -86,7 +86,7 @@ pub struct Train {
 }
 
 impl Train {
-    fn args(&self) -> Vec<String> {
+    pub fn args(&self) -> Vec<String> {
         let mut v = vec![crate::train().to_str().unwrap().to_owned()];
         for (k, n) in [
             ("--epochs", self.epochs),

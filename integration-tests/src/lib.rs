@@ -14,6 +14,7 @@ pub mod elastic;
 pub mod etcd;
 pub mod needs;
 pub mod netns;
+pub mod pods;
 pub mod sshd;
 
 use std::collections::BTreeSet;

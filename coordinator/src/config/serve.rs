@@ -57,15 +57,14 @@ pub enum ServeArgsError {
     },
     #[error("--{flag}: {why}")]
     Invalid { flag: &'static str, why: String },
-    #[error("`elasticrun serve` runs no command (workers start by themselves): remove {0:?}")]
-    Command(String),
 }
+
+/// Serve options found on the command line: `(flag, value)`.
+pub type Given = Vec<(&'static str, String)>;
 
 /// Splits `args` (after `serve`) into the serve options' values and the
 /// rest, which are the job's options.
-pub fn split(
-    args: &[String],
-) -> Result<(Vec<(&'static str, String)>, Vec<String>), ServeArgsError> {
+pub fn split(args: &[String]) -> Result<(Given, Vec<String>), ServeArgsError> {
     let mut found = Vec::new();
     let mut rest = Vec::new();
     let mut it = args.iter();

@@ -1,0 +1,191 @@
+//! A job run the Kubernetes way on this machine: a real etcd, `elasticrun
+//! serve` replicas, and "pods": `train` processes started with exactly the
+//! environment a pod of the manifests in `deploy/kubernetes/` has
+//! (`ELASTICRUN_ETCD`, `ELASTICRUN_JOB`, `ELASTICRUN_SECRET_FILE`,
+//! `NODE_NAME`, `POD_NAME`, `POD_UID`). Every process still running when the
+//! [`PodJob`] is dropped is killed.
+
+use std::process::Command;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::elastic::{Scratch, Train};
+use crate::etcd::Etcd;
+use crate::{Finished, Running, elasticrun, start, wait_for};
+
+/// A job of serve replicas and pods on one etcd.
+#[derive(Debug)]
+pub struct PodJob {
+    pub etcd: Etcd,
+    pub dir: Scratch,
+    pub job: String,
+    serves: Vec<Option<Running>>,
+    pods: Vec<Option<Running>>,
+}
+
+/// The secret every pod and replica of a [`PodJob`] reads.
+const SECRET: &str = "5eb63bbbe01eeed093cb22bb8f5acdc3b94fa3a1f1b6a0a3c7fa1d2c3b4a5f60";
+
+impl PodJob {
+    pub fn new(test: &str, etcd: Etcd) -> Self {
+        let dir = Scratch::new(test);
+        dir.write("secret", SECRET);
+        PodJob {
+            etcd,
+            dir,
+            job: test.replace('_', "-").chars().take(60).collect(),
+            serves: Vec::new(),
+            pods: Vec::new(),
+        }
+    }
+
+    /// Starts a serve replica with `options` (the job's elastic options);
+    /// its index.
+    pub fn serve(&mut self, options: &[&str]) -> usize {
+        let mut cmd = Command::new(elasticrun());
+        cmd.arg("serve")
+            .args(["--etcd", &self.etcd.endpoints(), "--job", &self.job])
+            .arg("--secret-file")
+            .arg(self.dir.dir.join("secret"))
+            .args(options);
+        self.serves.push(Some(start(cmd)));
+        self.serves.len() - 1
+    }
+
+    /// Starts a pod on `node` running `train` with `secret`; its index.
+    pub fn pod_with_secret(&mut self, node: &str, train: &Train, secret: &str) -> usize {
+        let i = self.pods.len();
+        let file = self.dir.write(&format!("secret-{i}"), secret);
+        let args = train.args();
+        let mut cmd = Command::new(&args[0]);
+        cmd.args(&args[1..])
+            .env("ELASTICRUN_ETCD", self.etcd.endpoints())
+            .env("ELASTICRUN_JOB", &self.job)
+            .env("ELASTICRUN_SECRET_FILE", file)
+            .env("ELASTICRUN_LEASE_TTL", "2")
+            .env("NODE_NAME", node)
+            .env("POD_NAME", format!("{}-{i}", self.job))
+            .env("POD_UID", format!("uid-{i}-{}", std::process::id()))
+            .env("POD_IP", "127.0.0.1");
+        for k in control::env::ALL {
+            cmd.env_remove(k);
+        }
+        self.pods.push(Some(start(cmd)));
+        i
+    }
+
+    /// Starts a pod on `node` running `train`; its index.
+    pub fn pod(&mut self, node: &str, train: &Train) -> usize {
+        self.pod_with_secret(node, train, SECRET)
+    }
+
+    pub fn serve_pid(&self, i: usize) -> i32 {
+        self.serves[i].as_ref().map_or(0, Running::pid)
+    }
+
+    pub fn pod_pid(&self, i: usize) -> i32 {
+        self.pods[i].as_ref().map_or(0, Running::pid)
+    }
+
+    /// Everything the pods printed on stdout so far.
+    pub fn pods_stdout(&self) -> String {
+        self.pods
+            .iter()
+            .flatten()
+            .map(Running::stdout_so_far)
+            .collect()
+    }
+
+    /// The replica that says it leads (waiting up to `limit`), skipping `not`.
+    pub fn leader(&self, not: &[usize], limit: Duration) -> usize {
+        wait_for("a serve replica to lead", limit, || {
+            self.serves.iter().enumerate().find_map(|(i, s)| {
+                let s = s.as_ref()?;
+                (!not.contains(&i) && s.stderr_so_far().contains("elasticrun: leading job"))
+                    .then_some(i)
+            })
+        })
+    }
+
+    /// Waits until the pods have logged step `n`.
+    pub fn wait_for_step(&self, n: u64, limit: Duration) {
+        wait_for(&format!("step {n}"), limit, || {
+            crate::elastic::steps(&self.pods_stdout())
+                .iter()
+                .any(|s| s.step >= n)
+                .then_some(())
+        });
+    }
+
+    /// Sends `sig` to pod `i`.
+    pub fn signal_pod(&self, i: usize, sig: Signal) {
+        let _ = kill(Pid::from_raw(self.pod_pid(i)), sig);
+    }
+
+    /// Sends `sig` to replica `i`.
+    pub fn signal_serve(&self, i: usize, sig: Signal) {
+        let _ = kill(Pid::from_raw(self.serve_pid(i)), sig);
+    }
+
+    /// Waits for pod `i` to exit.
+    pub fn finish_pod(&mut self, i: usize, limit: Duration) -> Finished {
+        let run = self.pods[i]
+            .take()
+            .unwrap_or_else(|| panic!("pod {i} is gone"));
+        run.finish(limit)
+    }
+
+    /// Waits for replica `i` to exit.
+    pub fn finish_serve(&mut self, i: usize, limit: Duration) -> Finished {
+        let run = self.serves[i]
+            .take()
+            .unwrap_or_else(|| panic!("replica {i} is gone"));
+        run.finish(limit)
+    }
+
+    /// Waits for every pod still there, and hands back one [`Finished`]
+    /// holding all their output (stdout: the pods'; stderr: the pods' and
+    /// every replica's so far), with the status of the last failure if any.
+    pub fn finish_pods(&mut self, limit: Duration) -> Finished {
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        let mut status = None;
+        for p in self.pods.iter_mut() {
+            if let Some(run) = p.take() {
+                let f = run.finish(limit);
+                stdout.push_str(&f.stdout);
+                stderr.push_str(&f.stderr);
+                if !f.status.success() || status.is_none() {
+                    status = Some(f.status);
+                }
+            }
+        }
+        for s in self.serves.iter().flatten() {
+            stderr.push_str(&s.stderr_so_far());
+        }
+        Finished {
+            status: status.unwrap_or_else(|| panic!("no pod ran")),
+            stdout,
+            stderr,
+        }
+    }
+
+    /// What replica `i` said so far.
+    pub fn serve_stderr(&self, i: usize) -> String {
+        self.serves[i]
+            .as_ref()
+            .map(Running::stderr_so_far)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for PodJob {
+    fn drop(&mut self) {
+        for r in self.pods.iter_mut().chain(self.serves.iter_mut()).flatten() {
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Jobs run the Kubernetes way, on this machine: a real etcd (Debian's
+//! etcd-server) on loopback ports, `elasticrun serve` replicas, and pods:
+//! `train` processes with a pod's environment and no launcher.
+
+use std::time::Duration;
+
+use integration_tests::elastic::{Train, check_done, check_no_rollback, done_lines, steps};
+use integration_tests::etcd::Etcd;
+use integration_tests::pods::PodJob;
+use nix::sys::signal::Signal;
+
+const LIMIT: Duration = Duration::from_secs(60);
+/// The job's options on every replica: a 2 s lease (etcd's least), so a
+/// dead leader is replaced within about 2 s.
+const SERVE: [&str; 8] = [
+    "-np",
+    "3",
+    "--min-np",
+    "2",
+    "--max-np",
+    "3",
+    "--lease-ttl",
+    "2",
+];
+
+fn short() -> Train {
+    Train {
+        epochs: 3,
+        samples: 640,
+        step_delay_ms: 0,
+        commit_every: 5,
+    }
+}
+
+/// Long enough for a failover in the middle: 20 steps an epoch, 40 ms each.
+fn long() -> Train {
+    Train {
+        epochs: 8,
+        samples: 1280,
+        step_delay_ms: 40,
+        commit_every: 5,
+    }
+}
+
+fn three_pods(job: &mut PodJob, train: &Train) {
+    for node in ["node-a", "node-a", "node-b"] {
+        job.pod(node, train);
+    }
+}
+
+#[test]
+fn pods_with_two_coordinators_train_to_the_weights_of_a_launcher_job() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("pods_train", etcd);
+    let train = short();
+    job.serve(&SERVE);
+    job.serve(&SERVE);
+    three_pods(&mut job, &train);
+    let run = job.finish_pods(LIMIT);
+    run.expect_code(0);
+    let state = check_done(&run, 3, train.expected_steps());
+    assert_eq!(state, train.undisturbed_state(3), "{}", run.stderr);
+    // Ranks and local ranks follow the nodes: two on node-a, one on node-b.
+    assert!(
+        run.stderr
+            .contains("generation 1: 3 workers (node-a:2, node-b:1)"),
+        "{}",
+        run.stderr
+    );
+    // Both replicas end: the leader with the job, the standby on seeing it over.
+    for i in 0..2 {
+        job.finish_serve(i, LIMIT).expect_code(0);
+    }
+}
+
+#[test]
+fn killing_the_leading_coordinator_resets_nothing_and_loses_no_step() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("leader_killed", etcd);
+    let train = long();
+    job.serve(&SERVE);
+    let first = job.leader(&[], LIMIT);
+    job.serve(&SERVE);
+    three_pods(&mut job, &train);
+    job.wait_for_step(30, LIMIT);
+    job.signal_serve(first, Signal::SIGKILL);
+    let second = job.leader(&[first], LIMIT);
+    let run = job.finish_pods(LIMIT);
+    run.expect_code(0);
+    let state = check_done(&run, 3, train.expected_steps());
+    for d in done_lines(&run.stdout) {
+        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
+    }
+    check_no_rollback(&run.stdout);
+    assert_eq!(steps(&run.stdout).len() as u64, train.expected_steps());
+    assert_eq!(state, train.undisturbed_state(3));
+    let said = job.serve_stderr(second);
+    assert!(
+        !said.contains("generation 2"),
+        "the new leader formed a new generation:\n{said}"
+    );
+}
+
+#[test]
+fn a_pod_given_sigterm_leaves_at_a_commit_without_rollback() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("pod_sigterm", etcd);
+    let train = long();
+    job.serve(&SERVE);
+    three_pods(&mut job, &train);
+    job.wait_for_step(10, LIMIT);
+    job.signal_pod(2, Signal::SIGTERM);
+    let left = job.finish_pod(2, LIMIT);
+    left.expect_code(0);
+    assert!(
+        left.stderr.contains("SIGTERM: leaving the job"),
+        "{}",
+        left.stderr
+    );
+    let run = job.finish_pods(LIMIT);
+    run.expect_code(0);
+    check_no_rollback(&run.stdout);
+    check_done(&run, 2, train.expected_steps());
+    assert!(run.stderr.contains("hosts changed"), "{}", run.stderr);
+}
+
+#[test]
+fn a_killed_pod_resets_the_others_from_the_last_commit() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("pod_killed", etcd);
+    let train = long();
+    job.serve(&SERVE);
+    three_pods(&mut job, &train);
+    job.wait_for_step(10, LIMIT);
+    job.signal_pod(2, Signal::SIGKILL);
+    let _ = job.finish_pod(2, LIMIT);
+    let run = job.finish_pods(LIMIT);
+    run.expect_code(0);
+    check_done(&run, 2, train.expected_steps());
+    let resets: Vec<u64> = done_lines(&run.stdout)
+        .iter()
+        .filter_map(|d| d["resets"].as_u64())
+        .collect();
+    assert!(resets.iter().all(|&r| r >= 1), "{resets:?}\n{}", run.stderr);
+}
+
+#[test]
+fn a_pod_with_a_wrong_secret_is_refused_and_the_job_goes_on() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("wrong_secret", etcd);
+    let train = short();
+    job.serve(&[
+        "-np",
+        "2",
+        "--min-np",
+        "2",
+        "--max-np",
+        "3",
+        "--lease-ttl",
+        "2",
+    ]);
+    let bad = job.pod_with_secret("node-c", &train, &"00".repeat(32));
+    let refused = job.finish_pod(bad, LIMIT);
+    assert_ne!(refused.status.code(), Some(0), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("authentication"),
+        "{}",
+        refused.stderr
+    );
+    job.pod("node-a", &train);
+    job.pod("node-b", &train);
+    let run = job.finish_pods(LIMIT);
+    run.expect_code(0);
+    check_done(&run, 2, train.expected_steps());
+}
