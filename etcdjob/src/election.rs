@@ -69,13 +69,13 @@ pub async fn campaign(
     let key = format!("{}{:x}", keys.election(), lease.id());
     let value = encode(&key, record)?;
     let mut c = client.clone();
-    let put = Txn::new()
-        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(
-            key.as_str(),
-            value,
-            Some(etcd_client::PutOptions::new().with_lease(lease.id())),
-        )]);
+    // A key this lease holds already (a replica standing again after it
+    // stepped down) keeps its create revision, with the new address.
+    let put = Txn::new().and_then([TxnOp::put(
+        key.as_str(),
+        value,
+        Some(etcd_client::PutOptions::new().with_lease(lease.id())),
+    )]);
     let mut last_said = None;
     let mut backoff = Duration::from_millis(100);
     loop {

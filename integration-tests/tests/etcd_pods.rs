@@ -173,3 +173,109 @@ fn a_pod_with_a_wrong_secret_is_refused_and_the_job_goes_on() {
     run.expect_code(0);
     check_done(&run, 2, train.expected_steps());
 }
+
+#[test]
+fn both_coordinators_killed_and_one_restarted_resume_the_job_from_the_store() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("both_killed", etcd);
+    let train = long();
+    job.serve(&SERVE);
+    job.serve(&SERVE);
+    three_pods(&mut job, &train);
+    job.wait_for_step(30, LIMIT);
+    job.signal_serve(0, Signal::SIGKILL);
+    job.signal_serve(1, Signal::SIGKILL);
+    // The pods train on without a coordinator (up to 30 s), then one comes back.
+    let at = steps(&job.pods_stdout()).len();
+    job.wait_for_step(at as u64 + 10, LIMIT);
+    let third = job.serve(&SERVE);
+    job.leader(&[0, 1], LIMIT);
+    let run = job.finish_pods(LIMIT);
+    run.expect_code(0);
+    let state = check_done(&run, 3, train.expected_steps());
+    check_no_rollback(&run.stdout);
+    assert_eq!(state, train.undisturbed_state(3));
+    let said = job.serve_stderr(third);
+    assert!(!said.contains("generation 2"), "{said}");
+}
+
+#[test]
+fn etcd_restarted_mid_run_changes_nothing_for_the_job() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("etcd_restarted", etcd);
+    let train = long();
+    job.serve(&SERVE);
+    three_pods(&mut job, &train);
+    job.wait_for_step(20, LIMIT);
+    job.etcd.kill(0);
+    // Longer than the coordinator's lease: it steps down, then leads again.
+    let at = steps(&job.pods_stdout()).len();
+    job.wait_for_step(at as u64 + 70, LIMIT);
+    job.etcd.restart(0);
+    let run = job.finish_pods(LIMIT);
+    run.expect_code(0);
+    let state = check_done(&run, 3, train.expected_steps());
+    check_no_rollback(&run.stdout);
+    assert_eq!(state, train.undisturbed_state(3));
+    for d in done_lines(&run.stdout) {
+        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
+    }
+    // Said once when etcd went, once when it came back.
+    assert!(
+        run.stderr.contains("etcd: cannot renew the lease"),
+        "{}",
+        run.stderr
+    );
+    let said = job.serve_stderr(0);
+    assert!(said.contains("stepping down"), "{said}");
+    assert_eq!(said.matches("elasticrun: leading job").count(), 2, "{said}");
+    assert!(!said.contains("generation 2"), "{said}");
+}
+
+#[test]
+fn one_member_of_three_killed_has_no_effect_on_the_job() {
+    let Some(etcd) = Etcd::cluster(3, false) else {
+        return;
+    };
+    let mut job = PodJob::new("etcd_member_killed", etcd);
+    let train = long();
+    job.serve(&SERVE);
+    job.serve(&SERVE);
+    three_pods(&mut job, &train);
+    job.wait_for_step(20, LIMIT);
+    job.etcd.kill(0);
+    let run = job.finish_pods(LIMIT);
+    run.expect_code(0);
+    check_no_rollback(&run.stdout);
+    let state = check_done(&run, 3, train.expected_steps());
+    assert_eq!(state, train.undisturbed_state(3));
+    for d in done_lines(&run.stdout) {
+        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
+    }
+}
+
+#[test]
+fn a_pod_added_mid_run_joins_at_a_commit_without_rollback() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("pod_added", etcd);
+    let train = long();
+    job.serve(&[
+        "-np",
+        "2",
+        "--min-np",
+        "2",
+        "--max-np",
+        "3",
+        "--lease-ttl",
+        "2",
+    ]);
+    job.pod("node-a", &train);
+    job.pod("node-b", &train);
+    job.wait_for_step(10, LIMIT);
+    job.pod("node-c", &train);
+    let run = job.finish_pods(LIMIT);
+    run.expect_code(0);
+    check_no_rollback(&run.stdout);
+    check_done(&run, 3, train.expected_steps());
+    assert!(run.stderr.contains("hosts changed"), "{}", run.stderr);
+}

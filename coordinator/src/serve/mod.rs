@@ -93,12 +93,36 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
         None => advertised_ip(&serve.endpoints)?,
     };
     let instance = instance_name();
+    let mut outage = Outage::default();
+    let mut held: Option<Lease> = None;
     loop {
-        if let Some(ok) = etcdjob::read_done(&mut client.clone(), &keys).await? {
+        let over = match etcdjob::read_done(&mut client.clone(), &keys).await {
+            Ok(over) => over,
+            Err(e) => {
+                outage.wait(&say, &e).await;
+                continue;
+            }
+        };
+        if let Some(ok) = over {
             say.line(format_args!("job {} is over already", serve.job));
             return Ok(if ok { Ending::Success } else { Ending::Failed });
         }
-        let lease = Lease::grant(&client, serve.lease_ttl, "coordinator").await?;
+        // A lease that outlived the step-down (etcd extends leases when it
+        // comes back) is stood on again: its election key may still lead.
+        let kept = held
+            .take()
+            .filter(|l| !matches!(l.health(), etcdjob::LeaseHealth::Lost { .. }));
+        let lease = match kept {
+            Some(l) => l,
+            None => match Lease::grant(&client, serve.lease_ttl, "coordinator").await {
+                Ok(l) => l,
+                Err(e) => {
+                    outage.wait(&say, &e).await;
+                    continue;
+                }
+            },
+        };
+        outage.over(&say);
         let server = Server::bind(
             SocketAddr::new(unspecified(advertise), serve.port),
             secret.clone(),
@@ -171,7 +195,7 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
         drop(pods);
         match ending {
             Ending::SteppedDown => {
-                lease.revoke(&client).await;
+                held = Some(lease);
                 continue;
             }
             Ending::Success | Ending::Failed => {
@@ -192,6 +216,34 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
         leadership.resign(&client).await;
         lease.revoke(&client).await;
         return Ok(ending);
+    }
+}
+
+/// etcd out of reach between two terms: said once, retried with backoff.
+#[derive(Debug, Default)]
+struct Outage {
+    since: Option<tokio::time::Instant>,
+    backoff: Duration,
+}
+
+impl Outage {
+    async fn wait(&mut self, say: &Say, e: &etcdjob::EtcdError) {
+        if self.since.is_none() {
+            say.line(format_args!("{e}; retrying"));
+            self.since = Some(tokio::time::Instant::now());
+            self.backoff = Duration::from_millis(100);
+        }
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(2));
+    }
+
+    fn over(&mut self, say: &Say) {
+        if let Some(since) = self.since.take() {
+            say.line(format_args!(
+                "etcd answers again (after {:.1} s)",
+                since.elapsed().as_secs_f64()
+            ));
+        }
     }
 }
 
