@@ -21,6 +21,8 @@ pub struct PodJob {
     pub etcd: Etcd,
     pub dir: Scratch,
     pub job: String,
+    /// The pods' `ELASTICRUN_ETCD` when not every member's.
+    pub pod_etcd: Option<String>,
     serves: Vec<Option<Running>>,
     pods: Vec<Option<Running>>,
 }
@@ -36,6 +38,7 @@ impl PodJob {
             etcd,
             dir,
             job: test.replace('_', "-").chars().take(60).collect(),
+            pod_etcd: None,
             serves: Vec::new(),
             pods: Vec::new(),
         }
@@ -44,9 +47,15 @@ impl PodJob {
     /// Starts a serve replica with `options` (the job's elastic options);
     /// its index.
     pub fn serve(&mut self, options: &[&str]) -> usize {
+        let endpoints = self.etcd.endpoints();
+        self.serve_on(&endpoints, options)
+    }
+
+    /// [`PodJob::serve`] with `endpoints` as its `--etcd`.
+    pub fn serve_on(&mut self, endpoints: &str, options: &[&str]) -> usize {
         let mut cmd = Command::new(elasticrun());
         cmd.arg("serve")
-            .args(["--etcd", &self.etcd.endpoints(), "--job", &self.job])
+            .args(["--etcd", endpoints, "--job", &self.job])
             .arg("--secret-file")
             .arg(self.dir.dir.join("secret"))
             .args(options);
@@ -60,8 +69,12 @@ impl PodJob {
         let file = self.dir.write(&format!("secret-{i}"), secret);
         let args = train.args();
         let mut cmd = Command::new(&args[0]);
+        let etcd = self
+            .pod_etcd
+            .clone()
+            .unwrap_or_else(|| self.etcd.endpoints());
         cmd.args(&args[1..])
-            .env("ELASTICRUN_ETCD", self.etcd.endpoints())
+            .env("ELASTICRUN_ETCD", etcd)
             .env("ELASTICRUN_JOB", &self.job)
             .env("ELASTICRUN_SECRET_FILE", file)
             .env("ELASTICRUN_LEASE_TTL", "2")

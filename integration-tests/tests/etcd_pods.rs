@@ -279,3 +279,82 @@ fn a_pod_added_mid_run_joins_at_a_commit_without_rollback() {
     check_done(&run, 3, train.expected_steps());
     assert!(run.stderr.contains("hosts changed"), "{}", run.stderr);
 }
+
+/// An nftables table dropping this machine's packets to one TCP port,
+/// deleted when dropped.
+struct Cut(String);
+
+impl Cut {
+    fn port(port: u16) -> Option<Cut> {
+        use integration_tests::needs::{Need, on_path};
+        let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+        if on_path("nft").is_none() || uid.ok() != Some(0) {
+            Need::NetworkNamespaces.unavailable("cutting a port needs root and nft (nftables)");
+            return None;
+        }
+        let name = format!("elasticrun_cut_{}_{port}", std::process::id());
+        let script = format!(
+            "table inet {name} {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n    \
+             tcp dport {port} drop\n  }}\n}}\n"
+        );
+        let file = std::env::temp_dir().join(format!("{name}.nft"));
+        std::fs::write(&file, script).unwrap_or_else(|e| panic!("{e}"));
+        let out = std::process::Command::new("nft")
+            .arg("-f")
+            .arg(&file)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run nft: {e}"));
+        let _ = std::fs::remove_file(&file);
+        assert!(
+            out.status.success(),
+            "nft: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(Cut(name))
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("nft")
+            .args(["delete", "table", "inet", &self.0])
+            .output();
+    }
+}
+
+#[test]
+fn a_leader_cut_off_from_etcd_steps_down_and_a_standby_takes_over() {
+    let Some(etcd) = Etcd::cluster(3, false) else {
+        return;
+    };
+    let mut job = PodJob::new("leader_cut_off", etcd);
+    let (p0, p1, p2) = (
+        job.etcd.client_port(0),
+        job.etcd.client_port(1),
+        job.etcd.client_port(2),
+    );
+    let rest = format!("http://127.0.0.1:{p0},http://127.0.0.1:{p1}");
+    job.pod_etcd = Some(rest.clone());
+    let train = long();
+    // The first replica reaches etcd through member 2 only, the other and
+    // the pods through members 0 and 1.
+    let first = job.serve_on(&format!("http://127.0.0.1:{p2}"), &SERVE);
+    job.leader(&[], LIMIT);
+    job.serve_on(&rest, &SERVE);
+    three_pods(&mut job, &train);
+    job.wait_for_step(20, LIMIT);
+    let Some(cut) = Cut::port(p2) else { return };
+    let second = job.leader(&[first], LIMIT);
+    let said = job.serve_stderr(first);
+    assert!(said.contains("no longer leading the job"), "{said}");
+    let run = job.finish_pods(LIMIT);
+    drop(cut);
+    run.expect_code(0);
+    check_no_rollback(&run.stdout);
+    let state = check_done(&run, 3, train.expected_steps());
+    assert_eq!(state, train.undisturbed_state(3));
+    for d in done_lines(&run.stdout) {
+        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
+    }
+    assert!(!job.serve_stderr(second).contains("generation 2"));
+}
