@@ -12,6 +12,8 @@
 #   protobuf-compiler: `protoc`, which the etcd client crate's build needs.
 #   etcd-server, etcd-client: a real etcd (and etcdctl) for the tests of
 #   `elasticrun serve` and self-joining workers (integration-tests/tests/etcd_*.rs).
+#   kubernetes-validate (PyPI, with pip): deploy/kubernetes/ checked against
+#   the Kubernetes API schema offline (integration-tests/tests/kubernetes_manifests.rs).
 # Once installed they must work: ELASTICRUN_REQUIRE_SSHD,
 # ELASTICRUN_REQUIRE_NETNS and ELASTICRUN_REQUIRE_ETCD turn a test's
 # "skipped: ..." for lack of them into a failure that says what is missing
@@ -36,9 +38,23 @@ if [ "${#missing[@]}" -gt 0 ]; then
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+if ! command -v kubernetes-validate >/dev/null; then
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends python3-pip
+    fi
+    echo "scripts/test.sh: installing kubernetes-validate" >&2
+    python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 \
+        || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages kubernetes-validate==1.37.0
+    hash -r
+fi
 export ELASTICRUN_REQUIRE_SSHD=1
+export ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE=1
 export ELASTICRUN_REQUIRE_NETNS=1
 export ELASTICRUN_REQUIRE_ETCD=1
+# pip may put console scripts in ~/.local/bin.
+export PATH="$PATH:$HOME/.local/bin"
 if [ "$#" -eq 0 ]; then
     set -- --workspace
 fi

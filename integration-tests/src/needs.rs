@@ -3,7 +3,8 @@
 //! developer's machine, fail where the environment promises it.
 //!
 //! Each [`Need`] has a variable (`ELASTICRUN_REQUIRE_NETNS`,
-//! `ELASTICRUN_REQUIRE_SSHD`, `ELASTICRUN_REQUIRE_ETCD`); `scripts/test.sh`
+//! `ELASTICRUN_REQUIRE_SSHD`, `ELASTICRUN_REQUIRE_ETCD`,
+//! `ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE`); `scripts/test.sh`
 //! (which `.ci/run` runs) sets them all, so that in CI a test that
 //! cannot get what it needs fails, naming what is missing, instead of passing
 //! after "skipping".
@@ -18,6 +19,9 @@ pub enum Need {
     Sshd,
     /// `etcd` (etcd-server): jobs whose coordinator is `elasticrun serve`.
     Etcd,
+    /// `kubernetes-validate` (PyPI): the Kubernetes manifests checked
+    /// against the API schema without a cluster.
+    KubernetesValidate,
 }
 
 impl Need {
@@ -28,6 +32,7 @@ impl Need {
             Need::NetworkNamespaces => "ELASTICRUN_REQUIRE_NETNS",
             Need::Sshd => "ELASTICRUN_REQUIRE_SSHD",
             Need::Etcd => "ELASTICRUN_REQUIRE_ETCD",
+            Need::KubernetesValidate => "ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE",
         }
     }
 
