@@ -358,3 +358,56 @@ fn a_leader_cut_off_from_etcd_steps_down_and_a_standby_takes_over() {
     }
     assert!(!job.serve_stderr(second).contains("generation 2"));
 }
+
+#[test]
+fn etcd_unreachable_at_start_is_a_clear_error_after_the_deadline() {
+    // A port nothing listens on (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = integration_tests::elastic::Scratch::new("etcd_unreachable");
+    let secret = dir.write("secret", &"ab".repeat(32));
+    let url = format!("http://127.0.0.1:{port}");
+    let mut serve = std::process::Command::new(integration_tests::elasticrun());
+    serve
+        .args([
+            "serve",
+            "--etcd",
+            &url,
+            "--job",
+            "j",
+            "--min-np",
+            "1",
+            "--start-timeout",
+            "2",
+        ])
+        .arg("--secret-file")
+        .arg(&secret);
+    let run = integration_tests::start(serve).finish(LIMIT);
+    run.expect_code(1);
+    assert!(
+        run.stderr
+            .contains(&format!("etcd at {url} cannot be reached within 2s")),
+        "{}",
+        run.stderr
+    );
+    let train = short();
+    let args = train.args();
+    let mut pod = std::process::Command::new(&args[0]);
+    for k in control::env::ALL {
+        pod.env_remove(k);
+    }
+    pod.args(&args[1..])
+        .env("ELASTICRUN_ETCD", &url)
+        .env("ELASTICRUN_JOB", "j")
+        .env("ELASTICRUN_SECRET_FILE", &secret)
+        .env("ELASTICRUN_START_TIMEOUT", "2");
+    let run = integration_tests::start(pod).finish(LIMIT);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("cannot be reached within 2s"),
+        "{}",
+        run.stderr
+    );
+}

@@ -32,7 +32,7 @@ pub enum InitError {
         source: crate::affinity::AffinityError,
     },
     /// Joining through etcd (`ELASTICRUN_ETCD`) failed.
-    #[error("etcd: {0}")]
+    #[error(transparent)]
     Etcd(#[from] etcdjob::EtcdError),
     /// No coordinator led the job within the start timeout.
     #[error(

@@ -28,7 +28,11 @@ use super::argv;
 
 Every option can also come from an ELASTICRUN_<OPTION> environment variable \
 (e.g. ELASTICRUN_CYCLE_TIME_MS=2) or the YAML --config-file; Horovod's HOROVOD_* variables are \
-accepted too. Precedence: command line > environment > config file > default.",
+accepted too. Precedence: command line > environment > config file > default.
+
+`elasticrun serve --etcd URL --job NAME --secret-file FILE [OPTIONS]` runs the coordinator of a job \
+whose workers start by themselves (Kubernetes pods) and find it through etcd; see \
+`elasticrun serve --help`.",
     override_usage = "elasticrun [OPTIONS] [-np N] [-H HOST:SLOTS,... | --hostfile FILE | --host-discovery-script SCRIPT] [--] COMMAND [ARGS]..."
 )]
 pub struct Cli {

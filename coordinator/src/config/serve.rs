@@ -167,8 +167,9 @@ pub fn help() -> String {
          replicas: one leads through an etcd election on its lease, the others stand by and take\n\
          the job over from its state in etcd (same generation, assignment, blacklist and resets).\n\
          The elastic options below apply (--min-np, --max-np, --reset-limit, --elastic-timeout,\n\
-         --blacklist-cooldown-range, stall check, tuneables, autotune, timeline); hosts are the\n\
-         workers' nodes, so -np, -H, --hostfile and --host-discovery-script do not apply.\n\n\
+         --blacklist-cooldown-range, stall check, tuneables, autotune, timeline; -np is the size\n\
+         the first generation waits for); hosts are the workers' nodes, so -H, --hostfile and\n\
+         --host-discovery-script do not apply.\n\n\
          etcd mode:\n",
     );
     for (flag, var, what) in OPTIONS {

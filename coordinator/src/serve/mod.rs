@@ -71,7 +71,7 @@ pub fn read_secret(path: &std::path::Path) -> Result<Secret, ServeError> {
         why,
     };
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    Secret::from_hex(&text).map_err(|e| bad(format!("{e} (it must be 64 hex digits)")))
+    Secret::from_hex(&text).map_err(|e| bad(e.to_string()))
 }
 
 /// How long before its lease could expire a leader stops acting.
