@@ -270,3 +270,24 @@ pub async fn rewrite(
     timed("rewriting the worker's key", c.txn(txn)).await?;
     Ok(())
 }
+
+/// Rewrites this worker's own key with `record` (its training finished) off
+/// its lease: the record outlives the process, so that a coordinator that
+/// leads only later still sees that this worker finished.
+pub async fn finish(
+    client: &Client,
+    keys: &Keys,
+    node: &str,
+    slot: u32,
+    lease: &Lease,
+    record: &WorkerRecord,
+) -> Result<(), EtcdError> {
+    let key = keys.worker(node, slot);
+    let value = encode(&key, record)?;
+    let txn = Txn::new()
+        .when([Compare::lease(key.as_str(), CompareOp::Equal, lease.id())])
+        .and_then([TxnOp::put(key.as_str(), value, None)]);
+    let mut c = client.clone();
+    timed("recording the worker finished", c.txn(txn)).await?;
+    Ok(())
+}

@@ -188,7 +188,7 @@ impl Pod {
             finished: true,
             ..self.record.clone()
         };
-        if let Err(e) = etcdjob::rewrite(
+        if let Err(e) = etcdjob::finish(
             &self.client,
             &self.keys,
             &self.node,

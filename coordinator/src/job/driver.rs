@@ -172,6 +172,7 @@ impl Driver {
         mut events: mpsc::Receiver<LinkEvent>,
         mut stops: Stops,
     ) -> Ending {
+        self.adopt_self_started();
         let mut tick = tokio::time::interval(TICK);
         loop {
             let cmds = tokio::select! {
@@ -563,6 +564,22 @@ impl Driver {
             let _ = t.await;
         }
         self.launcher.finish().await;
+    }
+
+    /// Takes over, at once, the detached members of a resumed job whose
+    /// workers started by themselves and are still registered (their pods'
+    /// keys): so that one that finished, or died, while no coordinator led
+    /// is seen as such without waiting for it to reconnect.
+    fn adopt_self_started(&mut self) {
+        if !self.launcher.self_started() {
+            return;
+        }
+        let detached: Vec<SlotId> = self.core.detached().cloned().collect();
+        for slot in detached {
+            if let Some(pid) = self.launcher.known_pid(&slot) {
+                self.adopt(&slot, pid);
+            }
+        }
     }
 
     /// Takes over the worker that registered on `slot` from process `pid`

@@ -60,6 +60,13 @@ pub trait Launcher: Send + std::fmt::Debug {
     fn self_started(&self) -> bool {
         false
     }
+
+    /// The process id of the self-started worker on `slot`, as it registered
+    /// it (a pod's key); `None` where the launcher does not know.
+    fn known_pid(&self, slot: &SlotId) -> Option<u32> {
+        let _ = slot;
+        None
+    }
 }
 
 /// A started worker, as its launcher sees it.

@@ -174,6 +174,14 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
             serve.job, leadership.epoch
         ));
         let pods = PodWatch::start(&client, &keys);
+        // The workers as etcd has them before the job is resumed (bounded:
+        // without a listing the driver starts anyway and learns them later).
+        let mut listed = pods.subscribe();
+        let _ = tokio::time::timeout(
+            etcdjob::REQUEST_TIMEOUT * 2,
+            listed.wait_for(Option::is_some),
+        )
+        .await;
         let store = EtcdStore::new(
             client.clone(),
             &keys,

@@ -84,6 +84,12 @@ impl Launcher for PodLauncher {
     fn self_started(&self) -> bool {
         true
     }
+
+    fn known_pid(&self, slot: &SlotId) -> Option<u32> {
+        let pods = self.pods.borrow();
+        let id = (slot.host.clone(), slot.slot);
+        pods.as_ref()?.get(&id).map(|r| r.pid)
+    }
 }
 
 /// The worker registered on one slot, seen through its key.

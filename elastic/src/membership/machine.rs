@@ -271,6 +271,8 @@ impl Membership {
             _ => return Vec::new(),
         }
         let mut out = Vec::new();
+        // A detached member that finished (while no coordinator led) is done.
+        self.detached.remove(slot);
         if let Some(w) = self.workers.get_mut(slot) {
             w.state = WorkerState::Finished;
         }

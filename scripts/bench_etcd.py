@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""etcd mode on one machine, release build: a real etcd (Debian's etcd-server)
+on loopback, `elasticrun serve` replicas and 4 "pods" (`train` processes with a
+pod's environment). Measures, in one run:
+
+  1. leader kill: `kill -9` of the leading replica, KILLS times (a new standby
+     started after each): time to the next completed training step, and to
+     the moment the standby leads; new generations counted (target: none);
+  2. pod kill: `kill -9` of a random non-zero-rank pod: time to the first step
+     of the generation formed after it, beside launcher mode
+     (`elasticrun --host-discovery-script`, a worker killed) measured here too;
+  3. start-up: 4 pods started to the first step, beside `elasticrun -np 4`;
+
+The torchrun etcd-v2 side of these measurements is not written yet.
+
+Usage: scripts/bench_etcd.py [--kills 10] [--delay-ms 10] [--lease-ttl 2]
+Build first: cargo build --release --bins"""
+import argparse
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_recovery import Job, comm, report, wait_steps  # noqa: E402
+import bench_recovery  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REL = os.path.join(ROOT, "target", "release")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    def __init__(self, v2=False):
+        self.dir = tempfile.mkdtemp(prefix="bench-etcd-")
+        self.port, peer = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = ["etcd", "--data-dir", self.dir, "--listen-client-urls", self.url,
+                "--advertise-client-urls", self.url, "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-cluster", f"default=http://127.0.0.1:{peer}", "--log-level", "error",
+                "--logger", "zap"]
+        if v2:
+            argv.append("--enable-v2")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise SystemExit("etcd did not start")
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class PodJob:
+    def __init__(self, etcd, args, job, np=4):
+        self.etcd, self.args, self.job, self.np = etcd, args, job, np
+        self.secret = os.path.join(tempfile.mkdtemp(prefix="bench-etcd-secret-"), "secret")
+        with open(self.secret, "w") as f:
+            f.write(os.urandom(32).hex())
+        self.serves, self.pods = [], []
+
+    def serve(self):
+        j = Job([os.path.join(REL, "elasticrun"), "serve", "--etcd", self.etcd.url, "--job", self.job,
+                 "--secret-file", self.secret, "--lease-ttl", str(self.args.lease_ttl),
+                 "-np", str(self.np), "--min-np", "2", "--max-np", str(self.np)])
+        self.serves.append(j)
+        return j
+
+    def pod(self, i):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ELASTICRUN_")}
+        env.update(ELASTICRUN_ETCD=self.etcd.url, ELASTICRUN_JOB=self.job,
+                   ELASTICRUN_SECRET_FILE=self.secret, NODE_NAME=f"node-{i % 2}",
+                   POD_NAME=f"{self.job}-{i}", POD_UID=f"uid-{i}-{time.time()}", POD_IP="127.0.0.1")
+        p = Job([os.path.join(REL, "train"), "--epochs", "100000", "--samples", "4096",
+                 "--step-delay-ms", str(self.args.delay_ms), "--commit-every", "10", "--log-steps"], env=env)
+        self.pods.append(p)
+        return p
+
+    def leader(self, limit=30):
+        deadline = time.time() + limit
+        while time.time() < deadline:
+            for s in self.serves:
+                if s.proc.poll() is None and any("leading job" in l for _, _, l in s.since(0)):
+                    return s
+            time.sleep(0.005)
+        raise SystemExit("no replica leads")
+
+    def steps(self, t):
+        out = []
+        for p in self.pods:
+            out += p.steps(t)
+        return sorted(out)
+
+    def stop(self):
+        for j in self.pods + self.serves:
+            j.stop()
+
+
+def wait_pod_steps(job, t, n, limit):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        s = job.steps(t)
+        if len(s) >= n:
+            return s
+        time.sleep(0.005)
+    raise SystemExit("no training progress")
+
+
+def generations(job, t):
+    return sum(1 for s in job.serves for at, st, l in s.since(t) if st == "err" and "generation " in l
+               and "workers" in l)
+
+
+def leader_kills(etcd, args):
+    job = PodJob(etcd, args, "bench-leader")
+    try:
+        job.serve()
+        job.leader()
+        job.serve()
+        for i in range(4):
+            job.pod(i)
+        wait_pod_steps(job, 0, 20, 120)
+        t_start = time.time()
+        to_step, to_lead = [], []
+        for _ in range(args.kills):
+            old = job.leader()
+            t_kill = time.time()
+            os.kill(old.proc.pid, signal.SIGKILL)
+            s = wait_pod_steps(job, t_kill, 1, 60)
+            to_step.append(s[0][0] - t_kill)
+            deadline = t_kill + 60
+            new = None
+            while new is None and time.time() < deadline:
+                for r in job.serves:
+                    if r is not old and r.proc.poll() is None:
+                        lines = [at for at, _, l in r.since(t_kill) if "leading job" in l]
+                        if lines:
+                            new = lines[0]
+                time.sleep(0.005)
+            if new is None:
+                raise SystemExit("no standby took over")
+            to_lead.append(new - t_kill)
+            job.serve()  # a fresh standby, as the Deployment would start
+            wait_pod_steps(job, time.time(), 20, 60)
+        return to_step, to_lead, generations(job, t_start)
+    finally:
+        job.stop()
+
+
+def pod_kills(etcd, args, rng):
+    job = PodJob(etcd, args, "bench-pods")
+    try:
+        job.serve()
+        t0 = time.time()
+        for i in range(4):
+            job.pod(i)
+        first = wait_pod_steps(job, t0, 1, 120)[0][0] - t0
+        wait_pod_steps(job, 0, 20, 120)
+        times = []
+        for _ in range(args.kills):
+            rank0 = wait_pod_steps(job, time.time(), 1, 30)[-1][2]
+            victims = [p for p in job.pods if p.proc.poll() is None and p.proc.pid != rank0]
+            victim = rng.choice(victims)
+            t_kill = time.time()
+            os.kill(victim.proc.pid, signal.SIGKILL)
+            deadline = t_kill + 60
+            while True:
+                gens = [at for s in job.serves for at, st, l in s.since(t_kill)
+                        if st == "err" and "generation " in l and "workers" in l]
+                s = job.steps(gens[0]) if gens else []
+                if s:
+                    times.append(s[0][0] - t_kill)
+                    break
+                if time.time() > deadline:
+                    raise SystemExit("training did not resume after a pod kill")
+                time.sleep(0.002)
+            job.pod(len(job.pods))  # the replacement pod Kubernetes would start
+            wait_pod_steps(job, time.time(), 20, 60)
+        return times, first
+    finally:
+        job.stop()
+
+
+def launcher_startup(args):
+    t0 = time.time()
+    job = Job([os.path.join(REL, "elasticrun"), "-np", "4", os.path.join(REL, "train"), "--epochs",
+               "100000", "--samples", "4096", "--step-delay-ms", str(args.delay_ms), "--log-steps"])
+    try:
+        return wait_steps(job, t0, 1, 60)[0][0] - t0
+    finally:
+        job.stop()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--kills", type=int, default=10)
+    p.add_argument("--delay-ms", type=int, default=10)
+    p.add_argument("--lease-ttl", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    rng = random.Random(args.seed)
+    print(f"seed {args.seed}, lease TTL {args.lease_ttl} s, step delay {args.delay_ms} ms")
+    etcd = Etcd()
+    try:
+        to_step, to_lead, gens = leader_kills(etcd, args)
+        report("leader kill -9 -> next step", to_step)
+        report("leader kill -9 -> standby leads", to_lead)
+        print(f"generations formed during the leader kills: {gens} (0 = no reset)")
+        pods, first = pod_kills(etcd, args, rng)
+        report("etcd mode: pod kill -9 -> next step", pods)
+    finally:
+        etcd.stop()
+    ours = bench_recovery.elasticrun(argparse.Namespace(np=4, kills=args.kills, delay_ms=args.delay_ms), rng)
+    report("launcher mode: worker kill -9 -> next step", ours)
+    print(f"median ratio pod kill / launcher kill: {statistics.median(pods) / statistics.median(ours):.2f}")
+    starts = [launcher_startup(args) for _ in range(3)]
+    print(f"start-up to the first step: 4 pods {first * 1000:.0f} ms; elasticrun -np 4 "
+          f"{[round(s * 1000) for s in starts]} ms")
+
+
+if __name__ == "__main__":
+    main()
