@@ -8,7 +8,9 @@ pod's environment). Measures, in one run:
      the moment the standby leads; new generations counted (target: none);
   2. pod kill: `kill -9` of a random non-zero-rank pod: time to the first step
      of the generation formed after it, beside launcher mode
-     (`elasticrun --host-discovery-script`, a worker killed) measured here too;
+     (`elasticrun --host-discovery-script`, a worker killed) measured here too.
+     Every pod is on a node of its own (its replacement too, as a rescheduled
+     pod may be), so that the kills do not blacklist a node;
   3. start-up: 4 pods started to the first step, beside `elasticrun -np 4`;
 
 The torchrun etcd-v2 side of these measurements is not written yet.
@@ -87,7 +89,7 @@ class PodJob:
     def pod(self, i):
         env = {k: v for k, v in os.environ.items() if not k.startswith("ELASTICRUN_")}
         env.update(ELASTICRUN_ETCD=self.etcd.url, ELASTICRUN_JOB=self.job,
-                   ELASTICRUN_SECRET_FILE=self.secret, NODE_NAME=f"node-{i % 2}",
+                   ELASTICRUN_SECRET_FILE=self.secret, NODE_NAME=f"node-{i}",
                    POD_NAME=f"{self.job}-{i}", POD_UID=f"uid-{i}-{time.time()}", POD_IP="127.0.0.1")
         p = Job([os.path.join(REL, "train"), "--epochs", "100000", "--samples", "4096",
                  "--step-delay-ms", str(self.args.delay_ms), "--commit-every", "10", "--log-steps"], env=env)
@@ -190,7 +192,8 @@ def pod_kills(etcd, args, rng):
                     times.append(s[0][0] - t_kill)
                     break
                 if time.time() > deadline:
-                    raise SystemExit("training did not resume after a pod kill")
+                    said = "\n".join(l for s in job.serves for _, _, l in s.since(t_kill - 1))
+                    raise SystemExit(f"training did not resume after a pod kill:\n{said}")
                 time.sleep(0.002)
             job.pod(len(job.pods))  # the replacement pod Kubernetes would start
             wait_pod_steps(job, time.time(), 20, 60)

@@ -39,6 +39,11 @@ pub enum WorkerMsg {
         step: u64,
         reached: Option<u64>,
     },
+    /// The program ended its training cleanly (`Worker::shutdown`): the
+    /// connection closing next is this worker's exit 0, not a failure (a
+    /// coordinator that does not see its workers' processes, `elasticrun
+    /// serve`, tells them apart by this).
+    Finished,
 }
 
 /// Coordinator -> worker.

@@ -232,7 +232,12 @@ fn etcd_restarted_mid_run_changes_nothing_for_the_job() {
     );
     let said = job.serve_stderr(0);
     assert!(said.contains("stepping down"), "{said}");
-    assert_eq!(said.matches("elasticrun: leading job").count(), 2, "{said}");
+    // It leads again once etcd is back (more than once if a renewal is
+    // missed again on a loaded machine), never forming a new generation.
+    assert!(
+        said.matches("elasticrun: leading job").count() >= 2,
+        "{said}"
+    );
     assert!(!said.contains("generation 2"), "{said}");
 }
 

@@ -53,6 +53,17 @@ async fn stands_by(client: &etcdjob::Client, keys: &Keys, lease: &Lease) -> Camp
     }
 }
 
+/// Workers see who leads.
+async fn workers_see(client: &etcdjob::Client, keys: &Keys, epoch: i64) -> LeaderWatch {
+    let watch = LeaderWatch::start(client, keys);
+    let seen = watch
+        .wait(LIMIT)
+        .await
+        .unwrap_or_else(|| panic!("no leader seen"));
+    assert_eq!(seen, (epoch, leader(1)));
+    watch
+}
+
 #[test]
 fn only_the_leader_writes_and_a_deposed_one_is_refused() {
     let Some(etcd) = Etcd::start() else { return };
@@ -85,13 +96,7 @@ fn only_the_leader_writes_and_a_deposed_one_is_refused() {
             }
             other => panic!("a stale commit: {other:?}"),
         }
-        // Workers see who leads.
-        let watch = LeaderWatch::start(&client, &keys);
-        let seen = watch
-            .wait(LIMIT)
-            .await
-            .unwrap_or_else(|| panic!("no leader seen"));
-        assert_eq!(seen, (first.epoch, leader(1)));
+        let watch = workers_see(&client, &keys, first.epoch).await;
 
         // A second replica stands by, then takes over once the first's lease
         // is gone; the first can no longer write.

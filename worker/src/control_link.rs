@@ -56,6 +56,8 @@ pub struct Shared {
     pub pending: Mutex<Option<PendingBoard>>,
     /// This worker's data-plane address in the current generation.
     pub data_addr: Mutex<Option<PeerAddress>>,
+    /// Notified once [`WorkerMsg::Finished`] has been written.
+    pub finished_sent: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -262,6 +264,9 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 *unsent = Some(msg);
             }
             return Served::Lost("a message could not be sent".into());
+        }
+        if matches!(msg, WorkerMsg::Finished) {
+            shared.finished_sent.notify_one();
         }
     }
 }

@@ -158,6 +158,20 @@ fn init_pod(rt: tokio::runtime::Runtime, pe: pod::PodEnv) -> Result<Worker, Init
     join_job(rt, &launch, connect, Some(pod))
 }
 
+/// Says the training ended cleanly: in etcd (a pod's record outlives it)
+/// and to the coordinator, waiting (briefly) until that is written, so that
+/// the connection closing next is taken for an exit 0.
+async fn finished(link: &Link) {
+    if let Some(pod) = &link.pod {
+        pod.finished().await;
+    }
+    let out = &link.control.out;
+    let written = link.control.shared.finished_sent.notified();
+    if out.send(control::WorkerMsg::Finished).await.is_ok() {
+        let _ = tokio::time::timeout(Duration::from_secs(2), written).await;
+    }
+}
+
 /// Warnings and errors of the runtime on stderr (which elasticrun forwards)
 /// when the program set up no `tracing` subscriber of its own; colours only
 /// on a terminal.
@@ -318,8 +332,8 @@ impl Worker {
             rt, engine, link, ..
         } = self;
         let stats = rt.block_on(engine.shutdown()).ok();
-        if let Some(pod) = link.and_then(|l| l.pod) {
-            rt.block_on(pod.finished());
+        if let Some(link) = link {
+            rt.block_on(finished(&link));
         }
         stats
     }

@@ -35,20 +35,7 @@ impl Driver {
             && self.ending.is_none()
             && let Err(e) = self.persist().await
         {
-            if self.launcher.self_started() {
-                // Fenced: another leads. Unreachable: what was decided is not
-                // recorded, so not acted on; a leader that can record it (this
-                // one again, or another) decides anew from the stored state.
-                self.say.line(format_args!(
-                    "cannot record the job's state: {e}; stepping down, the workers keep training"
-                ));
-                self.ending = Some(Ending::SteppedDown);
-            } else {
-                self.say.line(format_args!(
-                    "cannot record the job's state: {e}; stopping every worker"
-                ));
-                self.ending = Some(Ending::Failed);
-            }
+            self.not_recorded(&e);
         }
         if self.ending.is_some() && !matches!(cmd, Command::Finish | Command::Fail(_)) {
             return Vec::new();
@@ -178,6 +165,25 @@ impl Driver {
                 tracing::warn!(%e, "workers on this machine cannot be given a routable address");
                 None
             }
+        }
+    }
+
+    /// A decision that could not be committed is not carried out: a job
+    /// whose workers the launcher started ends; a leader of self-started
+    /// workers steps down (fenced: another leads; unreachable: a leader that
+    /// can record it, this one again or another, decides anew from the
+    /// stored state).
+    fn not_recorded(&mut self, e: &crate::store::StoreError) {
+        if self.launcher.self_started() {
+            self.say.line(format_args!(
+                "cannot record the job's state: {e}; stepping down, the workers keep training"
+            ));
+            self.ending = Some(Ending::SteppedDown);
+        } else {
+            self.say.line(format_args!(
+                "cannot record the job's state: {e}; stopping every worker"
+            ));
+            self.ending = Some(Ending::Failed);
         }
     }
 

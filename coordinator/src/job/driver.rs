@@ -77,6 +77,9 @@ pub(super) struct Live {
     /// Its exit, once seen, while it waits to be reported (see
     /// [`EXIT_SETTLE`]).
     pub(super) exited: Option<(Instant, ExitStatus)>,
+    /// It said it ended its training cleanly: its connection closing is its
+    /// exit 0.
+    pub(super) finished: bool,
 }
 
 /// The driver's state.
@@ -356,6 +359,10 @@ impl Driver {
                 }
                 Vec::new()
             }
+            LinkEventKind::Finished => {
+                live.finished = true;
+                Vec::new()
+            }
             LinkEventKind::Ended(why) => {
                 live.link_ended = Some((Instant::now(), why));
                 Vec::new()
@@ -393,16 +400,28 @@ impl Driver {
                 cmds.extend(self.core.failed(now, &slot, &why));
             }
         }
+        // A pod's exit status is its key vanishing (a lease later): no use
+        // waiting for it.
+        let grace = if self.launcher.self_started() {
+            Duration::ZERO
+        } else {
+            EXIT_GRACE
+        };
         let overdue: Vec<(SlotId, usize, bool, String)> = self
             .workers
             .iter()
             .filter_map(|(slot, live)| {
                 let (at, why) = live.link_ended.as_ref()?;
-                let (id, leaving) = (live.id, live.leaving);
-                (at.elapsed() >= EXIT_GRACE).then(|| (slot.clone(), id, leaving, why.clone()))
+                let (id, leaving) = (live.id, live.leaving || live.finished);
+                (at.elapsed() >= grace).then(|| (slot.clone(), id, leaving, why.clone()))
             })
             .collect();
         for (slot, id, leaving, why) in overdue {
+            if self.workers.get(&slot).is_some_and(|l| l.finished) {
+                self.workers.remove(&slot);
+                cmds.extend(self.core.finished(now, &slot));
+                continue;
+            }
             self.retire(&slot);
             if !leaving {
                 let why = match self.mode {
@@ -527,6 +546,7 @@ impl Driver {
             pid: None,
             link_id: 0,
             exited: None,
+            finished: false,
         };
         if let Some(old) = self.workers.insert(slot.clone(), live) {
             // A worker told to leave that has not exited yet: it gets its
@@ -602,6 +622,7 @@ impl Driver {
             pid: Some(pid),
             link_id: 0,
             exited: None,
+            finished: false,
         };
         self.next_id += 1;
         self.workers.insert(slot.clone(), live);

@@ -24,6 +24,8 @@ pub enum LinkEventKind {
         step: u64,
         reached: Option<u64>,
     },
+    /// The worker ended its training cleanly ([`WorkerMsg::Finished`]).
+    Finished,
     /// The connection closed, failed or went silent.
     Ended(String),
 }
@@ -82,6 +84,9 @@ async fn run(
                 Ok(Some(Ok(WorkerMsg::Running { generation, step, reached }))) => {
                     let kind = LinkEventKind::Running { generation, step, reached };
                     send(&events, &slot, id, kind).await;
+                }
+                Ok(Some(Ok(WorkerMsg::Finished))) => {
+                    send(&events, &slot, id, LinkEventKind::Finished).await;
                 }
                 Ok(Some(Ok(other))) => tracing::debug!(%slot, ?other, "ignored message"),
                 Ok(Some(Err(e))) => break format!("its control connection failed: {e}"),

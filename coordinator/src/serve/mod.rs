@@ -81,65 +81,111 @@ fn margin(ttl: Duration) -> Duration {
 
 /// Runs this replica until the job ends or it is stopped.
 pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeError> {
-    let say = Say::stderr(cfg.output_timestamps);
-    let secret = read_secret(&serve.secret_file)?;
     let e = cfg.elastic.as_ref().ok_or(ServeError::NotElastic)?;
-    let policy = crate::job::policy_of(&cfg, e);
-    let knobs = crate::job::knobs(&cfg);
     let client = etcdjob::connect(&serve.endpoints, cfg.start_timeout).await?;
-    let keys = Keys::new(&serve.job);
     let advertise = match serve.advertise {
         Some(ip) => ip,
         None => advertised_ip(&serve.endpoints)?,
     };
-    let instance = instance_name();
-    let mut outage = Outage::default();
-    let mut held: Option<Lease> = None;
+    let mut replica = Replica {
+        say: Say::stderr(cfg.output_timestamps),
+        secret: read_secret(&serve.secret_file)?,
+        policy: crate::job::policy_of(&cfg, e),
+        knobs: crate::job::knobs(&cfg),
+        keys: Keys::new(&serve.job),
+        client,
+        advertise,
+        instance: instance_name(),
+        outage: Outage::default(),
+        held: None,
+        serve,
+    };
     loop {
-        let over = match etcdjob::read_done(&mut client.clone(), &keys).await {
-            Ok(over) => over,
-            Err(e) => {
-                outage.wait(&say, &e).await;
-                continue;
-            }
-        };
-        if let Some(ok) = over {
-            say.line(format_args!("job {} is over already", serve.job));
-            return Ok(if ok { Ending::Success } else { Ending::Failed });
+        if let Some(ending) = replica.term().await? {
+            return Ok(ending);
         }
-        // A lease that outlived the step-down (etcd extends leases when it
-        // comes back) is stood on again: its election key may still lead.
-        let kept = held
+    }
+}
+
+/// One replica of `elasticrun serve`, between its terms.
+struct Replica {
+    say: Say,
+    secret: Secret,
+    policy: elastic::membership::Policy,
+    knobs: control::Knobs,
+    client: etcdjob::Client,
+    keys: Keys,
+    advertise: IpAddr,
+    instance: String,
+    serve: ServeConfig,
+    outage: Outage,
+    /// The lease of the last term, kept when it stepped down.
+    held: Option<Lease>,
+}
+
+/// Which way a term ended: `None` from [`Replica::term`] stands again.
+type Over = Option<Ending>;
+
+impl Replica {
+    /// The job's end recorded in etcd, if it is over; `Err` (said, after a
+    /// pause) when etcd cannot say.
+    async fn job_over(&mut self) -> Result<Over, ()> {
+        match etcdjob::read_done(&mut self.client.clone(), &self.keys).await {
+            Ok(None) => Ok(None),
+            Ok(Some(ok)) => {
+                self.say
+                    .line(format_args!("job {} is over already", self.serve.job));
+                Ok(Some(if ok { Ending::Success } else { Ending::Failed }))
+            }
+            Err(e) => {
+                self.outage.wait(&self.say, &e).await;
+                Err(())
+            }
+        }
+    }
+
+    /// This term's lease: the last term's if etcd kept it (its election key
+    /// may still lead), else a new one.
+    async fn lease(&mut self) -> Option<Lease> {
+        let kept = self
+            .held
             .take()
             .filter(|l| !matches!(l.health(), etcdjob::LeaseHealth::Lost { .. }));
-        let lease = match kept {
-            Some(l) => l,
-            None => match Lease::grant(&client, serve.lease_ttl, "coordinator").await {
-                Ok(l) => l,
-                Err(e) => {
-                    outage.wait(&say, &e).await;
-                    continue;
-                }
-            },
+        if kept.is_some() {
+            return kept;
+        }
+        match Lease::grant(&self.client, self.serve.lease_ttl, "coordinator").await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                self.outage.wait(&self.say, &e).await;
+                None
+            }
+        }
+    }
+
+    /// Stands for leadership and, elected, runs the job until it ends or
+    /// this replica steps down.
+    async fn term(&mut self) -> Result<Over, ServeError> {
+        match self.job_over().await {
+            Ok(Some(ending)) => return Ok(Some(ending)),
+            Ok(None) => {}
+            Err(()) => return Ok(None),
+        }
+        let Some(lease) = self.lease().await else {
+            return Ok(None);
         };
-        outage.over(&say);
-        let server = Server::bind(
-            SocketAddr::new(unspecified(advertise), serve.port),
-            secret.clone(),
-        )
-        .await
-        .map_err(crate::job::JobError::from)?;
-        let addr = SocketAddr::new(advertise, server.local_addr().port());
+        self.outage.over(&self.say);
+        let bind = SocketAddr::new(unspecified(self.advertise), self.serve.port);
+        let server = Server::bind(bind, self.secret.clone())
+            .await
+            .map_err(crate::job::JobError::from)?;
         let record = LeaderRecord {
-            addr,
-            instance: instance.clone(),
+            addr: SocketAddr::new(self.advertise, server.local_addr().port()),
+            instance: self.instance.clone(),
         };
-        let Some(stops) = Stops::install(&say) else {
-            return Ok(Ending::Failed);
-        };
-        let said = say.clone();
-        let job = serve.job.clone();
-        let standing = etcdjob::campaign(&client, &keys, &lease, &record, move |c| {
+        let said = self.say.clone();
+        let job = self.serve.job.clone();
+        let standing = etcdjob::campaign(&self.client, &self.keys, &lease, &record, move |c| {
             let Campaign::StandingBy { leader } = c;
             match leader {
                 Some(l) => said.line(format_args!(
@@ -153,77 +199,104 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
             l = standing => match l {
                 Ok(l) => l,
                 Err(e) => {
-                    say.line(format_args!("{e}; standing again"));
-                    continue;
+                    self.say.line(format_args!("{e}; standing again"));
+                    return Ok(None);
                 }
             },
             ending = stop_signal() => {
-                lease.revoke(&client).await;
-                return Ok(ending);
+                lease.revoke(&self.client).await;
+                return Ok(Some(ending));
             }
         };
+        self.lead(lease, leadership, server, record.addr).await
+    }
+
+    /// Runs the job as its leader.
+    async fn lead(
+        &mut self,
+        lease: Lease,
+        leadership: etcdjob::Leadership,
+        server: Server,
+        addr: SocketAddr,
+    ) -> Result<Over, ServeError> {
         // The job may have ended while this replica stood by.
-        if let Some(ok) = etcdjob::read_done(&mut client.clone(), &keys).await? {
-            say.line(format_args!("job {} is over already", serve.job));
-            leadership.resign(&client).await;
-            lease.revoke(&client).await;
-            return Ok(if ok { Ending::Success } else { Ending::Failed });
+        match self.job_over().await {
+            Ok(None) => {}
+            Ok(Some(ending)) => {
+                leadership.resign(&self.client).await;
+                lease.revoke(&self.client).await;
+                return Ok(Some(ending));
+            }
+            // etcd did not answer: stand again (on this lease, if it lasts).
+            Err(()) => {
+                self.held = Some(lease);
+                return Ok(None);
+            }
         }
-        say.line(format_args!(
+        let Some(stops) = Stops::install(&self.say) else {
+            return Ok(Some(Ending::Failed));
+        };
+        self.say.line(format_args!(
             "leading job {} (epoch {}); workers reach this coordinator at {addr}",
-            serve.job, leadership.epoch
+            self.serve.job, leadership.epoch
         ));
-        let pods = PodWatch::start(&client, &keys);
+        let pods = PodWatch::start(&self.client, &self.keys);
         // The workers as etcd has them before the job is resumed (bounded:
         // without a listing the driver starts anyway and learns them later).
         let mut listed = pods.subscribe();
-        let _ = tokio::time::timeout(
-            etcdjob::REQUEST_TIMEOUT * 2,
-            listed.wait_for(Option::is_some),
-        )
-        .await;
+        let first = listed.wait_for(Option::is_some);
+        let _ = tokio::time::timeout(etcdjob::REQUEST_TIMEOUT * 2, first).await;
+        let endpoints = self.serve.endpoints.to_string();
         let store = EtcdStore::new(
-            client.clone(),
-            &keys,
+            self.client.clone(),
+            &self.keys,
             leadership.clone(),
-            serve.endpoints.to_string(),
+            endpoints,
         );
+        let dead = pods::Dead::default();
         let seams = Seams {
             launcher: Box::new(pods::PodLauncher {
                 pods: pods.subscribe(),
+                dead: dead.clone(),
             }),
             arrivals: server.into_arrivals(),
-            hosts: pods::feed(pods.subscribe()),
+            hosts: pods::feed(pods.subscribe(), dead),
             store: Box::new(store),
             clock: WallClock::System,
             stops: stops.or_lapse(lease.lapse(margin(lease.ttl())).boxed()),
-            say: say.clone(),
+            say: self.say.clone(),
         };
-        let ending = crate::job::drive_elastic(policy.clone(), knobs.clone(), seams).await?;
+        let ending =
+            crate::job::drive_elastic(self.policy.clone(), self.knobs.clone(), seams).await?;
         drop(pods);
-        match ending {
-            Ending::SteppedDown => {
-                held = Some(lease);
-                continue;
-            }
-            Ending::Success | Ending::Failed => {
-                let ok = ending == Ending::Success;
-                say.line(format_args!(
-                    "job {} {}",
-                    serve.job,
-                    if ok { "succeeded" } else { "failed" }
-                ));
-                if let Err(e) =
-                    etcdjob::mark_done(&mut client.clone(), &keys, &leadership, ok).await
-                {
-                    say.line(format_args!("cannot record the end of the job: {e}"));
-                }
-            }
-            Ending::Interrupted | Ending::Terminated => {}
+        self.end_term(ending, lease, &leadership).await
+    }
+
+    /// After a term: stand again on the same lease after stepping down, or
+    /// record the job's end, resign and stop.
+    async fn end_term(
+        &mut self,
+        ending: Ending,
+        lease: Lease,
+        leadership: &etcdjob::Leadership,
+    ) -> Result<Over, ServeError> {
+        if ending == Ending::SteppedDown {
+            self.held = Some(lease);
+            return Ok(None);
         }
-        leadership.resign(&client).await;
-        lease.revoke(&client).await;
-        return Ok(ending);
+        if matches!(ending, Ending::Success | Ending::Failed) {
+            let ok = ending == Ending::Success;
+            let how = if ok { "succeeded" } else { "failed" };
+            self.say.line(format_args!("job {} {how}", self.serve.job));
+            let mut c = self.client.clone();
+            if let Err(e) = etcdjob::mark_done(&mut c, &self.keys, leadership, ok).await {
+                self.say
+                    .line(format_args!("cannot record the end of the job: {e}"));
+            }
+        }
+        leadership.resign(&self.client).await;
+        lease.revoke(&self.client).await;
+        Ok(Some(ending))
     }
 }
 

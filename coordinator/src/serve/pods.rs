@@ -4,8 +4,10 @@
 //! alive while its key is, finished when it says so, gone when its lease
 //! ends. Nothing here starts or kills a process: Kubernetes does.
 
+use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use elastic::membership::SlotId;
@@ -25,22 +27,33 @@ const KEY_GRACE: Duration = Duration::from_secs(10);
 /// The raw wait status of a pod whose lease ended (as if killed by SIGKILL).
 const GONE: i32 = 9;
 
-/// The slots offered to the job: every worker key not marked leaving, in key
-/// order.
-pub(crate) fn offered(pods: &Pods) -> Vec<SlotId> {
+/// Workers the driver has given up on (failed, stopped) while their key
+/// lingers until their lease ends: `(node, slot, pod incarnation)`. Their
+/// slot is not offered again until a new incarnation holds it.
+pub(crate) type Dead = Arc<Mutex<BTreeSet<(String, u32, String)>>>;
+
+/// How often the feed looks at `Dead` besides the watch's changes.
+const FEED_POLL: Duration = Duration::from_millis(20);
+
+/// The slots offered to the job: every worker key not marked leaving and
+/// not given up on, in key order.
+pub(crate) fn offered(pods: &Pods, dead: &Dead) -> Vec<SlotId> {
+    let dead = dead.lock().unwrap_or_else(PoisonError::into_inner);
     pods.iter()
-        .filter(|(_, r)| !r.leaving)
+        .filter(|((node, slot), r)| {
+            !r.leaving && !dead.contains(&(node.clone(), *slot, r.uid.clone()))
+        })
         .map(|((node, slot), _)| SlotId::new(node.clone(), *slot))
         .collect()
 }
 
 /// A host feed of the slots offered, from the workers' watch.
-pub(crate) fn feed(mut pods: watch::Receiver<Option<Pods>>) -> HostFeed {
+pub(crate) fn feed(mut pods: watch::Receiver<Option<Pods>>, dead: Dead) -> HostFeed {
     let (tx, rx) = mpsc::channel(4);
     let task = tokio::spawn(async move {
         let mut last = None;
         loop {
-            let now = pods.borrow_and_update().as_ref().map(offered);
+            let now = pods.borrow_and_update().as_ref().map(|p| offered(p, &dead));
             if let Some(slots) = now
                 && last.as_ref() != Some(&slots)
             {
@@ -49,8 +62,9 @@ pub(crate) fn feed(mut pods: watch::Receiver<Option<Pods>>) -> HostFeed {
                 }
                 last = Some(slots);
             }
-            if pods.changed().await.is_err() {
-                return;
+            tokio::select! {
+                changed = pods.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(FEED_POLL) => {}
             }
         }
     });
@@ -61,6 +75,7 @@ pub(crate) fn feed(mut pods: watch::Receiver<Option<Pods>>) -> HostFeed {
 #[derive(Debug)]
 pub(crate) struct PodLauncher {
     pub(crate) pods: watch::Receiver<Option<Pods>>,
+    pub(crate) dead: Dead,
 }
 
 impl Launcher for PodLauncher {
@@ -69,12 +84,12 @@ impl Launcher for PodLauncher {
         _label: usize,
         slot: &'a SlotId,
     ) -> BoxFuture<'a, Result<Box<dyn Started>, LaunchError>> {
-        let handle: Box<dyn Started> = Box::new(Pod::new(self.pods.clone(), slot));
+        let handle: Box<dyn Started> = Box::new(Pod::new(self, slot));
         async move { Ok(handle) }.boxed()
     }
 
     fn adopt(&mut self, _label: usize, slot: &SlotId, _pid: u32) -> Option<Box<dyn Started>> {
-        Some(Box::new(Pod::new(self.pods.clone(), slot)))
+        Some(Box::new(Pod::new(self, slot)))
     }
 
     fn finish(&mut self) -> BoxFuture<'_, ()> {
@@ -96,15 +111,17 @@ impl Launcher for PodLauncher {
 #[derive(Debug)]
 struct Pod {
     pods: watch::Receiver<Option<Pods>>,
+    dead: Dead,
     id: (String, u32),
     since: Instant,
     seen: bool,
 }
 
 impl Pod {
-    fn new(pods: watch::Receiver<Option<Pods>>, slot: &SlotId) -> Self {
+    fn new(launcher: &PodLauncher, slot: &SlotId) -> Self {
         Pod {
-            pods,
+            pods: launcher.pods.clone(),
+            dead: launcher.dead.clone(),
             id: (slot.host.clone(), slot.slot),
             since: Instant::now(),
             seen: false,
@@ -140,8 +157,20 @@ impl Started for Pod {
         }
     }
 
-    /// A pod is stopped by telling it (`Stop`), which the driver does.
-    fn terminate(&mut self) {}
+    /// A pod is stopped by telling it (`Stop`), which the driver does; here
+    /// its incarnation is given up on, so that its slot is not offered
+    /// again while its key lingers.
+    fn terminate(&mut self) {
+        let uid = self
+            .pods
+            .borrow()
+            .as_ref()
+            .and_then(|p| p.get(&self.id).map(|r| r.uid.clone()));
+        if let Some(uid) = uid {
+            let mut dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
+            dead.insert((self.id.0.clone(), self.id.1, uid));
+        }
+    }
 
     fn kill(&mut self) -> BoxFuture<'_, ()> {
         async {}.boxed()
