@@ -30,7 +30,7 @@ use std::time::Duration;
 
 pub use election::{Campaign, LeaderWatch, Leadership, campaign};
 pub use lease::{Lease, LeaseHealth};
-pub use pods::{PodWatch, Pods, claim_slot, finish, release, rewrite, set_leaving};
+pub use pods::{PodWatch, Pods, claim_slot, finish, set_leaving};
 pub use records::{LeaderRecord, MAX_RECORD_BYTES, WorkerRecord};
 pub use session::{Endpoints, connect};
 pub use state::{fenced_found, mark_done, read_done, timed_get, timed_txn};
@@ -41,6 +41,25 @@ pub use etcd_client::Client;
 pub const MIN_LEASE_TTL: Duration = Duration::from_secs(2);
 /// The lease TTL of coordinators and workers when none is given.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
+/// The longest lease TTL accepted.
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(3600);
+
+/// A lease TTL as `--lease-ttl` and `ELASTICRUN_LEASE_TTL` give it: seconds,
+/// from [`MIN_LEASE_TTL`] to [`MAX_LEASE_TTL`]; the error says why not.
+pub fn parse_lease_ttl(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    let (min, max) = (MIN_LEASE_TTL.as_secs_f64(), MAX_LEASE_TTL.as_secs_f64());
+    if !secs.is_finite() || secs < min || secs > max {
+        return Err(format!(
+            "{text} is not from {min} to {max} seconds (etcd grants no lease under {min} s)"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
 /// How long one etcd request may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 

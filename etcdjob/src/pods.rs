@@ -77,34 +77,71 @@ pub async fn set_leaving(
     lease: &Lease,
     record: &WorkerRecord,
 ) -> Result<(), EtcdError> {
-    let key = keys.worker(node, slot);
     let leaving = WorkerRecord {
         leaving: true,
         ..record.clone()
     };
-    let value = encode(&key, &leaving)?;
-    // Only while the key is still this worker's (on its lease).
-    let txn = Txn::new()
-        .when([Compare::lease(key.as_str(), CompareOp::Equal, lease.id())])
-        .and_then([TxnOp::put(
-            key.as_str(),
-            value,
-            Some(PutOptions::new().with_lease(lease.id())),
-        )]);
-    let mut c = client.clone();
-    timed("marking the worker leaving", c.txn(txn)).await?;
-    Ok(())
+    let own = OwnKey {
+        keys,
+        node,
+        slot,
+        lease,
+    };
+    own.put(client, &leaving, true, "marking the worker leaving")
+        .await
 }
 
-/// Deletes this worker's key at once (it has left the job).
-pub async fn release(client: &Client, keys: &Keys, node: &str, slot: u32, lease: &Lease) {
-    let key = keys.worker(node, slot);
-    let txn = Txn::new()
-        .when([Compare::lease(key.as_str(), CompareOp::Equal, lease.id())])
-        .and_then([TxnOp::delete(key.as_str(), None)]);
-    let mut c = client.clone();
-    if let Err(e) = timed("removing the worker's key", c.txn(txn)).await {
-        tracing::debug!(%e, "cannot remove the worker's key; its lease removes it");
+/// Rewrites this worker's own key with `record` (its training finished) off
+/// its lease: the record outlives the process, so that a coordinator that
+/// leads only later still sees that this worker finished.
+pub async fn finish(
+    client: &Client,
+    keys: &Keys,
+    node: &str,
+    slot: u32,
+    lease: &Lease,
+    record: &WorkerRecord,
+) -> Result<(), EtcdError> {
+    let own = OwnKey {
+        keys,
+        node,
+        slot,
+        lease,
+    };
+    own.put(client, record, false, "recording the worker finished")
+        .await
+}
+
+/// A worker's own key, written only while it is still on the worker's lease.
+struct OwnKey<'a> {
+    keys: &'a Keys,
+    node: &'a str,
+    slot: u32,
+    lease: &'a Lease,
+}
+
+impl OwnKey<'_> {
+    /// Puts `record`, on the lease (`on_lease`) or off it.
+    async fn put(
+        &self,
+        client: &Client,
+        record: &WorkerRecord,
+        on_lease: bool,
+        what: &'static str,
+    ) -> Result<(), EtcdError> {
+        let key = self.keys.worker(self.node, self.slot);
+        let value = encode(&key, record)?;
+        let opts = on_lease.then(|| PutOptions::new().with_lease(self.lease.id()));
+        let txn = Txn::new()
+            .when([Compare::lease(
+                key.as_str(),
+                CompareOp::Equal,
+                self.lease.id(),
+            )])
+            .and_then([TxnOp::put(key.as_str(), value, opts)]);
+        let mut c = client.clone();
+        timed(what, c.txn(txn)).await?;
+        Ok(())
     }
 }
 
@@ -246,48 +283,4 @@ fn read(
             None
         }
     }
-}
-
-/// Rewrites this worker's own key with `record` (still on its lease).
-pub async fn rewrite(
-    client: &Client,
-    keys: &Keys,
-    node: &str,
-    slot: u32,
-    lease: &Lease,
-    record: &WorkerRecord,
-) -> Result<(), EtcdError> {
-    let key = keys.worker(node, slot);
-    let value = encode(&key, record)?;
-    let txn = Txn::new()
-        .when([Compare::lease(key.as_str(), CompareOp::Equal, lease.id())])
-        .and_then([TxnOp::put(
-            key.as_str(),
-            value,
-            Some(PutOptions::new().with_lease(lease.id())),
-        )]);
-    let mut c = client.clone();
-    timed("rewriting the worker's key", c.txn(txn)).await?;
-    Ok(())
-}
-
-/// Rewrites this worker's own key with `record` (its training finished) off
-/// its lease: the record outlives the process, so that a coordinator that
-/// leads only later still sees that this worker finished.
-pub async fn finish(
-    client: &Client,
-    keys: &Keys,
-    node: &str,
-    slot: u32,
-    lease: &Lease,
-    record: &WorkerRecord,
-) -> Result<(), EtcdError> {
-    let key = keys.worker(node, slot);
-    let value = encode(&key, record)?;
-    let txn = Txn::new()
-        .when([Compare::lease(key.as_str(), CompareOp::Equal, lease.id())])
-        .and_then([TxnOp::put(key.as_str(), value, None)]);
-    let mut c = client.clone();
-    timed("recording the worker finished", c.txn(txn)).await?;
-    Ok(())
 }

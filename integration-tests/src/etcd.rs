@@ -82,7 +82,25 @@ impl Etcd {
     }
 
     fn spawn(&mut self, i: usize, v2: bool) {
-        let m = &mut self.members[i];
+        let mut cmd = self.command(i);
+        cmd.args(["--initial-cluster", &self.cluster]).args([
+            "--initial-cluster-token",
+            "elasticrun-test",
+            "--initial-cluster-state",
+            "new",
+        ]);
+        if v2 {
+            cmd.arg("--enable-v2");
+        }
+        self.members[i].child = Some(
+            cmd.spawn()
+                .unwrap_or_else(|e| panic!("cannot start etcd: {e}")),
+        );
+    }
+
+    /// `etcd` as member `i`, on its ports and data directory.
+    fn command(&self, i: usize) -> Command {
+        let m = &self.members[i];
         let client = format!("http://127.0.0.1:{}", m.client);
         let peer = format!("http://127.0.0.1:{}", m.peer);
         let mut cmd = Command::new("etcd");
@@ -100,24 +118,11 @@ impl Etcd {
                 "--initial-advertise-peer-urls",
                 &peer,
             ])
-            .args(["--initial-cluster", &self.cluster])
-            .args([
-                "--initial-cluster-token",
-                "elasticrun-test",
-                "--initial-cluster-state",
-                "new",
-            ])
             .args(["--log-level", "error", "--logger", "zap"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if v2 {
-            cmd.arg("--enable-v2");
-        }
-        m.child = Some(
-            cmd.spawn()
-                .unwrap_or_else(|e| panic!("cannot start etcd: {e}")),
-        );
+        cmd
     }
 
     fn wait_healthy(&mut self, i: usize) {
@@ -157,31 +162,11 @@ impl Etcd {
     /// Starts member `i` again on its data and waits until it is healthy.
     pub fn restart(&mut self, i: usize) {
         self.kill(i);
-        let m = &mut self.members[i];
-        let client = format!("http://127.0.0.1:{}", m.client);
-        let peer = format!("http://127.0.0.1:{}", m.peer);
-        let child = Command::new("etcd")
-            .args(["--name", &m.name, "--data-dir"])
-            .arg(&m.dir)
-            .args([
-                "--listen-client-urls",
-                &client,
-                "--advertise-client-urls",
-                &client,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .args(["--log-level", "error", "--logger", "zap"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+        let child = self
+            .command(i)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start etcd again: {e}"));
-        m.child = Some(child);
+        self.members[i].child = Some(child);
         self.wait_healthy(i);
     }
 

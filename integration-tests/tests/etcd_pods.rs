@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use integration_tests::Finished;
 use integration_tests::elastic::{Train, check_done, check_no_rollback, done_lines, steps};
 use integration_tests::etcd::Etcd;
 use integration_tests::pods::PodJob;
@@ -39,6 +40,18 @@ fn long() -> Train {
         samples: 1280,
         step_delay_ms: 40,
         commit_every: 5,
+    }
+}
+
+/// The run ended well on 3 ranks as if nothing had happened: every step
+/// once, the weights of an undisturbed run, and no worker ever reset.
+fn undisturbed_and_never_reset(run: &Finished, train: &Train) {
+    run.expect_code(0);
+    check_no_rollback(&run.stdout);
+    let state = check_done(run, 3, train.expected_steps());
+    assert_eq!(state, train.undisturbed_state(3));
+    for d in done_lines(&run.stdout) {
+        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
     }
 }
 
@@ -90,14 +103,8 @@ fn killing_the_leading_coordinator_resets_nothing_and_loses_no_step() {
     job.signal_serve(first, Signal::SIGKILL);
     let second = job.leader(&[first], LIMIT);
     let run = job.finish_pods(LIMIT);
-    run.expect_code(0);
-    let state = check_done(&run, 3, train.expected_steps());
-    for d in done_lines(&run.stdout) {
-        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
-    }
-    check_no_rollback(&run.stdout);
+    undisturbed_and_never_reset(&run, &train);
     assert_eq!(steps(&run.stdout).len() as u64, train.expected_steps());
-    assert_eq!(state, train.undisturbed_state(3));
     let said = job.serve_stderr(second);
     assert!(
         !said.contains("generation 2"),
@@ -217,13 +224,7 @@ fn etcd_restarted_mid_run_changes_nothing_for_the_job() {
     job.wait_for_step(at as u64 + 70, LIMIT);
     job.etcd.restart(0);
     let run = job.finish_pods(LIMIT);
-    run.expect_code(0);
-    let state = check_done(&run, 3, train.expected_steps());
-    check_no_rollback(&run.stdout);
-    assert_eq!(state, train.undisturbed_state(3));
-    for d in done_lines(&run.stdout) {
-        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
-    }
+    undisturbed_and_never_reset(&run, &train);
     // Said once when etcd went, once when it came back.
     assert!(
         run.stderr.contains("etcd: cannot renew the lease"),
@@ -254,13 +255,7 @@ fn one_member_of_three_killed_has_no_effect_on_the_job() {
     job.wait_for_step(20, LIMIT);
     job.etcd.kill(0);
     let run = job.finish_pods(LIMIT);
-    run.expect_code(0);
-    check_no_rollback(&run.stdout);
-    let state = check_done(&run, 3, train.expected_steps());
-    assert_eq!(state, train.undisturbed_state(3));
-    for d in done_lines(&run.stdout) {
-        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
-    }
+    undisturbed_and_never_reset(&run, &train);
 }
 
 #[test]
@@ -358,13 +353,7 @@ fn a_leader_cut_off_from_etcd_steps_down_and_a_standby_takes_over() {
     assert!(said.contains("no longer leading the job"), "{said}");
     let run = job.finish_pods(LIMIT);
     drop(cut);
-    run.expect_code(0);
-    check_no_rollback(&run.stdout);
-    let state = check_done(&run, 3, train.expected_steps());
-    assert_eq!(state, train.undisturbed_state(3));
-    for d in done_lines(&run.stdout) {
-        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
-    }
+    undisturbed_and_never_reset(&run, &train);
     assert!(!job.serve_stderr(second).contains("generation 2"));
 }
 

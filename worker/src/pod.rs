@@ -76,13 +76,7 @@ pub(crate) fn read(get: &impl Fn(&str) -> Option<String>) -> Result<Option<PodEn
         None => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
     };
     let lease_ttl = match get(LEASE_TTL) {
-        Some(v) => v
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s >= 2.0 && *s <= 3600.0)
-            .map(Duration::from_secs_f64)
-            .ok_or_else(|| bad(LEASE_TTL, "is not from 2 to 3600 seconds".into()))?,
+        Some(v) => etcdjob::parse_lease_ttl(&v).map_err(|why| bad(LEASE_TTL, why))?,
         None => etcdjob::DEFAULT_LEASE_TTL,
     };
     Ok(Some(PodEnv {

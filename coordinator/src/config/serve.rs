@@ -5,9 +5,8 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use etcdjob::{DEFAULT_LEASE_TTL, Endpoints, JobName, MIN_LEASE_TTL};
+use etcdjob::{DEFAULT_LEASE_TTL, Endpoints, JobName};
 
 use crate::serve::ServeConfig;
 
@@ -119,19 +118,7 @@ pub fn resolve(
     let secret_file = PathBuf::from(need(2)?);
     let lease_ttl = match value(3) {
         None => DEFAULT_LEASE_TTL,
-        Some(v) => {
-            let secs: f64 = v
-                .trim()
-                .parse()
-                .map_err(|_| invalid(3, format!("{v:?} is not a number of seconds")))?;
-            if !secs.is_finite() || secs < MIN_LEASE_TTL.as_secs_f64() || secs > 3600.0 {
-                return Err(invalid(
-                    3,
-                    format!("{v} is not from 2 to 3600 seconds (etcd grants no lease under 2 s)"),
-                ));
-            }
-            Duration::from_secs_f64(secs)
-        }
+        Some(v) => etcdjob::parse_lease_ttl(&v).map_err(|why| invalid(3, why))?,
     };
     let port = match value(4) {
         None => 0,
@@ -184,6 +171,8 @@ pub fn help() -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use std::time::Duration;
+
     use super::*;
 
     fn args(a: &[&str]) -> Vec<String> {
