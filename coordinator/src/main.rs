@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use coordinator::config::cli::{Cli, CliError};
+use coordinator::config::serve::Given;
 use coordinator::config::{self, LogLevel};
 use coordinator::job;
 use coordinator::serve::ServeConfig;
@@ -21,8 +22,9 @@ fn log_filter(level: LogLevel) -> &'static str {
     }
 }
 
-/// `elasticrun serve ...`: its own options, and the job's as a command line.
-fn serve_line() -> Result<Option<(ServeConfig, Vec<String>)>, ExitCode> {
+/// `elasticrun serve ...`'s own options (resolved once the config file is
+/// read), and the job's as a command line.
+fn serve_line() -> Result<Option<(Given, Vec<String>)>, ExitCode> {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) != Some("serve") {
         return Ok(None);
@@ -31,11 +33,7 @@ fn serve_line() -> Result<Option<(ServeConfig, Vec<String>)>, ExitCode> {
         print!("{}{}", config::serve::help(), Cli::help_text());
         return Err(ExitCode::SUCCESS);
     }
-    let parsed = config::serve::split(&args[2..]).and_then(|(found, rest)| {
-        let serve = config::serve::resolve(&found, &|k| std::env::var(k).ok())?;
-        Ok((serve, rest))
-    });
-    match parsed {
+    match config::serve::split(&args[2..]) {
         Ok((serve, rest)) => {
             if let Some(word) = rest
                 .iter()
@@ -61,7 +59,7 @@ fn serve_line() -> Result<Option<(ServeConfig, Vec<String>)>, ExitCode> {
 }
 
 /// The command line, or the exit code when there is nothing (more) to run.
-fn command_line() -> Result<(Cli, Option<ServeConfig>), ExitCode> {
+fn command_line() -> Result<(Cli, Option<Given>), ExitCode> {
     let serve = serve_line()?;
     let (args, serve) = match serve {
         Some((s, job)) => (job, Some(s)),
@@ -114,7 +112,12 @@ fn parse_cli(args: Vec<String>, serve: bool) -> Result<Cli, ExitCode> {
     }
 }
 
-fn load(cli: &Cli) -> Result<config::JobConfig, String> {
+/// The job's configuration and, for `elasticrun serve` (`serve` given), the
+/// serve options: command line, environment, then the config file.
+fn load(
+    cli: &Cli,
+    serve: Option<Given>,
+) -> Result<(config::JobConfig, Option<ServeConfig>), String> {
     let path = cli
         .config_file
         .clone()
@@ -127,7 +130,15 @@ fn load(cli: &Cli) -> Result<config::JobConfig, String> {
         }
         None => config::file::ConfigFile::default(),
     };
-    config::resolve(cli, &|k| std::env::var(k).ok(), &file).map_err(|e| e.to_string())
+    let env = |k: &str| std::env::var(k).ok();
+    let serve = match serve {
+        Some(given) => Some(
+            config::serve::resolve(&given, &env, &file.serve).map_err(|e| format!("serve: {e}"))?,
+        ),
+        None => None,
+    };
+    let cfg = config::resolve(cli, &env, &file).map_err(|e| e.to_string())?;
+    Ok((cfg, serve))
 }
 
 fn main() -> ExitCode {
@@ -135,7 +146,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let cfg = match load(&cli) {
+    let (cfg, serve) = match load(&cli, serve) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("elasticrun: {e}");

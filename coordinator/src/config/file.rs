@@ -20,7 +20,10 @@
 //!                slots_per_host: 4, elastic_timeout: 600, reset_limit: 10,
 //!                blacklist_cooldown_range: [60, 300], discovery_interval: 1,
 //!                discovery_timeout: 10 }
+//! serve:       { etcd: "http://etcd:2379", job: resnet, secret_file: /run/secret/job,
+//!                lease_ttl: 5, port: 29400, advertise_address: 10.0.0.5 }
 //! ```
+//! (`serve` is read by `elasticrun serve` only.)
 //! (horovodrun's file has no elastic options; the `elastic` section uses the
 //! command line's names, as `launch` does.)
 //! Unknown keys are errors (with line and column), so a typo is never ignored.
@@ -46,6 +49,8 @@ pub struct ConfigFile {
     pub library_options: LibraryOptions,
     #[serde(default)]
     pub elastic: Elastic,
+    #[serde(default)]
+    pub serve: Serve,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -134,6 +139,33 @@ pub struct Elastic {
     pub blacklist_cooldown_range: Option<(f64, f64)>,
     pub discovery_interval: Option<f64>,
     pub discovery_timeout: Option<f64>,
+}
+
+/// `elasticrun serve`'s own options, keyed by their flags' names with `_`.
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Serve {
+    pub etcd: Option<String>,
+    pub job: Option<String>,
+    pub secret_file: Option<String>,
+    pub lease_ttl: Option<u64>,
+    pub port: Option<u16>,
+    pub advertise_address: Option<String>,
+}
+
+impl Serve {
+    /// The value given for the serve option whose flag is `flag`, as text.
+    pub fn get(&self, flag: &str) -> Option<String> {
+        match flag {
+            "etcd" => self.etcd.clone(),
+            "job" => self.job.clone(),
+            "secret-file" => self.secret_file.clone(),
+            "lease-ttl" => self.lease_ttl.map(|t| t.to_string()),
+            "port" => self.port.map(|p| p.to_string()),
+            "advertise-address" => self.advertise_address.clone(),
+            _ => None,
+        }
+    }
 }
 
 /// Why the file's text was refused: the YAML parser's error, whose message
@@ -263,6 +295,28 @@ mod tests {
             .to_string();
         assert!(e.contains("num_nccl_streams"), "{e}");
         assert!(parse("library_options:\n  thread_affinity: [-1]\n").is_err());
+    }
+
+    #[test]
+    fn serve_section_parses() {
+        let f = parse(
+            "serve:\n  etcd: http://e:2379\n  job: j\n  secret_file: /s\n  lease_ttl: 3\n  \
+             port: 29400\n  advertise_address: 10.0.0.5\n",
+        )
+        .unwrap();
+        for (flag, v) in [
+            ("etcd", "http://e:2379"),
+            ("job", "j"),
+            ("secret-file", "/s"),
+            ("lease-ttl", "3"),
+            ("port", "29400"),
+            ("advertise-address", "10.0.0.5"),
+        ] {
+            assert_eq!(f.serve.get(flag).as_deref(), Some(v), "{flag}");
+        }
+        let e = parse("serve:\n  lease: 3\n").unwrap_err().to_string();
+        assert!(e.contains("lease"), "{e}");
+        assert!(parse("serve:\n  port: 70000\n").is_err());
     }
 
     #[test]

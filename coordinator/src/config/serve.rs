@@ -1,6 +1,7 @@
 //! `elasticrun serve`'s own options (`--etcd`, `--job`, `--lease-ttl`,
 //! `--secret-file`, `--port`, `--advertise-address`), each also settable
-//! through its `ELASTICRUN_*` variable; every other option is the job's, read
+//! through its `ELASTICRUN_*` variable and the config file's `serve` section
+//! (command line > environment > file); every other option is the job's, read
 //! as for any elastic job.
 
 use std::net::IpAddr;
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 
 use etcdjob::{DEFAULT_LEASE_TTL, Endpoints, JobName};
 
+use super::file::Serve;
 use crate::serve::ServeConfig;
 
 /// `(flag, variable, what it is)` of every serve option.
@@ -49,7 +51,7 @@ pub const OPTIONS: [(&str, &str, &str); 6] = [
 pub enum ServeArgsError {
     #[error("--{flag} needs a value")]
     NoValue { flag: &'static str },
-    #[error("--{flag} (or {var}) is required by `elasticrun serve`")]
+    #[error("--{flag} (or {var}, or the config file's serve.{}) is required by `elasticrun serve`", flag.replace('-', "_"))]
     Missing {
         flag: &'static str,
         var: &'static str,
@@ -91,10 +93,12 @@ pub fn split(args: &[String]) -> Result<(Given, Vec<String>), ServeArgsError> {
 }
 
 /// The serve configuration from the options `split` found, the environment
-/// (`env`) where an option is not given.
+/// (`env`) where an option is not given, and the config file's `serve`
+/// section where neither is.
 pub fn resolve(
     given: &[(&'static str, String)],
     env: &dyn Fn(&str) -> Option<String>,
+    file: &Serve,
 ) -> Result<ServeConfig, ServeArgsError> {
     let value = |i: usize| -> Option<String> {
         let (flag, var, _) = OPTIONS[i];
@@ -104,6 +108,7 @@ pub fn resolve(
             .find(|(f, _)| *f == flag)
             .map(|(_, v)| v.clone())
             .or_else(|| env(var).filter(|v| !v.trim().is_empty()))
+            .or_else(|| file.get(flag))
     };
     let need = |i: usize| {
         let (flag, var, _) = OPTIONS[i];
@@ -161,7 +166,8 @@ pub fn help() -> String {
     );
     for (flag, var, what) in OPTIONS {
         out.push_str(&format!(
-            "      --{flag} <VALUE>\n          {what}\n          (env: {var})\n"
+            "      --{flag} <VALUE>\n          {what}\n          (env: {var}; config file: serve.{})\n",
+            flag.replace('-', "_")
         ));
     }
     out.push('\n');
@@ -194,7 +200,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(rest, args(&["--min-np", "2"]));
-        let cfg = resolve(&found, &|_| None).unwrap();
+        let cfg = resolve(&found, &|_| None, &Serve::default()).unwrap();
         assert_eq!(cfg.job.as_str(), "j");
         assert_eq!(cfg.lease_ttl, Duration::from_secs(3));
         assert_eq!(cfg.port, 0);
@@ -210,10 +216,10 @@ mod tests {
             "POD_IP" => Some("10.1.2.3".to_owned()),
             _ => None,
         };
-        let cfg = resolve(&[], &env).unwrap();
+        let cfg = resolve(&[], &env, &Serve::default()).unwrap();
         assert_eq!(cfg.endpoints.urls(), ["http://e:1"]);
         assert_eq!(cfg.advertise, Some("10.1.2.3".parse().unwrap()));
-        let e = resolve(&[], &|_| None).unwrap_err();
+        let e = resolve(&[], &|_| None, &Serve::default()).unwrap_err();
         assert!(e.to_string().contains("ELASTICRUN_ETCD"), "{e}");
         for (flag, v, says) in [
             ("lease-ttl", "1", "from 2 to 3600"),
@@ -221,7 +227,7 @@ mod tests {
             ("etcd", "https://x:1", "TLS"),
             ("port", "http", "not a port"),
         ] {
-            let e = resolve(&[(flag, v.to_owned())], &env).unwrap_err();
+            let e = resolve(&[(flag, v.to_owned())], &env, &Serve::default()).unwrap_err();
             assert!(
                 e.to_string().contains(says) && e.to_string().contains(flag),
                 "{e}"
@@ -231,5 +237,32 @@ mod tests {
             split(&args(&["--job"])),
             Err(ServeArgsError::NoValue { flag: "job" })
         ));
+    }
+
+    #[test]
+    fn the_file_counts_where_flag_and_environment_do_not() {
+        let file = Serve {
+            etcd: Some("http://f:1".into()),
+            job: Some("from-file".into()),
+            secret_file: Some("/f".into()),
+            lease_ttl: Some(7),
+            port: Some(29400),
+            advertise_address: Some("10.0.0.9".into()),
+        };
+        let cfg = resolve(&[], &|_| None, &file).unwrap();
+        assert_eq!(cfg.job.as_str(), "from-file");
+        assert_eq!(cfg.lease_ttl, Duration::from_secs(7));
+        assert_eq!(cfg.port, 29400);
+        assert_eq!(cfg.advertise, Some("10.0.0.9".parse().unwrap()));
+        let env = |k: &str| (k == "ELASTICRUN_JOB").then(|| "from-env".to_owned());
+        let cfg = resolve(&[("lease-ttl", "3".into())], &env, &file).unwrap();
+        assert_eq!(cfg.job.as_str(), "from-env");
+        assert_eq!(cfg.lease_ttl, Duration::from_secs(3));
+        let bad = Serve {
+            lease_ttl: Some(1),
+            ..file
+        };
+        let e = resolve(&[], &|_| None, &bad).unwrap_err();
+        assert!(e.to_string().contains("lease-ttl"), "{e}");
     }
 }
