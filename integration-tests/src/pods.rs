@@ -122,6 +122,15 @@ impl PodJob {
         })
     }
 
+    /// Waits until replica `i` has said `text` (after what it said before
+    /// `after` bytes of its output), and hands back where it said it.
+    pub fn wait_serve_says(&self, i: usize, text: &str, after: usize, limit: Duration) -> usize {
+        wait_for(&format!("replica {i} to say {text:?}"), limit, || {
+            let said = self.serve_stderr(i);
+            said.get(after..)?.find(text).map(|at| after + at)
+        })
+    }
+
     /// Waits until the pods have logged step `n`.
     pub fn wait_for_step(&self, n: u64, limit: Duration) {
         wait_for(&format!("step {n}"), limit, || {

@@ -326,6 +326,35 @@ impl Drop for Cut {
     }
 }
 
+/// A leader frozen (SIGSTOP) past its lease wakes to find another leading:
+/// it steps down and stands by again, and the job, which the standby led
+/// meanwhile, never notices (the workers followed the election in etcd).
+#[test]
+fn a_leader_frozen_past_its_lease_wakes_deposed_and_stands_by() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("leader_frozen", etcd);
+    let train = long();
+    let first = job.serve(&SERVE);
+    job.leader(&[], LIMIT);
+    job.serve(&SERVE);
+    three_pods(&mut job, &train);
+    job.wait_for_step(20, LIMIT);
+    job.signal_serve(first, Signal::SIGSTOP);
+    let second = job.leader(&[first], LIMIT);
+    let frozen_at = job.serve_stderr(first).len();
+    let at = steps(&job.pods_stdout()).iter().map(|s| s.step).max();
+    job.wait_for_step(at.unwrap_or(0) + 5, LIMIT);
+    job.signal_serve(first, Signal::SIGCONT);
+    let down = job.wait_serve_says(first, "no longer leading the job", frozen_at, LIMIT);
+    job.wait_serve_says(first, "standing by", down, LIMIT);
+    let run = job.finish_pods(LIMIT);
+    undisturbed_and_never_reset(&run, &train);
+    assert!(!job.serve_stderr(second).contains("generation 2"));
+    // The woken replica formed nothing either.
+    let woken = &job.serve_stderr(first)[frozen_at..];
+    assert!(!woken.contains("generation"), "{woken}");
+}
+
 #[test]
 fn a_leader_cut_off_from_etcd_steps_down_and_a_standby_takes_over() {
     let Some(etcd) = Etcd::cluster(3, false) else {
