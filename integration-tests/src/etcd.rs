@@ -1,6 +1,7 @@
 //! A real etcd (Debian's `etcd-server`) for a test: one member or a cluster
-//! of three, on free loopback ports with throw-away data directories, each
-//! member killed with its process when the [`Etcd`] is dropped.
+//! of three, on free loopback ports with throw-away data directories, or one
+//! member inside a network namespace on its address there; each member is
+//! killed with its process when the [`Etcd`] is dropped.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -23,11 +24,14 @@ struct Member {
     child: Option<Child>,
 }
 
-/// An etcd cluster of one or more members on 127.0.0.1.
+/// An etcd cluster of one or more members on 127.0.0.1, or on `ip` in the
+/// network namespace `ns`.
 #[derive(Debug)]
 pub struct Etcd {
     members: Vec<Member>,
     cluster: String,
+    ip: String,
+    ns: Option<String>,
 }
 
 /// A port that was free a moment ago.
@@ -48,6 +52,16 @@ impl Etcd {
     /// `n` members (with etcd's v2 API too when `v2`: torchrun's etcd-v2
     /// rendezvous needs it).
     pub fn cluster(n: usize, v2: bool) -> Option<Etcd> {
+        Self::members(n, v2, "127.0.0.1", None)
+    }
+
+    /// One member listening on `ip` inside the network namespace `ns`
+    /// (reached, health included, only from inside namespaces).
+    pub fn start_in(ns: &str, ip: &str) -> Option<Etcd> {
+        Self::members(1, false, ip, Some(ns.to_owned()))
+    }
+
+    fn members(n: usize, v2: bool, ip: &str, ns: Option<String>) -> Option<Etcd> {
         if on_path("etcd").is_none() {
             Need::Etcd.unavailable("no etcd on PATH (Debian package etcd-server)");
             return None;
@@ -68,10 +82,15 @@ impl Etcd {
             .collect();
         let cluster = members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .map(|m| format!("{}=http://{ip}:{}", m.name, m.peer))
             .collect::<Vec<_>>()
             .join(",");
-        let mut etcd = Etcd { members, cluster };
+        let mut etcd = Etcd {
+            members,
+            cluster,
+            ip: ip.to_owned(),
+            ns,
+        };
         for i in 0..n {
             etcd.spawn(i, v2);
         }
@@ -101,9 +120,9 @@ impl Etcd {
     /// `etcd` as member `i`, on its ports and data directory.
     fn command(&self, i: usize) -> Command {
         let m = &self.members[i];
-        let client = format!("http://127.0.0.1:{}", m.client);
-        let peer = format!("http://127.0.0.1:{}", m.peer);
-        let mut cmd = Command::new("etcd");
+        let client = format!("http://{}:{}", self.ip, m.client);
+        let peer = format!("http://{}:{}", self.ip, m.peer);
+        let mut cmd = self.program("etcd");
         cmd.args(["--name", &m.name, "--data-dir"])
             .arg(&m.dir)
             .args([
@@ -125,15 +144,46 @@ impl Etcd {
         cmd
     }
 
+    /// `program`, in the namespace if there is one (`ip netns exec` execs
+    /// it: the child is the program itself).
+    fn program(&self, program: &str) -> Command {
+        match &self.ns {
+            None => Command::new(program),
+            Some(ns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", ns, program]);
+                cmd
+            }
+        }
+    }
+
     fn wait_healthy(&mut self, i: usize) {
         let port = self.members[i].client;
+        let url = format!("http://{}:{port}", self.ip);
         crate::wait_for(&format!("etcd member {i} healthy"), START_LIMIT, || {
             if let Some(c) = self.members[i].child.as_mut()
                 && let Ok(Some(st)) = c.try_wait()
             {
                 panic!("etcd member {i} exited at start: {st}");
             }
-            healthy(port).then_some(())
+            let ok = match self.ns {
+                None => healthy(port),
+                Some(_) => self
+                    .program("etcdctl")
+                    .env("ETCDCTL_API", "3")
+                    .args([
+                        "--endpoints",
+                        &url,
+                        "--dial-timeout=2s",
+                        "endpoint",
+                        "health",
+                    ])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success()),
+            };
+            ok.then_some(())
         });
     }
 
@@ -141,7 +191,7 @@ impl Etcd {
     pub fn endpoints(&self) -> String {
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| format!("http://{}:{}", self.ip, m.client))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -172,7 +222,8 @@ impl Etcd {
 
     /// `etcdctl` with this cluster's endpoints and `args`; its stdout.
     pub fn ctl(&self, args: &[&str]) -> String {
-        let out = Command::new("etcdctl")
+        let out = self
+            .program("etcdctl")
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", self.endpoints()))
             .args(args)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::elastic::{Scratch, Train};
+use crate::elastic::{Scratch, Train, check_done, check_no_rollback, done_lines};
 use crate::etcd::Etcd;
 use crate::{Finished, Running, elasticrun, start, wait_for};
 
@@ -25,6 +25,51 @@ pub struct PodJob {
     pub pod_etcd: Option<String>,
     serves: Vec<Option<Running>>,
     pods: Vec<Option<Running>>,
+}
+
+/// Where a pod runs: its node's name (`NODE_NAME`), its network namespace
+/// (none: this one) and its address there (`POD_IP`).
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub name: String,
+    pub ns: Option<String>,
+    pub ip: String,
+}
+
+impl Node {
+    /// A node on this machine's loopback.
+    pub fn local(name: &str) -> Node {
+        Node {
+            name: name.to_owned(),
+            ns: None,
+            ip: "127.0.0.1".to_owned(),
+        }
+    }
+}
+
+/// `program`, run in network namespace `ns` if given (`ip netns exec`
+/// execs it: the child is the program itself).
+fn in_ns(ns: Option<&str>, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match ns {
+        None => Command::new(program),
+        Some(ns) => {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", ns]).arg(program);
+            cmd
+        }
+    }
+}
+
+/// The run ended well on `n` ranks as if nothing had happened: every step
+/// once, the weights of an undisturbed run, and no worker ever reset.
+pub fn undisturbed_and_never_reset(run: &Finished, train: &Train, n: u64) {
+    run.expect_code(0);
+    check_no_rollback(&run.stdout);
+    let state = check_done(run, n, train.expected_steps());
+    assert_eq!(state, train.undisturbed_state(n));
+    for d in done_lines(&run.stdout) {
+        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
+    }
 }
 
 /// The secret every pod and replica of a [`PodJob`] reads.
@@ -53,7 +98,12 @@ impl PodJob {
 
     /// [`PodJob::serve`] with `endpoints` as its `--etcd`.
     pub fn serve_on(&mut self, endpoints: &str, options: &[&str]) -> usize {
-        let mut cmd = Command::new(elasticrun());
+        self.serve_in(None, endpoints, options)
+    }
+
+    /// [`PodJob::serve_on`] inside network namespace `ns` if given.
+    pub fn serve_in(&mut self, ns: Option<&str>, endpoints: &str, options: &[&str]) -> usize {
+        let mut cmd = in_ns(ns, elasticrun());
         cmd.arg("serve")
             .args(["--etcd", endpoints, "--job", &self.job])
             .arg("--secret-file")
@@ -65,10 +115,16 @@ impl PodJob {
 
     /// Starts a pod on `node` running `train` with `secret`; its index.
     pub fn pod_with_secret(&mut self, node: &str, train: &Train, secret: &str) -> usize {
+        self.pod_as(&Node::local(node), train, secret)
+    }
+
+    /// Starts a pod on `node` (its name, namespace and address) running
+    /// `train` with `secret`; its index.
+    pub fn pod_as(&mut self, node: &Node, train: &Train, secret: &str) -> usize {
         let i = self.pods.len();
         let file = self.dir.write(&format!("secret-{i}"), secret);
         let args = train.args();
-        let mut cmd = Command::new(&args[0]);
+        let mut cmd = in_ns(node.ns.as_deref(), &args[0]);
         let etcd = self
             .pod_etcd
             .clone()
@@ -78,10 +134,10 @@ impl PodJob {
             .env("ELASTICRUN_JOB", &self.job)
             .env("ELASTICRUN_SECRET_FILE", file)
             .env("ELASTICRUN_LEASE_TTL", "2")
-            .env("NODE_NAME", node)
+            .env("NODE_NAME", &node.name)
             .env("POD_NAME", format!("{}-{i}", self.job))
             .env("POD_UID", format!("uid-{i}-{}", std::process::id()))
-            .env("POD_IP", "127.0.0.1");
+            .env("POD_IP", &node.ip);
         for k in control::env::ALL {
             cmd.env_remove(k);
         }
@@ -92,6 +148,11 @@ impl PodJob {
     /// Starts a pod on `node` running `train`; its index.
     pub fn pod(&mut self, node: &str, train: &Train) -> usize {
         self.pod_with_secret(node, train, SECRET)
+    }
+
+    /// Starts a pod on `node` running `train`; its index.
+    pub fn pod_on(&mut self, node: &Node, train: &Train) -> usize {
+        self.pod_as(node, train, SECRET)
     }
 
     pub fn serve_pid(&self, i: usize) -> i32 {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use integration_tests::Finished;
 use integration_tests::elastic::{Train, check_done, check_no_rollback, done_lines, steps};
 use integration_tests::etcd::Etcd;
-use integration_tests::pods::PodJob;
+use integration_tests::pods::{self, PodJob};
 use nix::sys::signal::Signal;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -43,16 +43,8 @@ fn long() -> Train {
     }
 }
 
-/// The run ended well on 3 ranks as if nothing had happened: every step
-/// once, the weights of an undisturbed run, and no worker ever reset.
 fn undisturbed_and_never_reset(run: &Finished, train: &Train) {
-    run.expect_code(0);
-    check_no_rollback(&run.stdout);
-    let state = check_done(run, 3, train.expected_steps());
-    assert_eq!(state, train.undisturbed_state(3));
-    for d in done_lines(&run.stdout) {
-        assert_eq!(d["resets"].as_u64(), Some(0), "{d}\n{}", run.stderr);
-    }
+    pods::undisturbed_and_never_reset(run, train, 3);
 }
 
 fn three_pods(job: &mut PodJob, train: &Train) {
@@ -457,4 +449,52 @@ fn a_job_that_ends_while_no_coordinator_leads_is_closed_by_the_next_one() {
     let ended = job.finish_serve(next, Duration::from_secs(30));
     ended.expect_code(0);
     assert!(ended.stderr.contains("succeeded"), "{}", ended.stderr);
+}
+
+/// `--reset-limit` counts in pod mode as in launcher mode: the second pod
+/// killed would be the second reset of a job allowed one, so the leader
+/// stops every worker and the job (and the replica) fails.
+#[test]
+fn the_reset_limit_ends_a_job_of_pods() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("pods_reset_limit", etcd);
+    let train = long();
+    let serve = job.serve(&[
+        "-np",
+        "4",
+        "--min-np",
+        "2",
+        "--max-np",
+        "4",
+        "--lease-ttl",
+        "2",
+        "--reset-limit",
+        "1",
+    ]);
+    for node in ["node-a", "node-a", "node-b", "node-b"] {
+        job.pod(node, &train);
+    }
+    job.wait_for_step(10, LIMIT);
+    job.signal_pod(3, Signal::SIGKILL);
+    let mut stdout = job.finish_pod(3, LIMIT).stdout;
+    job.wait_serve_says(serve, "generation 2: 3 workers", 0, LIMIT);
+    let now = steps(&job.pods_stdout()).iter().map(|s| s.step).max();
+    job.wait_for_step(now.unwrap_or(0) + 3, LIMIT);
+    job.signal_pod(2, Signal::SIGKILL);
+    stdout.push_str(&job.finish_pod(2, LIMIT).stdout);
+    let said = job.finish_serve(serve, LIMIT);
+    said.expect_code(1);
+    let line = "elasticrun: reset limit reached: the job already reset 1 times \
+                (--reset-limit 1); stopping every worker";
+    assert!(said.stderr.contains(line), "{}", said.stderr);
+    let run = job.finish_pods(LIMIT);
+    assert!(!run.status.success(), "the stopped pods exited 0");
+    stdout.push_str(&run.stdout);
+    // Rank 0 logs the steps, on whichever node registered first.
+    let last = steps(&stdout).iter().map(|s| s.step).max();
+    assert!(
+        last.is_some_and(|s| s < train.expected_steps()),
+        "the job trained to the end (last step {last:?})"
+    );
+    assert!(done_lines(&stdout).is_empty(), "{stdout}");
 }
