@@ -14,6 +14,7 @@ use collectives::{
     TransportError, bf16, schedule::even_counts,
 };
 use common::*;
+use control::DataKey;
 use futures::future::join_all;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -23,11 +24,16 @@ const LOCAL: &str = "127.0.0.1:0";
 /// connect) against hanging; never a bound on their speed.
 const HANG: Duration = Duration::from_secs(60);
 
+/// The data-plane key of job `job`.
+fn key(job: u8) -> DataKey {
+    DataKey::new([job; 32])
+}
+
 fn config() -> TcpConfig {
     TcpConfig {
         connect_timeout: Duration::from_secs(10),
         io_timeout: Duration::from_secs(20),
-        job_token: 0xE1A5,
+        job_key: key(0xE1),
         ..Default::default()
     }
 }
@@ -274,7 +280,7 @@ async fn another_jobs_rank_is_refused() {
         ..config()
     };
     let other = TcpConfig {
-        job_token: 7,
+        job_key: key(7),
         ..cfg.clone()
     };
     let a = TcpEndpoint::bind(LOCAL.parse().unwrap(), cfg)
@@ -300,19 +306,52 @@ async fn another_jobs_rank_is_refused() {
     }
 }
 
-/// A hand-made peer: the documented 32-byte hello, then raw frames.
-async fn fake_peer(addr: SocketAddr, rank: u32, size: u32, generation: u64) -> TcpStream {
+/// The acceptor's nonce, from the challenge it opens the connection with.
+async fn read_nonce(s: &mut TcpStream) -> [u8; 32] {
+    let mut c = [0u8; 40];
+    s.read_exact(&mut c).await.unwrap();
+    assert_eq!(&c[..8], b"ERDP\x02\0\0\0", "the challenge's header");
+    c[8..].try_into().unwrap()
+}
+
+/// The documented 88-byte hello, proven with `key` for the acceptor's nonce
+/// `a`.
+fn hello(key: &DataKey, a: &[u8; 32], rank: u32, size: u32, generation: u64) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(b"ERDP");
+    h.extend_from_slice(&2u16.to_le_bytes());
+    h.extend_from_slice(&[0, 0]);
+    h.extend_from_slice(&generation.to_le_bytes());
+    h.extend_from_slice(&rank.to_le_bytes());
+    h.extend_from_slice(&size.to_le_bytes());
+    h.extend_from_slice(&[9; 32]);
+    let mac = key.mac(&[b"dial", a, &h]);
+    h.extend_from_slice(&mac);
+    h
+}
+
+/// Sends `bytes` as the hello on a new connection to `addr`; the answer
+/// code (0: accepted, the acceptor's proof checked) and the connection.
+async fn try_hello(addr: SocketAddr, bytes: impl FnOnce([u8; 32]) -> Vec<u8>) -> (u8, TcpStream) {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let mut hello = Vec::new();
-    hello.extend_from_slice(b"ERDP");
-    hello.extend_from_slice(&1u16.to_le_bytes());
-    hello.extend_from_slice(&[0, 0]);
-    hello.extend_from_slice(&config().job_token.to_le_bytes());
-    hello.extend_from_slice(&generation.to_le_bytes());
-    hello.extend_from_slice(&rank.to_le_bytes());
-    hello.extend_from_slice(&size.to_le_bytes());
-    s.write_all(&hello).await.unwrap();
-    assert_eq!(s.read_u8().await.unwrap(), 0, "fake peer's hello refused");
+    let a = read_nonce(&mut s).await;
+    let h = bytes(a);
+    s.write_all(&h).await.unwrap();
+    let code = s.read_u8().await.unwrap();
+    if code == 0 {
+        let mut proof = [0u8; 32];
+        s.read_exact(&mut proof).await.unwrap();
+        let h: [u8; 88] = h.try_into().unwrap();
+        assert_eq!(proof, config().job_key.mac(&[b"accept", &a, &h]));
+    }
+    (code, s)
+}
+
+/// A hand-made peer of the job: the documented handshake, then raw frames.
+async fn fake_peer(addr: SocketAddr, rank: u32, size: u32, generation: u64) -> TcpStream {
+    let k = config().job_key;
+    let (code, s) = try_hello(addr, |a| hello(&k, &a, rank, size, generation)).await;
+    assert_eq!(code, 0, "fake peer's hello refused");
     s
 }
 
@@ -338,22 +377,75 @@ async fn rank0_with_fake_rank1(generation: u64) -> (TcpTransport, TcpStream) {
     (t.unwrap(), s)
 }
 
+/// Connections from outside the job are refused before any payload is read,
+/// and the mesh forms as if they had not come: garbage, a well-formed hello
+/// proven with another job's key, and a recorded hello played again (proven
+/// for another connection's nonce).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn garbage_hellos_do_not_disturb_set_up() {
+async fn outsiders_are_refused_and_do_not_disturb_set_up() {
     let ep = TcpEndpoint::bind(LOCAL.parse().unwrap(), config())
         .await
         .unwrap();
     let addr = ep.local_addr().unwrap();
     let addrs = [addr, "127.0.0.1:9".parse().unwrap()];
-    let stray = async {
-        let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(&[0x47; 32]).await.unwrap();
-        // Refused with a non-zero code, then closed.
-        assert_ne!(s.read_u8().await.unwrap(), 0);
+    let outsiders = async {
+        let (code, _) = try_hello(addr, |_| vec![0x47; 88]).await;
+        assert_eq!(code, 1, "garbage");
+        let (code, _) = try_hello(addr, |a| hello(&key(7), &a, 1, 2, 4)).await;
+        assert_eq!(code, 2, "another job's key");
+        // Recorded on the wire from an earlier connection, played again.
+        let mut earlier = TcpStream::connect(addr).await.unwrap();
+        let recorded = hello(&config().job_key, &read_nonce(&mut earlier).await, 1, 2, 4);
+        drop(earlier);
+        let (code, _) = try_hello(addr, |_| recorded).await;
+        assert_eq!(code, 2, "a replayed hello");
+        // A payload sent straight away is never read as one.
+        let mut eager = TcpStream::connect(addr).await.unwrap();
+        let _ = read_nonce(&mut eager).await;
+        eager.write_all(&frame(4, 0, 0, 5)).await.unwrap();
+        eager.write_all(&[0x55; 120]).await.unwrap();
+        assert_ne!(eager.read_u8().await.unwrap(), 0);
         fake_peer(addr, 1, 2, 4).await
     };
-    let (t, _peer) = tokio::join!(ep.connect(0, Generation(4), &addrs), stray);
-    assert_eq!(t.unwrap().size(), 2);
+    let (t, mut peer) = tokio::join!(ep.connect(0, Generation(4), &addrs), outsiders);
+    let t = t.unwrap();
+    assert_eq!(t.size(), 2);
+    let tag = Tag::new(Generation(4), 0, 0);
+    peer.write_all(&frame(4, 0, 0, 5)).await.unwrap();
+    peer.write_all(b"hello").await.unwrap();
+    assert_eq!(t.recv(1, tag).await.unwrap(), "hello");
+}
+
+/// A dialer refuses an acceptor that cannot prove it belongs to the job,
+/// even one that says it accepts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acceptor_without_the_key_is_refused_by_the_dialer() {
+    let impostor = tokio::net::TcpListener::bind(LOCAL).await.unwrap();
+    let addr = impostor.local_addr().unwrap();
+    let fake = async {
+        let (mut s, _) = impostor.accept().await.unwrap();
+        let mut c = b"ERDP\x02\0\0\0".to_vec();
+        c.extend_from_slice(&[1; 32]);
+        s.write_all(&c).await.unwrap();
+        let mut h = [0u8; 88];
+        s.read_exact(&mut h).await.unwrap();
+        s.write_u8(0).await.unwrap();
+        s.write_all(&key(7).mac(&[b"accept", &[1; 32], &h]))
+            .await
+            .unwrap();
+        s
+    };
+    let ep = TcpEndpoint::bind(LOCAL.parse().unwrap(), config())
+        .await
+        .unwrap();
+    let addrs = [addr, ep.local_addr().unwrap()];
+    let (r, _s) = tokio::join!(ep.connect(1, Generation(0), &addrs), fake);
+    match r {
+        Err(TransportError::Handshake { rank: 0, reason }) => {
+            assert!(reason.contains("without proving"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

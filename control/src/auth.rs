@@ -125,6 +125,57 @@ impl Secret {
     }
 }
 
+/// The key with which a job's data-plane connections prove that they belong
+/// to the job: derived from the secret and the job's data token
+/// ([`Secret::data_key`]), so it never crosses the wire. `Debug` shows
+/// nothing of it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct DataKey([u8; 32]);
+
+impl std::fmt::Debug for DataKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DataKey(..)")
+    }
+}
+
+impl DataKey {
+    /// A key from its bytes (a benchmark or a test without a job secret).
+    pub fn new(bytes: [u8; 32]) -> Self {
+        DataKey(bytes)
+    }
+
+    fn hmac(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
+        // HMAC takes keys of any length, so this cannot fail for 32 bytes.
+        let mut m =
+            <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
+        for p in parts {
+            m.update(p);
+        }
+        m
+    }
+
+    /// The MAC of `parts`, in order, under this key.
+    pub fn mac(&self, parts: &[&[u8]]) -> Proof {
+        self.hmac(parts).finalize().into_bytes().into()
+    }
+
+    /// Whether `proof` is the MAC of `parts` (compared in constant time).
+    pub fn verify(&self, parts: &[&[u8]], proof: &[u8]) -> bool {
+        self.hmac(parts).verify_slice(proof).is_ok()
+    }
+}
+
+impl Secret {
+    /// The data-plane key of the job whose data token is `data_token`.
+    pub fn data_key(&self, data_token: u64) -> DataKey {
+        let mut m =
+            <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
+        m.update(b"elasticrun data plane");
+        m.update(&data_token.to_le_bytes());
+        DataKey(m.finalize().into_bytes().into())
+    }
+}
+
 /// A fresh nonce.
 pub fn nonce() -> Result<Nonce, SecretError> {
     random32()
@@ -133,6 +184,21 @@ pub fn nonce() -> Result<Nonce, SecretError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn data_keys_differ_by_secret_and_token_and_verify_their_own_macs() {
+        let s = Secret::generate().unwrap();
+        let k = s.data_key(7);
+        assert_eq!(k, s.data_key(7));
+        assert_ne!(k, s.data_key(8));
+        assert_ne!(k, Secret::generate().unwrap().data_key(7));
+        let mac = k.mac(&[b"a", b"bc"]);
+        assert!(k.verify(&[b"a", b"bc"], &mac));
+        assert!(!k.verify(&[b"ab", b"d"], &mac));
+        assert!(!s.data_key(8).verify(&[b"a", b"bc"], &mac));
+        assert!(!k.verify(&[b"a", b"bc"], &mac[..31]));
+        assert_eq!(format!("{k:?}"), "DataKey(..)");
+    }
 
     #[test]
     fn hex_round_trip_and_refusals() {

@@ -22,7 +22,7 @@ mod seal;
 mod throttle;
 
 pub use address::{AddressError, DataEndpoint, PeerAddress};
-pub use auth::{FrameKeys, Nonce, Proof, Secret, SecretError, nonce};
+pub use auth::{DataKey, FrameKeys, Nonce, Proof, Secret, SecretError, nonce};
 #[cfg(feature = "io")]
 pub use codec::{CodecError, FrameCodec, MAX_FRAME};
 pub use generation::Generation;

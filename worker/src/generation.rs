@@ -20,7 +20,7 @@ use collectives::{
     Breaker, CollectiveOptions, Communicator, Endpoint, OpSpace, TcpConfig, TcpEndpoint, Transport,
     TransportError,
 };
-use control::{Assignment, PeerAddress};
+use control::{Assignment, PeerAddress, Secret};
 
 use crate::data_plane::DataPlane;
 use crate::engine::{Engine, Planes, TuningMemory};
@@ -66,13 +66,20 @@ impl DataBind {
 #[derive(Debug)]
 pub(crate) struct Bound {
     endpoint: TcpEndpoint,
+    /// The job secret, from which the data-plane key of the assignment is
+    /// derived.
+    secret: Secret,
     /// What peers are told to dial.
     pub(crate) address: PeerAddress,
 }
 
 /// Binds a data-plane endpoint as `bind` says; each send and receive of its
 /// transport may wait up to `data_timeout`.
-pub(crate) async fn bind(bind: DataBind, data_timeout: Duration) -> Result<Bound, TransportError> {
+pub(crate) async fn bind(
+    bind: DataBind,
+    data_timeout: Duration,
+    secret: &Secret,
+) -> Result<Bound, TransportError> {
     let config = TcpConfig {
         io_timeout: data_timeout,
         ..TcpConfig::default()
@@ -80,7 +87,11 @@ pub(crate) async fn bind(bind: DataBind, data_timeout: Duration) -> Result<Bound
     let endpoint = TcpEndpoint::bind(SocketAddr::new(bind.listen_ip(), 0), config).await?;
     let port = endpoint.address()?.port();
     let address = PeerAddress::tcp(SocketAddr::new(bind.ip, port));
-    Ok(Bound { endpoint, address })
+    Ok(Bound {
+        endpoint,
+        secret: secret.clone(),
+        address,
+    })
 }
 
 impl Bound {
@@ -103,7 +114,8 @@ impl Bound {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let left = start_timeout.max(Duration::from_secs(1));
-        self.endpoint.prepare(assignment.data_token, left);
+        let key = self.secret.data_key(assignment.data_token);
+        self.endpoint.prepare(key, left);
         let t = self
             .endpoint
             .connect(assignment.rank as usize, assignment.generation, &peers)

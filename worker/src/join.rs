@@ -61,7 +61,7 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
     };
     let left = deadline.saturating_duration_since(Instant::now());
     let mut link = control::connect(stream, &launch.secret, left).await?;
-    let bound = generation::bind(data_bind, launch.data_timeout).await?;
+    let bound = generation::bind(data_bind, launch.data_timeout, &launch.secret).await?;
     let assignment = register(&mut link, launch, bound.address.clone()).await?;
     // The coordinator hears from this worker while the mesh forms: a mesh
     // that cannot form is reported as such, not taken for a silent worker.

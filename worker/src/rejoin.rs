@@ -70,7 +70,11 @@ impl Worker {
         let wait = link.start_timeout + elastic_timeout;
         let bound = self
             .rt
-            .block_on(generation::bind(link.data_bind, link.data_timeout))
+            .block_on(generation::bind(
+                link.data_bind,
+                link.data_timeout,
+                &link.secret,
+            ))
             .map_err(RejoinError::Bind)?;
         let ask = ask_to_rejoin(&mut link.control, wanted, bound.address.clone(), wait);
         let assignment = self.rt.block_on(ask)?;

@@ -59,6 +59,8 @@ pub(crate) struct Link {
     pub(crate) data_timeout: Duration,
     /// This worker in etcd, when it joined through etcd.
     pub(crate) pod: Option<Arc<pod::Pod>>,
+    /// The job secret: each generation's data-plane key comes from it.
+    pub(crate) secret: control::Secret,
 }
 
 /// How long a world of one waits on itself (it never does: every message it
@@ -136,6 +138,7 @@ fn join_job<C: control_link::Connect<Stream = tokio::net::TcpStream>>(
         elastic_timeout: launch.elastic_timeout,
         data_timeout: launch.data_timeout,
         pod,
+        secret: launch.secret.clone(),
     };
     Ok(Worker::launched(rt, joined.entered, link))
 }

@@ -19,7 +19,12 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout_at};
 
-use super::handshake::{HELLO_LEN, Hello, Refusal};
+use control::DataKey;
+
+use super::handshake::{
+    CHALLENGE_LEN, HELLO_LEN, Hello, NOT_A_PEER, Refusal, UNPROVEN_ACCEPTOR, acceptor_proof,
+    challenge, read_challenge,
+};
 use super::{TcpConfig, TcpTransport};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
@@ -64,10 +69,11 @@ impl TcpEndpoint {
         self.listener.local_addr().map_err(TransportError::socket)
     }
 
-    /// Sets what [`TcpEndpoint::connect`] checks peers against and how long it may
-    /// take: often known only after the address has been published.
-    pub fn prepare(&mut self, job_token: u64, connect_timeout: Duration) {
-        self.config.job_token = job_token;
+    /// Sets the key peers must prove they hold and how long
+    /// [`TcpEndpoint::connect`] may take: often known only after the address
+    /// has been published.
+    pub fn prepare(&mut self, job_key: DataKey, connect_timeout: Duration) {
+        self.config.job_key = job_key;
         self.config.connect_timeout = connect_timeout;
     }
 
@@ -84,7 +90,6 @@ impl TcpEndpoint {
             return Err(TransportError::InvalidRank { rank, size });
         }
         let me = Hello {
-            job_token: self.config.job_token,
             generation,
             rank,
             size,
@@ -96,7 +101,7 @@ impl TcpEndpoint {
         }
         let (dialed, accepted) = tokio::try_join!(
             collect_dials(dials),
-            accept_all(&self.listener, me, deadline, self.config.connect_timeout)
+            accept_all(&self.listener, me, deadline, &self.config)
         )?;
         let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
         for (peer, s) in dialed.into_iter().chain(accepted) {
@@ -156,18 +161,43 @@ async fn dial(
             Err(_) => return Err(connect_err(std::io::ErrorKind::TimedOut.into())),
         }
     };
-    let exchange = async {
-        stream.write_all(&me.encode()).await?;
-        stream.read_u8().await
-    };
-    match timeout_at(deadline, exchange).await {
-        Ok(Ok(0)) => Ok((peer, stream)),
-        Ok(Ok(code)) => Err(TransportError::Handshake {
-            rank: peer,
-            reason: Refusal::from_code(code).map_or("unknown refusal code", Refusal::reason),
-        }),
+    match timeout_at(deadline, prove(&mut stream, me, &config.job_key)).await {
+        Ok(Ok(Ok(()))) => Ok((peer, stream)),
+        Ok(Ok(Err(reason))) => Err(TransportError::Handshake { rank: peer, reason }),
         Ok(Err(e)) => Err(connect_err(e)),
         Err(_) => Err(connect_err(std::io::ErrorKind::TimedOut.into())),
+    }
+}
+
+/// The dialer's side of the handshake on `s`: `Ok(Err(why))` when the peer
+/// refused, or is no proven member of the job.
+async fn prove(
+    s: &mut TcpStream,
+    me: Hello,
+    key: &DataKey,
+) -> std::io::Result<Result<(), &'static str>> {
+    let mut c = [0u8; CHALLENGE_LEN];
+    s.read_exact(&mut c).await?;
+    let Some(a) = read_challenge(&c) else {
+        return Ok(Err(NOT_A_PEER));
+    };
+    let d = control::nonce().map_err(std::io::Error::other)?;
+    let hello = me.encode(key, &a, &d);
+    s.write_all(&hello).await?;
+    match s.read_u8().await? {
+        0 => {
+            let mut proof = [0u8; 32];
+            s.read_exact(&mut proof).await?;
+            let proven = acceptor_proof(key, &a, &hello) == proof;
+            Ok(if proven {
+                Ok(())
+            } else {
+                Err(UNPROVEN_ACCEPTOR)
+            })
+        }
+        code => Ok(Err(
+            Refusal::from_code(code).map_or("unknown refusal code", Refusal::reason)
+        )),
     }
 }
 
@@ -184,7 +214,7 @@ async fn accept_all(
     listener: &TcpListener,
     me: Hello,
     deadline: Instant,
-    budget: Duration,
+    config: &TcpConfig,
 ) -> Result<Vec<(Rank, TcpStream)>, TransportError> {
     let expected = me.size - me.rank - 1;
     let mut got: Vec<(Rank, TcpStream)> = Vec::with_capacity(expected);
@@ -193,7 +223,7 @@ async fn accept_all(
         tokio::select! {
             acc = listener.accept() => match acc {
                 Ok((s, from)) => {
-                    hellos.spawn(answer_hello(s, me));
+                    hellos.spawn(answer_hello(s, me, config.job_key.clone()));
                     tracing::trace!(%from, "data-plane connection accepted");
                 }
                 Err(e) => tracing::debug!(%e, "accept failed"),
@@ -211,7 +241,7 @@ async fn accept_all(
                     .collect();
                 return Err(TransportError::SetupTimeout {
                     generation: me.generation,
-                    after: budget,
+                    after: config.connect_timeout,
                     missing,
                 });
             }
@@ -240,21 +270,33 @@ fn refused(why: &str) {
     }
 }
 
-/// Reads a dialer's hello and answers it; `None` for anything that is not a valid
-/// peer of this generation (logged, connection closed).
-async fn answer_hello(mut s: TcpStream, me: Hello) -> Option<(Rank, TcpStream)> {
+/// Challenges a dialer, reads its hello and answers it; `None` for anything
+/// that is not a proven peer of this generation (said, connection closed).
+async fn answer_hello(mut s: TcpStream, me: Hello, key: DataKey) -> Option<(Rank, TcpStream)> {
+    let a = match control::nonce() {
+        Ok(a) => a,
+        Err(e) => {
+            refused(&e.to_string());
+            return None;
+        }
+    };
     let mut buf = [0u8; HELLO_LEN];
-    let read = tokio::time::timeout(HELLO_TIMEOUT, s.read_exact(&mut buf)).await;
+    let read = tokio::time::timeout(HELLO_TIMEOUT, async {
+        s.write_all(&challenge(&a)).await?;
+        s.read_exact(&mut buf).await
+    })
+    .await;
     if !matches!(read, Ok(Ok(_))) {
         refused(&format!("no hello within {HELLO_TIMEOUT:?}"));
         return None;
     }
-    let verdict = Hello::decode(&buf).and_then(|h| h.check_against(&me).map(|()| h));
-    let code = match verdict {
-        Ok(_) => 0,
-        Err(r) => r as u8,
-    };
-    let answered = tokio::time::timeout(HELLO_TIMEOUT, s.write_u8(code)).await;
+    let verdict = Hello::decode(&buf, &key, &a).and_then(|h| h.check_against(&me).map(|()| h));
+    let mut answer = vec![0u8];
+    match verdict {
+        Ok(_) => answer.extend_from_slice(&acceptor_proof(&key, &a, &buf)),
+        Err(r) => answer[0] = r as u8,
+    }
+    let answered = tokio::time::timeout(HELLO_TIMEOUT, s.write_all(&answer)).await;
     match (verdict, answered) {
         (Ok(h), Ok(Ok(()))) => Some((h.rank, s)),
         (Err(r), _) => {

@@ -62,9 +62,10 @@ pub struct TcpConfig {
     /// Largest payload accepted in one frame (a larger length prefix from a peer
     /// breaks the connection before anything is allocated). Default 1 GiB.
     pub max_frame_bytes: u32,
-    /// Identifies the job: a connection carrying another token is refused.
-    /// Default 0.
-    pub job_token: u64,
+    /// The job's data-plane key: a connection that does not prove it holds
+    /// it (the handshake's HMAC over a fresh nonce) is refused before any
+    /// payload is read. Default: all zeroes (tests and benchmarks).
+    pub job_key: control::DataKey,
 }
 
 impl Default for TcpConfig {
@@ -74,7 +75,7 @@ impl Default for TcpConfig {
             io_timeout: Duration::from_secs(60),
             socket_buffer_bytes: None,
             max_frame_bytes: 1 << 30,
-            job_token: 0,
+            job_key: control::DataKey::default(),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Property tests of what a data-plane connection reads from its peer: the
-//! dialer's hello (and the acceptor's one-byte answer) and the stream of
+//! dialer's proven hello (and the acceptor's answer) and the stream of
 //! frames, read by the reader task's own functions ([`read_header`],
 //! [`read_payload`]) into a [`Mailbox`]. Inputs are random bytes and valid
 //! encodings mutated by [`testkit`]; each must give a hello, a refusal, the
@@ -9,6 +9,8 @@ use bytes::Bytes;
 use testkit::proptest::prelude::*;
 
 use super::frame::{HEADER_LEN, encode_header};
+use control::DataKey;
+
 use super::handshake::{HELLO_LEN, Hello, Refusal};
 use super::pool::RecvPool;
 use super::{Header, TcpMailbox, goodbye, read_header, read_payload};
@@ -18,26 +20,38 @@ use crate::tag::{Generation, Tag};
 /// The acceptor of these tests: rank 1 of 4 in generation 3 of job 42.
 fn me() -> Hello {
     Hello {
-        job_token: 42,
         generation: Generation(3),
         rank: 1,
         size: 4,
     }
 }
 
+/// The key of job `job`.
+fn key(job: u8) -> DataKey {
+    DataKey::new([job; 32])
+}
+
+/// The acceptor's nonce in these tests.
+const NONCE: [u8; 32] = [5; 32];
+
 /// Hellos every acceptor in a job sees: from each rank, of this and other
-/// generations and jobs.
+/// generations and jobs, proven for this nonce and for another (replays).
 fn hellos() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for rank in 0..5 {
-        for (job_token, generation) in [(42, 3), (42, 2), (7, 3), (u64::MAX, u64::MAX)] {
+        for (job, generation, a) in [
+            (42, 3, NONCE),
+            (42, 2, NONCE),
+            (7, 3, NONCE),
+            (42, 3, [6; 32]),
+            (u8::MAX, u64::MAX, NONCE),
+        ] {
             let h = Hello {
-                job_token,
                 generation: Generation(generation),
                 rank,
                 size: 4,
             };
-            out.push(h.encode().to_vec());
+            out.push(h.encode(&key(job), &a, &[rank as u8; 32]).to_vec());
         }
     }
     out
@@ -50,10 +64,15 @@ fn hellos_are_accepted_only_from_the_peers_expected() {
         let n = input.len().min(HELLO_LEN);
         b[..n].copy_from_slice(&input[..n]);
         let me = me();
-        match Hello::decode(&b).and_then(|h| h.check_against(&me).map(|()| h)) {
+        match Hello::decode(&b, &key(42), &NONCE).and_then(|h| h.check_against(&me).map(|()| h)) {
             Ok(h) => {
                 prop_assert_eq!(&b[0..4], b"ERDP");
-                prop_assert_eq!((h.job_token, h.generation), (me.job_token, me.generation));
+                // Only a hello made with the job's key for this nonce passes.
+                let mut d = [0u8; 32];
+                d.copy_from_slice(&b[24..56]);
+                let made = h.encode(&key(42), &NONCE, &d);
+                prop_assert_eq!(&made[..], &b[..]);
+                prop_assert_eq!(h.generation, me.generation);
                 prop_assert!(h.size == me.size && h.rank > me.rank && h.rank < me.size);
             }
             Err(r) => {

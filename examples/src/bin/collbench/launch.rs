@@ -9,8 +9,6 @@
 //!                      rank exits when it closes (the launcher died)
 //! ```
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::time::Duration;
@@ -21,7 +19,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{Args, say};
 
-pub(crate) const TOKEN_ENV: &str = "COLLBENCH_JOB_TOKEN";
+/// The run's secret (hex), from which the ranks derive their data-plane key.
+pub(crate) const SECRET_ENV: &str = "COLLBENCH_JOB_SECRET";
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// After one rank fails, how long the others get to notice and report it
@@ -54,13 +53,13 @@ struct Rank {
     stdin: Option<ChildStdin>,
 }
 
-fn spawn(rank: usize, token: u64) -> Result<(Rank, ChildStdout), String> {
+fn spawn(rank: usize, secret: &control::Secret) -> Result<(Rank, ChildStdout), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
     let mut child = Command::new(exe)
         .args(std::env::args_os().skip(1))
         .arg("--worker-rank")
         .arg(rank.to_string())
-        .env(TOKEN_ENV, token.to_string())
+        .env(SECRET_ENV, secret.to_hex())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -80,11 +79,11 @@ fn spawn(rank: usize, token: u64) -> Result<(Rank, ChildStdout), String> {
 }
 
 async fn launch(args: &Args) -> Result<ExitCode, String> {
-    let token = RandomState::new().build_hasher().finish();
+    let secret = control::Secret::generate().map_err(|e| e.to_string())?;
     let mut ranks = Vec::new();
     let mut outputs = Vec::new();
     for r in 0..usize::from(args.np) {
-        let (rank, stdout) = spawn(r, token)?;
+        let (rank, stdout) = spawn(r, &secret)?;
         ranks.push(rank);
         outputs.push(BufReader::new(stdout).lines());
     }

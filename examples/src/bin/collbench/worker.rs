@@ -10,7 +10,7 @@ use std::time::Duration;
 use collectives::{Communicator, Generation, TcpConfig, TcpEndpoint, Transport};
 use tokio::sync::oneshot;
 
-use crate::launch::TOKEN_ENV;
+use crate::launch::SECRET_ENV;
 use crate::{Args, say};
 
 /// Exit code of a rank whose launcher went away.
@@ -83,14 +83,14 @@ fn parse_peers(line: &str, np: usize) -> Result<Vec<SocketAddr>, String> {
 
 async fn run(args: &Args, rank: usize) -> Result<(), String> {
     let np = usize::from(args.np);
-    let job_token = std::env::var(TOKEN_ENV)
+    let secret = std::env::var(SECRET_ENV)
         .ok()
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| format!("{TOKEN_ENV} is not set: ranks are started by collbench itself"))?;
+        .and_then(|t| control::Secret::from_hex(&t).ok())
+        .ok_or_else(|| format!("{SECRET_ENV} is not set: ranks are started by collbench itself"))?;
     let config = TcpConfig {
         io_timeout: Duration::from_secs(args.timeout_secs),
         socket_buffer_bytes: args.socket_buffer_bytes,
-        job_token,
+        job_key: secret.data_key(0),
         ..TcpConfig::default()
     };
     let ep = TcpEndpoint::bind(SocketAddr::new(args.bind, 0), config)
