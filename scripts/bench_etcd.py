@@ -12,12 +12,22 @@ pod's environment). Measures, in one run:
      Every pod is on a node of its own (its replacement too, as a rescheduled
      pod may be), so that the kills do not blacklist a node;
   3. start-up: 4 pods started to the first step, beside `elasticrun -np 4`;
+  4. with $PEERS_VENV set (../shared/peers/setup.sh, plus `pip install
+     python-etcd`): torchrun on the same etcd (started with --enable-v2),
+     `--rdzv-backend etcd-v2`, 4 agents of one worker each, each agent a "pod"
+     (scripts/torchrun_elastic_peer.py, the same model, step delay and commit
+     interval): TORCH_KILLS kills of a random pod that does not hold rank 0
+     (agent and worker, `kill -9`), and as many of the pod whose worker hosts
+     the workers' store (rank 0), each on a fresh 4-pod job (a replacement pod
+     joining made torchrun's rounds restart one another here); time from the
+     kill to the first step after it, or none within 60 s. torchrun's etcd-v2 `last_call_timeout`
+     is set to 1 s (default 30 s) so that it does not wait that long for more
+     nodes after one is lost.
 
-The torchrun etcd-v2 side of these measurements is not written yet.
-
-Usage: scripts/bench_etcd.py [--kills 10] [--delay-ms 10] [--lease-ttl 2]
+Usage: scripts/bench_etcd.py [--kills 10] [--torch-kills 3] [--delay-ms 10] [--lease-ttl 2]
 Build first: cargo build --release --bins"""
 import argparse
+import json
 import os
 import random
 import shutil
@@ -30,7 +40,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_recovery import Job, comm, report, wait_steps  # noqa: E402
+from bench_recovery import Job, comm, descendants, report, wait_steps  # noqa: E402
 import bench_recovery  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -202,6 +212,105 @@ def pod_kills(etcd, args, rng):
         job.stop()
 
 
+class TorchrunPods:
+    """torchrun agents on etcd-v2 rendezvous, one worker each: a pod each."""
+
+    def __init__(self, etcd, args, venv, rdzv_id):
+        self.etcd, self.args, self.venv, self.rdzv_id = etcd, args, venv, rdzv_id
+        self.ckpt = os.path.join(tempfile.mkdtemp(prefix="bench-etcd-torch-"), "ckpt.pt")
+        self.pods = []
+
+    def pod(self):
+        argv = [os.path.join(self.venv, "bin", "torchrun"), "--nnodes", "2:4", "--nproc-per-node", "1",
+                "--max-restarts", "1000", "--monitor-interval", "0.1", "--rdzv-backend", "etcd-v2",
+                "--rdzv-endpoint", f"127.0.0.1:{self.etcd.port}", "--rdzv-id", self.rdzv_id,
+                "--rdzv-conf", f"last_call_timeout={getattr(self.args, 'torch_last_call', 1)}",
+                os.path.join(ROOT, "scripts", "torchrun_elastic_peer.py"), self.ckpt, "100000000",
+                str(self.args.delay_ms)]
+        p = Job(argv, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        self.pods.append(p)
+        return p
+
+    def steps(self, t):
+        """(arrival, step, pid, world size) of every step line since t."""
+        out = []
+        for p in self.pods:
+            for at, _, line in p.since(t):
+                body = line.split(":", 1)[1] if line.startswith("[") else line
+                if '"event": "step"' in body:
+                    e = json.loads(body)
+                    out.append((at, e["step"], e["pid"], e["world_size"]))
+        return sorted(out)
+
+    def wait_world(self, t, n, limit):
+        deadline = time.time() + limit
+        while time.time() < deadline:
+            s = [x for x in self.steps(t) if x[3] == n]
+            if len(s) >= 5:
+                return s
+            time.sleep(0.01)
+        said = "\n".join(l for p in self.pods for _, _, l in p.since(t)[-10:])
+        raise SystemExit(f"torchrun did not train on {n} workers within {limit} s:\n{said}")
+
+    def stop(self):
+        for p in self.pods:
+            p.stop()
+
+
+# How long a torchrun job gets to train again after a kill.
+TORCH_LIMIT = 60
+
+
+def kill_pod(pod):
+    pids = descendants(pod.proc.pid) + [pod.proc.pid]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def torchrun_kill(etcd, args, rng, venv, kind, n):
+    """One kill on a fresh 4-pod torchrun job (rendezvous `bench-torchrun-N`):
+    (start-up, seconds from the kill to the next step or None when training
+    did not resume within TORCH_LIMIT)."""
+    job = TorchrunPods(etcd, args, venv, f"bench-torchrun-{n}")
+    try:
+        t0 = time.time()
+        for _ in range(4):
+            job.pod()
+        first = job.wait_world(t0, 4, 300)[0][0] - t0
+        rank0 = job.steps(time.time() - 1)[-1][2]
+        live = [p for p in job.pods if p.proc.poll() is None]
+        holder = [p for p in live if rank0 in descendants(p.proc.pid)]
+        victim = holder[0] if kind == "store" else rng.choice([p for p in live if p not in holder])
+        t_kill = time.time()
+        killed = kill_pod(victim)
+        deadline = t_kill + TORCH_LIMIT
+        while time.time() < deadline:
+            after = [x for x in job.steps(t_kill) if x[2] not in killed and x[2] != rank0]
+            if after:
+                return first, after[0][0] - t_kill
+            time.sleep(0.005)
+        return first, None
+    finally:
+        job.stop()
+
+
+def torchrun_kills(etcd, args, rng, venv):
+    """torchrun etcd-v2: {kind: [seconds or None]}, start-ups."""
+    out, starts = {"pod": [], "store": []}, []
+    for n, kind in enumerate(["pod", "store"] * args.torch_kills):
+        first, t = torchrun_kill(etcd, args, rng, venv, kind, n)
+        starts.append(first)
+        out[kind].append(t)
+        print(f"torchrun etcd-v2 {kind} kill {n // 2 + 1}: "
+              + (f"next step after {t * 1000:.0f} ms" if t is not None
+                 else f"no step within {TORCH_LIMIT} s"), flush=True)
+    return out["pod"], out["store"], starts
+
+
 def launcher_startup(args):
     t0 = time.time()
     job = Job([os.path.join(REL, "elasticrun"), "-np", "4", os.path.join(REL, "train"), "--epochs",
@@ -217,11 +326,14 @@ def main():
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--delay-ms", type=int, default=10)
     p.add_argument("--lease-ttl", type=int, default=2)
+    p.add_argument("--torch-kills", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     rng = random.Random(args.seed)
     print(f"seed {args.seed}, lease TTL {args.lease_ttl} s, step delay {args.delay_ms} ms")
-    etcd = Etcd()
+    venv = os.environ.get("PEERS_VENV")
+    etcd = Etcd(v2=bool(venv))
+    torch = None
     try:
         to_step, to_lead, gens = leader_kills(etcd, args)
         report("leader kill -9 -> next step", to_step)
@@ -229,6 +341,8 @@ def main():
         print(f"generations formed during the leader kills: {gens} (0 = no reset)")
         pods, first = pod_kills(etcd, args, rng)
         report("etcd mode: pod kill -9 -> next step", pods)
+        if venv:
+            torch = torchrun_kills(etcd, args, rng, venv)
     finally:
         etcd.stop()
     ours = bench_recovery.elasticrun(argparse.Namespace(np=4, kills=args.kills, delay_ms=args.delay_ms), rng)
@@ -237,6 +351,19 @@ def main():
     starts = [launcher_startup(args) for _ in range(3)]
     print(f"start-up to the first step: 4 pods {first * 1000:.0f} ms; elasticrun -np 4 "
           f"{[round(s * 1000) for s in starts]} ms")
+    if torch:
+        t_pods, t_store, t_first = torch
+        for what, times, ours_ in [("pod kill -9", t_pods, pods),
+                                   ("kill -9 of the pod hosting the store (rank 0)", t_store, to_step)]:
+            done = [t for t in times if t is not None]
+            print(f"torchrun etcd-v2: {what}: resumed after {len(done)} of {len(times)} kills "
+                  f"(within {TORCH_LIMIT} s)")
+            if done:
+                report(f"torchrun etcd-v2: {what} -> next step (resumed only)", done)
+                print(f"  median ratio to etcd mode's figure: "
+                      f"{statistics.median(done) / statistics.median(ours_):.0f}")
+        print(f"torchrun start-up, 4 pods to the first step on 4 workers: "
+              f"{[round(t * 1000) for t in t_first]} ms")
 
 
 if __name__ == "__main__":

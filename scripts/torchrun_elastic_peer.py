@@ -6,7 +6,9 @@ read back when torchrun restarts the workers after one dies.
 
 Usage: torchrun --nproc-per-node N --max-restarts 100 --rdzv-backend c10d \
          --rdzv-endpoint 127.0.0.1:PORT torchrun_elastic_peer.py CKPT STEPS DELAY_MS
-Rank 0 prints {"event":"step","step":S,"ms":unix_ms,"pid":P} per step."""
+(or --rdzv-backend etcd-v2, as bench_etcd.py runs it: then worker rank 0 hosts
+the workers' store, as torchrun's agent does not).
+Rank 0 prints {"event":"step","step":S,"ms":unix_ms,"pid":P,"world_size":W} per step."""
 import json
 import os
 import sys
@@ -18,11 +20,14 @@ import torch.distributed as dist
 ckpt, steps, delay_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 COMMIT_EVERY, BATCH, FEATURES, HIDDEN, CLASSES = 10, 64, 16, 32, 4
 
-# Keys of each restart round under their own prefix: otherwise a restarted
-# group can read the previous round's Gloo addresses from the agent's store.
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
-store = dist.PrefixStore(f"round{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                      is_master=rank == 0 and not agent_store, world_size=size)
+if agent_store:
+    # Keys of each restart round under their own prefix: otherwise a restarted
+    # group can read the previous round's Gloo addresses from the agent's store.
+    store = dist.PrefixStore(f"round{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
 torch.manual_seed(42)
 model = torch.nn.Sequential(
@@ -54,6 +59,7 @@ while step < steps:
         if step % COMMIT_EVERY == 0:
             torch.save({"model": model.state_dict(), "step": step}, ckpt + ".tmp")
             os.replace(ckpt + ".tmp", ckpt)
-        line = {"event": "step", "step": step, "ms": int(time.time() * 1000), "pid": os.getpid()}
+        line = {"event": "step", "step": step, "ms": int(time.time() * 1000), "pid": os.getpid(),
+                "world_size": size}
         print(json.dumps(line), flush=True)
 dist.destroy_process_group()

@@ -186,9 +186,30 @@ impl PodJob {
     /// Waits until replica `i` has said `text` (after what it said before
     /// `after` bytes of its output), and hands back where it said it.
     pub fn wait_serve_says(&self, i: usize, text: &str, after: usize, limit: Duration) -> usize {
-        wait_for(&format!("replica {i} to say {text:?}"), limit, || {
+        self.wait_serve_line(i, &format!("{text:?}"), after, limit, |l| l.contains(text))
+    }
+
+    /// Waits until replica `i` has said a line for which `pred` holds (after
+    /// `after` bytes of its output), and hands back where that line starts.
+    pub fn wait_serve_line(
+        &self,
+        i: usize,
+        what: &str,
+        after: usize,
+        limit: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> usize {
+        wait_for(&format!("replica {i} to say {what}"), limit, || {
             let said = self.serve_stderr(i);
-            said.get(after..)?.find(text).map(|at| after + at)
+            let rest = said.get(after..)?;
+            let mut at = after;
+            for line in rest.split_inclusive('\n') {
+                if pred(line) {
+                    return Some(at);
+                }
+                at += line.len();
+            }
+            None
         })
     }
 

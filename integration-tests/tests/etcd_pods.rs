@@ -498,3 +498,63 @@ fn the_reset_limit_ends_a_job_of_pods() {
     );
     assert!(done_lines(&stdout).is_empty(), "{stdout}");
 }
+
+/// Blacklisting is by node in pod mode: the pod of node-b dies in each of
+/// three generations (Kubernetes starting a new one there each time), the
+/// third failure within the window blacklists node-b, a pod started there
+/// afterwards is not admitted, and the job finishes on node-a's two pods.
+#[test]
+fn a_node_whose_pods_keep_dying_is_blacklisted_and_the_job_goes_on() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("pods_blacklist", etcd);
+    let train = Train {
+        epochs: 16,
+        ..long()
+    };
+    let serve = job.serve(&SERVE);
+    job.pod("node-a", &train);
+    job.pod("node-a", &train);
+    let mut victim = job.pod("node-b", &train);
+    let banned = "elasticrun: host node-b is blacklisted for the rest of the job";
+    let mut since = 0;
+    for _ in 1..=3 {
+        // A generation of 3 with the pod of node-b in it (the kill of the
+        // last one may have formed one of 2 before the new pod joined).
+        job.wait_serve_line(
+            serve,
+            "a generation of 3 on node-a and node-b",
+            since,
+            LIMIT,
+            |l| {
+                l.contains("elasticrun: generation ")
+                    && l.contains(": 3 workers (")
+                    && l.contains("node-b:1")
+            },
+        );
+        let now = steps(&job.pods_stdout()).iter().map(|s| s.step).max();
+        job.wait_for_step(now.unwrap_or(0) + 3, LIMIT);
+        assert!(!job.serve_stderr(serve).contains(banned), "too early");
+        since = job.serve_stderr(serve).len();
+        job.signal_pod(victim, Signal::SIGKILL);
+        let _ = job.finish_pod(victim, LIMIT);
+        victim = job.pod("node-b", &train);
+    }
+    job.wait_serve_says(serve, banned, 0, LIMIT);
+    // The pod started on node-b after the ban never joins: it gives up.
+    let late = job.finish_pod(victim, LIMIT);
+    assert!(!late.status.success(), "{}", late.stderr);
+    let run = job.finish_pods(LIMIT);
+    run.expect_code(0);
+    check_done(&run, 2, train.expected_steps());
+    let last = run
+        .stderr
+        .lines()
+        .rfind(|l| l.contains("elasticrun: generation ") && l.contains("workers ("))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        last.contains("2 workers (node-a:2)"),
+        "{last}\n{}",
+        run.stderr
+    );
+}
