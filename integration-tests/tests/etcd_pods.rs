@@ -337,7 +337,14 @@ fn a_leader_frozen_past_its_lease_wakes_deposed_and_stands_by() {
     let at = steps(&job.pods_stdout()).iter().map(|s| s.step).max();
     job.wait_for_step(at.unwrap_or(0) + 5, LIMIT);
     job.signal_serve(first, Signal::SIGCONT);
-    let down = job.wait_serve_says(first, "no longer leading the job", frozen_at, LIMIT);
+    // It steps down on seeing its lease lapsed, or on its first write
+    // being refused as deposed, whichever comes first.
+    let down = job.wait_serve_says(
+        first,
+        "stepping down, the workers keep training",
+        frozen_at,
+        LIMIT,
+    );
     job.wait_serve_says(first, "standing by", down, LIMIT);
     let run = job.finish_pods(LIMIT);
     undisturbed_and_never_reset(&run, &train);
@@ -557,4 +564,48 @@ fn a_node_whose_pods_keep_dying_is_blacklisted_and_the_job_goes_on() {
         "{last}\n{}",
         run.stderr
     );
+}
+
+/// `--elastic-timeout` counts in pod mode as in launcher mode: with one of
+/// two pods killed and none coming back, the job waits that long for
+/// `--min-np` pods, then stops every worker and fails.
+#[test]
+fn too_few_pods_for_longer_than_the_elastic_timeout_end_the_job() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("pods_too_few", etcd);
+    let train = long();
+    let serve = job.serve(&[
+        "-np",
+        "2",
+        "--min-np",
+        "2",
+        "--max-np",
+        "2",
+        "--lease-ttl",
+        "2",
+        "--elastic-timeout",
+        "2",
+    ]);
+    job.pod("node-a", &train);
+    job.pod("node-b", &train);
+    job.wait_for_step(5, LIMIT);
+    job.signal_pod(1, Signal::SIGKILL);
+    let mut stdout = job.finish_pod(1, LIMIT).stdout;
+    // A bound against a hang, far above the 2 s timeout.
+    let said = job.finish_serve(serve, LIMIT);
+    said.expect_code(1);
+    let failure = said
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("elasticrun: too few workers: "))
+        .unwrap_or_else(|| panic!("{}", said.stderr));
+    assert!(
+        failure.contains("ready, --min-np is 2; waited 2")
+            && failure.ends_with("s (--elastic-timeout); stopping every worker"),
+        "{failure}"
+    );
+    let run = job.finish_pods(LIMIT);
+    assert!(!run.status.success(), "the stopped pod exited 0");
+    stdout.push_str(&run.stdout);
+    assert!(done_lines(&stdout).is_empty(), "{stdout}");
 }
