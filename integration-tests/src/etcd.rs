@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::needs::{Need, on_path};
+use crate::netns::command_in;
 
 /// How long a member may take to answer `/health`.
 const START_LIMIT: Duration = Duration::from_secs(30);
@@ -144,17 +145,9 @@ impl Etcd {
         cmd
     }
 
-    /// `program`, in the namespace if there is one (`ip netns exec` execs
-    /// it: the child is the program itself).
+    /// `program`, in the namespace if there is one.
     fn program(&self, program: &str) -> Command {
-        match &self.ns {
-            None => Command::new(program),
-            Some(ns) => {
-                let mut cmd = Command::new("ip");
-                cmd.args(["netns", "exec", ns, program]);
-                cmd
-            }
-        }
+        command_in(self.ns.as_deref(), program)
     }
 
     fn wait_healthy(&mut self, i: usize) {

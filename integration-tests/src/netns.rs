@@ -37,6 +37,19 @@ const BRIDGE: &str = "br0";
 /// Every namespace name starts with this, then the test's pid.
 const PREFIX: &str = "er";
 
+/// `program`, run in network namespace `ns` if given (`ip netns exec NS
+/// PROGRAM`, which execs it: the child is the program itself).
+pub fn command_in(ns: Option<&str>, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match ns {
+        None => Command::new(program),
+        Some(ns) => {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", ns]).arg(program);
+            cmd
+        }
+    }
+}
+
 /// Namespaces, bridge, sshds and scratch directory of one test.
 #[derive(Debug)]
 pub struct Cluster {
@@ -343,9 +356,7 @@ impl Cluster {
 
     /// `ip netns exec NS PROGRAM`.
     pub fn in_ns(&self, ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns]).arg(program);
-        cmd
+        command_in(Some(ns), program)
     }
 
     /// `elasticrun -p PORT -i KEY ARGS...` in the coordinator's namespace

@@ -5,7 +5,6 @@
 //! `NODE_NAME`, `POD_NAME`, `POD_UID`). Every process still running when the
 //! [`PodJob`] is dropped is killed.
 
-use std::process::Command;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -13,6 +12,7 @@ use nix::unistd::Pid;
 
 use crate::elastic::{Scratch, Train, check_done, check_no_rollback, done_lines};
 use crate::etcd::Etcd;
+use crate::netns::command_in;
 use crate::{Finished, Running, elasticrun, start, wait_for};
 
 /// A job of serve replicas and pods on one etcd.
@@ -43,19 +43,6 @@ impl Node {
             name: name.to_owned(),
             ns: None,
             ip: "127.0.0.1".to_owned(),
-        }
-    }
-}
-
-/// `program`, run in network namespace `ns` if given (`ip netns exec`
-/// execs it: the child is the program itself).
-fn in_ns(ns: Option<&str>, program: impl AsRef<std::ffi::OsStr>) -> Command {
-    match ns {
-        None => Command::new(program),
-        Some(ns) => {
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", ns]).arg(program);
-            cmd
         }
     }
 }
@@ -103,7 +90,7 @@ impl PodJob {
 
     /// [`PodJob::serve_on`] inside network namespace `ns` if given.
     pub fn serve_in(&mut self, ns: Option<&str>, endpoints: &str, options: &[&str]) -> usize {
-        let mut cmd = in_ns(ns, elasticrun());
+        let mut cmd = command_in(ns, elasticrun());
         cmd.arg("serve")
             .args(["--etcd", endpoints, "--job", &self.job])
             .arg("--secret-file")
@@ -124,7 +111,7 @@ impl PodJob {
         let i = self.pods.len();
         let file = self.dir.write(&format!("secret-{i}"), secret);
         let args = train.args();
-        let mut cmd = in_ns(node.ns.as_deref(), &args[0]);
+        let mut cmd = command_in(node.ns.as_deref(), &args[0]);
         let etcd = self
             .pod_etcd
             .clone()
