@@ -168,11 +168,8 @@ impl DataKey {
 impl Secret {
     /// The data-plane key of the job whose data token is `data_token`.
     pub fn data_key(&self, data_token: u64) -> DataKey {
-        let mut m =
-            <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
-        m.update(b"elasticrun data plane");
-        m.update(&data_token.to_le_bytes());
-        DataKey(m.finalize().into_bytes().into())
+        // HMAC keyed with the secret, as every other key of the job.
+        DataKey(DataKey(self.0).mac(&[b"elasticrun data plane", &data_token.to_le_bytes()]))
     }
 }
 

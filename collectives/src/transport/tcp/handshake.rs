@@ -112,6 +112,16 @@ pub(crate) fn acceptor_proof(key: &DataKey, a: &Nonce, hello: &[u8; HELLO_LEN]) 
     key.mac(&[b"accept", a, hello])
 }
 
+/// Whether `proof` is the acceptor's proof for `hello` (in constant time).
+pub(crate) fn check_acceptor_proof(
+    key: &DataKey,
+    a: &Nonce,
+    hello: &[u8; HELLO_LEN],
+    proof: &[u8],
+) -> bool {
+    key.verify(&[b"accept", a, hello], proof)
+}
+
 impl Hello {
     /// This hello, proven with `key` for the acceptor whose nonce is `a`;
     /// `d` is the dialer's own nonce.
@@ -207,8 +217,9 @@ mod tests {
             );
         }
         let proof = acceptor_proof(&key(9), &a, &b);
-        assert_ne!(proof, acceptor_proof(&key(8), &a, &b));
-        assert_ne!(proof, acceptor_proof(&key(9), &[3u8; 32], &b));
+        assert!(check_acceptor_proof(&key(9), &a, &b, &proof));
+        assert!(!check_acceptor_proof(&key(8), &a, &b, &proof));
+        assert!(!check_acceptor_proof(&key(9), &[3u8; 32], &b, &proof));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use control::DataKey;
 
 use super::handshake::{
     CHALLENGE_LEN, HELLO_LEN, Hello, NOT_A_PEER, Refusal, UNPROVEN_ACCEPTOR, acceptor_proof,
-    challenge, read_challenge,
+    challenge, check_acceptor_proof, read_challenge,
 };
 use super::{TcpConfig, TcpTransport};
 use crate::error::TransportError;
@@ -188,7 +188,7 @@ async fn prove(
         0 => {
             let mut proof = [0u8; 32];
             s.read_exact(&mut proof).await?;
-            let proven = acceptor_proof(key, &a, &hello) == proof;
+            let proven = check_acceptor_proof(key, &a, &hello, &proof);
             Ok(if proven {
                 Ok(())
             } else {
