@@ -22,7 +22,8 @@ mod chaos;
 mod checks;
 pub use chaos::{Chaos, SEED_VAR};
 pub use checks::{
-    Step, check_done, check_no_rollback, done_lines, final_world_sizes, generations, steps,
+    Step, check_done, check_no_rollback, check_reset_limit_reached,
+    check_too_few_for_elastic_timeout, done_lines, final_world_sizes, generations, steps,
 };
 
 /// `train`'s default global batch.

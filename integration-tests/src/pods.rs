@@ -47,6 +47,30 @@ impl Node {
     }
 }
 
+/// The job's options on every replica of a job of three pods: a 2 s lease
+/// (etcd's least), so a dead leader is replaced within about 2 s.
+pub const SERVE: [&str; 8] = [
+    "-np",
+    "3",
+    "--min-np",
+    "2",
+    "--max-np",
+    "3",
+    "--lease-ttl",
+    "2",
+];
+
+/// Checks that the run's first generation had 3 workers on the nodes
+/// `nodes` (`name:count`, in any order).
+pub fn check_first_generation(run: &Finished, nodes: &[&str]) {
+    let first = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("generation 1: 3 workers ("))
+        .unwrap_or_else(|| panic!("no generation 1 line:\n{}", run.stderr));
+    assert!(nodes.iter().all(|n| first.contains(n)), "{first}");
+}
+
 /// The run ended well on `n` ranks as if nothing had happened: every step
 /// once, the weights of an undisturbed run, and no worker ever reset.
 pub fn undisturbed_and_never_reset(run: &Finished, train: &Train, n: u64) {
@@ -198,6 +222,16 @@ impl PodJob {
             }
             None
         })
+    }
+
+    /// Waits until the pods have logged `n` steps past the highest logged
+    /// so far.
+    pub fn wait_for_more_steps(&self, n: u64, limit: Duration) {
+        let now = crate::elastic::steps(&self.pods_stdout())
+            .iter()
+            .map(|s| s.step)
+            .max();
+        self.wait_for_step(now.unwrap_or(0) + n, limit);
     }
 
     /// Waits until the pods have logged step `n`.

@@ -11,8 +11,9 @@ mod more;
 use std::time::Duration;
 
 use integration_tests::elastic::{
-    Chaos, Job, Scratch, Train, WorkerProc, check_done, check_no_rollback, final_world_sizes,
-    generations, steps,
+    Chaos, Job, Scratch, Train, WorkerProc, check_done, check_no_rollback,
+    check_reset_limit_reached, check_too_few_for_elastic_timeout, final_world_sizes, generations,
+    steps,
 };
 use integration_tests::{Finished, wait_for};
 
@@ -362,16 +363,7 @@ fn too_few_workers_for_longer_than_the_elastic_timeout_end_the_job() {
     // fires is the membership core's to test, on its virtual clock.
     let run = job.finish(Duration::from_secs(30));
     run.expect_code(1);
-    let failure = run
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("elasticrun: too few workers: "))
-        .unwrap_or_else(|| panic!("{}", run.stderr));
-    assert!(
-        failure.contains("ready, --min-np is 2; waited 2")
-            && failure.ends_with("s (--elastic-timeout); stopping every worker"),
-        "{failure}"
-    );
+    check_too_few_for_elastic_timeout(&run.stderr, 2, "2");
     assert!(
         steps(&run.stdout).last().unwrap().step < train.expected_steps(),
         "the job trained to the end"
@@ -403,8 +395,6 @@ fn the_reset_limit_ends_the_job() {
     job.kill(w[2].pid);
     let run = job.finish(Duration::from_secs(15));
     run.expect_code(1);
-    let line = "elasticrun: reset limit reached: the job already reset 1 times \
-                (--reset-limit 1); stopping every worker";
-    assert!(run.stderr.contains(line), "{}", run.stderr);
+    check_reset_limit_reached(&run.stderr, 1);
     assert_eq!(generations(&run.stderr).len(), 2, "{}", run.stderr);
 }

@@ -5,25 +5,15 @@
 use std::time::Duration;
 
 use integration_tests::Finished;
-use integration_tests::elastic::{Train, check_done, check_no_rollback, done_lines, steps};
+use integration_tests::elastic::{
+    Train, check_done, check_no_rollback, check_reset_limit_reached,
+    check_too_few_for_elastic_timeout, done_lines, steps,
+};
 use integration_tests::etcd::Etcd;
-use integration_tests::pods::{self, PodJob};
+use integration_tests::pods::{self, PodJob, SERVE, check_first_generation};
 use nix::sys::signal::Signal;
 
 const LIMIT: Duration = Duration::from_secs(60);
-/// The job's options on every replica: a 2 s lease (etcd's least), so a
-/// dead leader is replaced within about 2 s.
-const SERVE: [&str; 8] = [
-    "-np",
-    "3",
-    "--min-np",
-    "2",
-    "--max-np",
-    "3",
-    "--lease-ttl",
-    "2",
-];
-
 fn short() -> Train {
     Train {
         epochs: 3,
@@ -67,15 +57,7 @@ fn pods_with_two_coordinators_train_to_the_weights_of_a_launcher_job() {
     assert_eq!(state, train.undisturbed_state(3), "{}", run.stderr);
     // Ranks and local ranks follow the nodes: two on node-a, one on node-b
     // (the node whose pod registered first comes first).
-    let first = run
-        .stderr
-        .lines()
-        .find(|l| l.contains("generation 1: 3 workers ("))
-        .unwrap_or_else(|| panic!("no generation 1 line:\n{}", run.stderr));
-    assert!(
-        first.contains("node-a:2") && first.contains("node-b:1"),
-        "{first}"
-    );
+    check_first_generation(&run, &["node-a:2", "node-b:1"]);
     // Both replicas end: the leader with the job, the standby on seeing it over.
     for i in 0..2 {
         job.finish_serve(i, LIMIT).expect_code(0);
@@ -334,8 +316,7 @@ fn a_leader_frozen_past_its_lease_wakes_deposed_and_stands_by() {
     job.signal_serve(first, Signal::SIGSTOP);
     let second = job.leader(&[first], LIMIT);
     let frozen_at = job.serve_stderr(first).len();
-    let at = steps(&job.pods_stdout()).iter().map(|s| s.step).max();
-    job.wait_for_step(at.unwrap_or(0) + 5, LIMIT);
+    job.wait_for_more_steps(5, LIMIT);
     job.signal_serve(first, Signal::SIGCONT);
     // It steps down on seeing its lease lapsed, or on its first write
     // being refused as deposed, whichever comes first.
@@ -485,15 +466,12 @@ fn the_reset_limit_ends_a_job_of_pods() {
     job.signal_pod(3, Signal::SIGKILL);
     let mut stdout = job.finish_pod(3, LIMIT).stdout;
     job.wait_serve_says(serve, "generation 2: 3 workers", 0, LIMIT);
-    let now = steps(&job.pods_stdout()).iter().map(|s| s.step).max();
-    job.wait_for_step(now.unwrap_or(0) + 3, LIMIT);
+    job.wait_for_more_steps(3, LIMIT);
     job.signal_pod(2, Signal::SIGKILL);
     stdout.push_str(&job.finish_pod(2, LIMIT).stdout);
     let said = job.finish_serve(serve, LIMIT);
     said.expect_code(1);
-    let line = "elasticrun: reset limit reached: the job already reset 1 times \
-                (--reset-limit 1); stopping every worker";
-    assert!(said.stderr.contains(line), "{}", said.stderr);
+    check_reset_limit_reached(&said.stderr, 1);
     let run = job.finish_pods(LIMIT);
     assert!(!run.status.success(), "the stopped pods exited 0");
     stdout.push_str(&run.stdout);
@@ -538,8 +516,7 @@ fn a_node_whose_pods_keep_dying_is_blacklisted_and_the_job_goes_on() {
                     && l.contains("node-b:1")
             },
         );
-        let now = steps(&job.pods_stdout()).iter().map(|s| s.step).max();
-        job.wait_for_step(now.unwrap_or(0) + 3, LIMIT);
+        job.wait_for_more_steps(3, LIMIT);
         assert!(!job.serve_stderr(serve).contains(banned), "too early");
         since = job.serve_stderr(serve).len();
         job.signal_pod(victim, Signal::SIGKILL);
@@ -594,16 +571,7 @@ fn too_few_pods_for_longer_than_the_elastic_timeout_end_the_job() {
     // A bound against a hang, far above the 2 s timeout.
     let said = job.finish_serve(serve, LIMIT);
     said.expect_code(1);
-    let failure = said
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("elasticrun: too few workers: "))
-        .unwrap_or_else(|| panic!("{}", said.stderr));
-    assert!(
-        failure.contains("ready, --min-np is 2; waited 2")
-            && failure.ends_with("s (--elastic-timeout); stopping every worker"),
-        "{failure}"
-    );
+    check_too_few_for_elastic_timeout(&said.stderr, 2, "2");
     let run = job.finish_pods(LIMIT);
     assert!(!run.status.success(), "the stopped pod exited 0");
     stdout.push_str(&run.stdout);

@@ -16,7 +16,9 @@ use integration_tests::elastic::{Train, check_done, done_lines, steps};
 use integration_tests::etcd::Etcd;
 use integration_tests::needs::Need;
 use integration_tests::netns::Cluster;
-use integration_tests::pods::{Node, PodJob, undisturbed_and_never_reset};
+use integration_tests::pods::{
+    Node, PodJob, SERVE, check_first_generation, undisturbed_and_never_reset,
+};
 use nix::sys::signal::Signal;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -68,17 +70,7 @@ fn pods_on_two_nodes_survive_the_leader_killed_without_a_reset() {
         return;
     };
     let train = long();
-    let options = [
-        "-np",
-        "3",
-        "--min-np",
-        "2",
-        "--max-np",
-        "3",
-        "--lease-ttl",
-        "2",
-    ];
-    let first = two_replicas(&c, &mut job, &options);
+    let first = two_replicas(&c, &mut job, &SERVE);
     for i in [0, 0, 1] {
         job.pod_on(&node(&c, i), &train);
     }
@@ -92,15 +84,7 @@ fn pods_on_two_nodes_survive_the_leader_killed_without_a_reset() {
     );
     let run = job.finish_pods(LIMIT);
     undisturbed_and_never_reset(&run, &train, 3);
-    let first_generation = run
-        .stderr
-        .lines()
-        .find(|l| l.contains("generation 1: 3 workers ("))
-        .unwrap_or_else(|| panic!("no generation 1 line:\n{}", run.stderr));
-    assert!(
-        first_generation.contains("node-a:2") && first_generation.contains("node-b:1"),
-        "{first_generation}"
-    );
+    check_first_generation(&run, &["node-a:2", "node-b:1"]);
     assert!(!job.serve_stderr(second).contains("generation 2"));
 }
 

@@ -121,3 +121,28 @@ pub fn check_no_rollback(stdout: &str) {
         );
     }
 }
+
+/// Checks that elasticrun said (in `stderr`) it stopped every worker for the
+/// reset limit `limit`, reached.
+pub fn check_reset_limit_reached(stderr: &str, limit: u32) {
+    let line = format!(
+        "elasticrun: reset limit reached: the job already reset {limit} times \
+         (--reset-limit {limit}); stopping every worker"
+    );
+    assert!(stderr.contains(&line), "{stderr}");
+}
+
+/// Checks that elasticrun said (in `stderr`) it stopped every worker after
+/// waiting `waited` (the start of the seconds it prints) with fewer than
+/// `min_np` ready.
+pub fn check_too_few_for_elastic_timeout(stderr: &str, min_np: u64, waited: &str) {
+    let failure = stderr
+        .lines()
+        .find(|l| l.starts_with("elasticrun: too few workers: "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        failure.contains(&format!("ready, --min-np is {min_np}; waited {waited}"))
+            && failure.ends_with("s (--elastic-timeout); stopping every worker"),
+        "{failure}"
+    );
+}
