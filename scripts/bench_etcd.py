@@ -27,7 +27,6 @@ pod's environment). Measures, in one run:
 Usage: scripts/bench_etcd.py [--kills 10] [--torch-kills 3] [--delay-ms 10] [--lease-ttl 2]
 Build first: cargo build --release --bins"""
 import argparse
-import json
 import os
 import random
 import shutil
@@ -81,6 +80,12 @@ class Etcd:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def pods_steps(pods, t):
+    """(arrival, step, pid, world size) of every pod's step lines since t, in
+    order of arrival."""
+    return sorted(x for p in pods for x in p.steps(t))
+
+
 class PodJob:
     def __init__(self, etcd, args, job, np=4):
         self.etcd, self.args, self.job, self.np = etcd, args, job, np
@@ -116,10 +121,7 @@ class PodJob:
         raise SystemExit("no replica leads")
 
     def steps(self, t):
-        out = []
-        for p in self.pods:
-            out += p.steps(t)
-        return sorted(out)
+        return pods_steps(self.pods, t)
 
     def stop(self):
         for j in self.pods + self.serves:
@@ -232,15 +234,7 @@ class TorchrunPods:
         return p
 
     def steps(self, t):
-        """(arrival, step, pid, world size) of every step line since t."""
-        out = []
-        for p in self.pods:
-            for at, _, line in p.since(t):
-                body = line.split(":", 1)[1] if line.startswith("[") else line
-                if '"event": "step"' in body:
-                    e = json.loads(body)
-                    out.append((at, e["step"], e["pid"], e["world_size"]))
-        return sorted(out)
+        return pods_steps(self.pods, t)
 
     def wait_world(self, t, n, limit):
         deadline = time.time() + limit

@@ -46,13 +46,14 @@ class Job:
             return [l for l in self.lines if l[0] >= t]
 
     def steps(self, t):
-        """Step events that arrived at or after t: (arrival, step, pid)."""
+        """Step events that arrived at or after t: (arrival, step, pid, world
+        size or None)."""
         out = []
         for at, _, line in self.since(t):
             body = line.split(":", 1)[1] if line.startswith("[") else line
             if '"event": "step"' in body or '"event":"step"' in body:
                 e = json.loads(body)
-                out.append((at, e["step"], e["pid"]))
+                out.append((at, e["step"], e["pid"], e.get("world_size")))
         return out
 
     def stop(self):
