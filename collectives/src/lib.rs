@@ -48,4 +48,5 @@ pub use transport::end::Breaker;
 pub use transport::endpoint::Endpoint;
 pub use transport::mem::MemTransport;
 pub use transport::mem_fabric::{MemAddress, MemEndpoint, MemFabric};
+pub use transport::stream::{ReadHalf, StreamTransport, WriteHalf};
 pub use transport::tcp::{TcpConfig, TcpEndpoint, TcpTransport};

@@ -10,22 +10,19 @@
 //! (nothing listens at its address) is given up after [`REFUSED_GRACE`].
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use control::{Say, Throttle};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout_at};
 
 use control::DataKey;
 
-use super::handshake::{
-    CHALLENGE_LEN, HELLO_LEN, Hello, NOT_A_PEER, Refusal, UNPROVEN_ACCEPTOR, acceptor_proof,
-    challenge, check_acceptor_proof, read_challenge,
-};
 use super::{TcpConfig, TcpTransport};
+use crate::transport::stream::greet::{self, prove};
+use crate::transport::stream::handshake::Hello;
+use crate::transport::stream::StreamLimits;
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
 
@@ -36,10 +33,6 @@ pub struct TcpEndpoint {
     listener: TcpListener,
     config: TcpConfig,
 }
-
-/// Longest time an accepted connection may take to introduce itself, so that a
-/// silent stray connection cannot hold up set-up.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn new_socket(addr: SocketAddr, config: &TcpConfig) -> std::io::Result<TcpSocket> {
     let s = if addr.is_ipv4() {
@@ -103,12 +96,16 @@ impl TcpEndpoint {
             collect_dials(dials),
             accept_all(&self.listener, me, deadline, &self.config)
         )?;
-        let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+        let mut streams: Vec<Option<_>> = (0..size).map(|_| None).collect();
         for (peer, s) in dialed.into_iter().chain(accepted) {
             s.set_nodelay(true).map_err(TransportError::socket)?;
-            streams[peer] = Some(s);
+            streams[peer] = Some(s.into_split());
         }
-        Ok(TcpTransport::start(rank, generation, streams, self.config))
+        let limits = StreamLimits {
+            io_timeout: self.config.io_timeout,
+            max_frame_bytes: self.config.max_frame_bytes,
+        };
+        Ok(TcpTransport::start(rank, generation, streams, limits))
     }
 }
 
@@ -169,38 +166,6 @@ async fn dial(
     }
 }
 
-/// The dialer's side of the handshake on `s`: `Ok(Err(why))` when the peer
-/// refused, or is no proven member of the job.
-async fn prove(
-    s: &mut TcpStream,
-    me: Hello,
-    key: &DataKey,
-) -> std::io::Result<Result<(), &'static str>> {
-    let mut c = [0u8; CHALLENGE_LEN];
-    s.read_exact(&mut c).await?;
-    let Some(a) = read_challenge(&c) else {
-        return Ok(Err(NOT_A_PEER));
-    };
-    let d = control::nonce().map_err(std::io::Error::other)?;
-    let hello = me.encode(key, &a, &d);
-    s.write_all(&hello).await?;
-    match s.read_u8().await? {
-        0 => {
-            let mut proof = [0u8; 32];
-            s.read_exact(&mut proof).await?;
-            let proven = check_acceptor_proof(key, &a, &hello, &proof);
-            Ok(if proven {
-                Ok(())
-            } else {
-                Err(UNPROVEN_ACCEPTOR)
-            })
-        }
-        code => Ok(Err(
-            Refusal::from_code(code).map_or("unknown refusal code", Refusal::reason)
-        )),
-    }
-}
-
 /// Until when a dial that failed with `e` is tried again.
 fn retry_until(e: &std::io::Error, deadline: Instant, refused_until: Instant) -> Instant {
     if e.kind() == std::io::ErrorKind::ConnectionRefused {
@@ -223,7 +188,7 @@ async fn accept_all(
         tokio::select! {
             acc = listener.accept() => match acc {
                 Ok((s, from)) => {
-                    hellos.spawn(answer_hello(s, me, config.job_key.clone()));
+                    hellos.spawn(answer_hello(s, from, me, config.job_key.clone()));
                     tracing::trace!(%from, "data-plane connection accepted");
                 }
                 Err(e) => tracing::debug!(%e, "accept failed"),
@@ -250,59 +215,12 @@ async fn accept_all(
     Ok(got)
 }
 
-/// Refused data-plane connections said per 10 s; the rest are counted into
-/// the next line said.
-static REFUSALS: Mutex<Throttle> = Mutex::new(Throttle::new(Duration::from_secs(10), 5));
-
-/// Says that a connection was refused, and why (a few times per window).
-fn refused(why: &str) {
-    let say = REFUSALS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .note(std::time::Instant::now());
-    match say {
-        Say::Now { held: 0 } => tracing::warn!(why, "data-plane connection refused"),
-        Say::Now { held } => tracing::warn!(
-            why,
-            "data-plane connection refused ({held} more refused since the last such line)"
-        ),
-        Say::Hold => {}
-    }
-}
-
-/// Challenges a dialer, reads its hello and answers it; `None` for anything
-/// that is not a proven peer of this generation (said, connection closed).
-async fn answer_hello(mut s: TcpStream, me: Hello, key: DataKey) -> Option<(Rank, TcpStream)> {
-    let a = match control::nonce() {
-        Ok(a) => a,
-        Err(e) => {
-            refused(&e.to_string());
-            return None;
-        }
-    };
-    let mut buf = [0u8; HELLO_LEN];
-    let read = tokio::time::timeout(HELLO_TIMEOUT, async {
-        s.write_all(&challenge(&a)).await?;
-        s.read_exact(&mut buf).await
-    })
-    .await;
-    if !matches!(read, Ok(Ok(_))) {
-        refused(&format!("no hello within {HELLO_TIMEOUT:?}"));
-        return None;
-    }
-    let verdict = Hello::decode(&buf, &key, &a).and_then(|h| h.check_against(&me).map(|()| h));
-    let mut answer = vec![0u8];
-    match verdict {
-        Ok(_) => answer.extend_from_slice(&acceptor_proof(&key, &a, &buf)),
-        Err(r) => answer[0] = r as u8,
-    }
-    let answered = tokio::time::timeout(HELLO_TIMEOUT, s.write_all(&answer)).await;
-    match (verdict, answered) {
-        (Ok(h), Ok(Ok(()))) => Some((h.rank, s)),
-        (Err(r), _) => {
-            refused(r.reason());
-            None
-        }
-        _ => None,
-    }
+/// Runs the acceptor's side of the handshake on a stream from `from`.
+async fn answer_hello(
+    mut s: TcpStream,
+    from: SocketAddr,
+    me: Hello,
+    key: DataKey,
+) -> Option<(Rank, TcpStream)> {
+    greet::answer(&mut s, from, me, &key).await.map(|rank| (rank, s))
 }

@@ -13,7 +13,7 @@ use control::DataKey;
 
 use super::handshake::{HELLO_LEN, Hello, Refusal};
 use super::pool::RecvPool;
-use super::{Header, TcpMailbox, goodbye, read_header, read_payload};
+use super::{Header, StreamMailbox, goodbye, read_header, read_payload};
 use crate::error::LossCause;
 use crate::tag::{Generation, Tag};
 
@@ -123,7 +123,7 @@ fn read_stream(input: Vec<u8>) -> (Result<bool, LossCause>, usize, u64) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime");
-    let mailbox = TcpMailbox::new(Generation(3));
+    let mailbox = StreamMailbox::<&[u8]>::new(Generation(3));
     let bye = goodbye(Generation(3));
     let pool = RecvPool::default();
     let mut r = tokio::io::BufReader::with_capacity(64, &input[..]);

@@ -1,0 +1,123 @@
+//! The handshake ([`super::handshake`]) run over a connected stream: the
+//! dialer's [`prove`] and the acceptor's [`answer`], the same over TCP and
+//! inside a QUIC connection's stream.
+
+use std::net::SocketAddr;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use control::{DataKey, Say, Throttle};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::handshake::{
+    CHALLENGE_LEN, HELLO_LEN, Hello, NOT_A_PEER, Refusal, UNPROVEN_ACCEPTOR, acceptor_proof,
+    challenge, check_acceptor_proof, read_challenge,
+};
+use crate::tag::Rank;
+
+/// Longest time an accepted connection may take to introduce itself, so that a
+/// silent stray connection cannot hold up set-up.
+pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The dialer's side of the handshake on `s`: `Ok(Err(why))` when the peer
+/// refused, or is no proven member of the job.
+pub(crate) async fn prove<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    me: Hello,
+    key: &DataKey,
+) -> std::io::Result<Result<(), &'static str>> {
+    let mut c = [0u8; CHALLENGE_LEN];
+    s.read_exact(&mut c).await?;
+    let Some(a) = read_challenge(&c) else {
+        return Ok(Err(NOT_A_PEER));
+    };
+    let d = control::nonce().map_err(std::io::Error::other)?;
+    let hello = me.encode(key, &a, &d);
+    s.write_all(&hello).await?;
+    s.flush().await?;
+    match s.read_u8().await? {
+        0 => {
+            let mut proof = [0u8; 32];
+            s.read_exact(&mut proof).await?;
+            let proven = check_acceptor_proof(key, &a, &hello, &proof);
+            Ok(if proven {
+                Ok(())
+            } else {
+                Err(UNPROVEN_ACCEPTOR)
+            })
+        }
+        code => Ok(Err(
+            Refusal::from_code(code).map_or("unknown refusal code", Refusal::reason)
+        )),
+    }
+}
+
+/// Refused data-plane connections said per 10 s; the rest are counted into
+/// the next line said.
+static REFUSALS: Mutex<Throttle> = Mutex::new(Throttle::new(Duration::from_secs(10), 5));
+
+/// Says that a connection from `from` was refused, and why (a few times per
+/// window).
+pub(crate) fn refused(from: SocketAddr, why: &str) {
+    let say = REFUSALS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .note(std::time::Instant::now());
+    match say {
+        Say::Now { held: 0 } => tracing::warn!(%from, why, "data-plane connection refused"),
+        Say::Now { held } => tracing::warn!(
+            %from,
+            why,
+            "data-plane connection refused ({held} more refused since the last such line)"
+        ),
+        Say::Hold => {}
+    }
+}
+
+/// Challenges a dialer from `from`, reads its hello and answers it: the
+/// dialer's rank, or `None` for anything that is not a proven peer of this
+/// generation (said).
+pub(crate) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    from: SocketAddr,
+    me: Hello,
+    key: &DataKey,
+) -> Option<Rank> {
+    let a = match control::nonce() {
+        Ok(a) => a,
+        Err(e) => {
+            refused(from, &e.to_string());
+            return None;
+        }
+    };
+    let mut buf = [0u8; HELLO_LEN];
+    let read = tokio::time::timeout(HELLO_TIMEOUT, async {
+        s.write_all(&challenge(&a)).await?;
+        s.flush().await?;
+        s.read_exact(&mut buf).await
+    })
+    .await;
+    if !matches!(read, Ok(Ok(_))) {
+        refused(from, &format!("no hello within {HELLO_TIMEOUT:?}"));
+        return None;
+    }
+    let verdict = Hello::decode(&buf, key, &a).and_then(|h| h.check_against(&me).map(|()| h));
+    let mut reply = vec![0u8];
+    match verdict {
+        Ok(_) => reply.extend_from_slice(&acceptor_proof(key, &a, &buf)),
+        Err(r) => reply[0] = r as u8,
+    }
+    let answered = tokio::time::timeout(HELLO_TIMEOUT, async {
+        s.write_all(&reply).await?;
+        s.flush().await
+    })
+    .await;
+    match (verdict, answered) {
+        (Ok(h), Ok(Ok(()))) => Some(h.rank),
+        (Err(r), _) => {
+            refused(from, r.reason());
+            None
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,453 @@
+//! A transport over one ordered byte stream per pair of ranks (TCP
+//! connections, or QUIC bi-directional streams): a reader task per stream
+//! that splits frames and fills the [`Mailbox`], and sends written straight
+//! from the caller's slice (header and payload in one vectored write, no copy).
+//!
+//! Zero-copy receive: [`Transport::recv_into`] posts a direct receive; when the
+//! reader task sees that (large) frame arrive, it lends the stream's reader to
+//! the receiving future, which reads the payload straight into its own buffer and
+//! hands the reader back. If that future is dropped half-way, the reader goes with
+//! it and the peer is lost ([`LossCause::AbandonedRecv`]); no buffer is ever
+//! borrowed across tasks.
+//!
+//! Loss: a stream that ends without a goodbye frame, an i/o error or a
+//! malformed frame breaks the generation at once; a peer that is silent for
+//! `io_timeout` gives [`TransportError::Timeout`]. A rank that finishes calls
+//! [`Transport::shutdown`], which sends a goodbye and ends its writing halves,
+//! so peers still finishing are not disturbed; a transport dropped without it
+//! looks like a crash.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use super::end::Breaker;
+use super::mailbox::{Delivery, Mailbox};
+use super::{Transport, check_peer, copy_exact};
+use crate::error::{LossCause, TransportError};
+use crate::tag::{Generation, Rank, Tag};
+
+pub(crate) mod frame;
+pub(crate) mod greet;
+pub(crate) mod handshake;
+mod pool;
+#[cfg(test)]
+mod props;
+
+/// What a stream transport needs to know of its configuration.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StreamLimits {
+    /// Longest wait for one message, or for the stream to take one send.
+    pub(crate) io_timeout: Duration,
+    /// Largest payload accepted in one frame.
+    pub(crate) max_frame_bytes: u32,
+}
+
+/// Tag of the goodbye frame: op id `u64::MAX` is never used by a collective.
+fn goodbye(generation: Generation) -> Tag {
+    Tag::new(generation, u64::MAX, u32::MAX)
+}
+
+/// The reading half of a peer's stream.
+pub trait ReadHalf: AsyncRead + Unpin + Send + std::fmt::Debug + 'static {}
+impl<T: AsyncRead + Unpin + Send + std::fmt::Debug + 'static> ReadHalf for T {}
+
+/// The writing half of a peer's stream.
+pub trait WriteHalf: AsyncWrite + Unpin + Send + std::fmt::Debug + 'static {}
+impl<T: AsyncWrite + Unpin + Send + std::fmt::Debug + 'static> WriteHalf for T {}
+
+type Reader<R> = BufReader<R>;
+
+/// A stream's reader on loan to a direct receive, with the payload's length
+/// and the way home.
+#[derive(Debug)]
+pub(crate) struct Handoff<R> {
+    reader: Reader<R>,
+    len: usize,
+    home: tokio::sync::oneshot::Sender<Reader<R>>,
+}
+
+type StreamMailbox<R> = Mailbox<Handoff<R>>;
+
+/// One rank's end of a mesh of byte streams, one per peer.
+#[derive(Debug)]
+pub struct StreamTransport<R, W> {
+    rank: Rank,
+    generation: Generation,
+    mailbox: Arc<StreamMailbox<R>>,
+    /// `writers[peer]`; `None` at this rank's own index.
+    writers: Vec<Option<Mutex<W>>>,
+    readers: Vec<JoinHandle<()>>,
+    limits: StreamLimits,
+}
+
+impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
+    /// Starts the reader tasks over `streams[peer]` (`None` at this rank's
+    /// own index), each a connected, proven stream's two halves.
+    pub(crate) fn start(
+        rank: Rank,
+        generation: Generation,
+        streams: Vec<Option<(R, W)>>,
+        limits: StreamLimits,
+    ) -> Self {
+        let mailbox = Arc::new(Mailbox::new(generation));
+        let mut writers = Vec::with_capacity(streams.len());
+        let mut readers = Vec::with_capacity(streams.len());
+        for (peer, stream) in streams.into_iter().enumerate() {
+            let Some((r, w)) = stream else {
+                writers.push(None);
+                continue;
+            };
+            writers.push(Some(Mutex::new(w)));
+            let max = limits.max_frame_bytes;
+            readers.push(tokio::spawn(read_loop(peer, r, max, mailbox.clone())));
+        }
+        Self {
+            rank,
+            generation,
+            mailbox,
+            writers,
+            readers,
+            limits,
+        }
+    }
+
+    async fn write_frame(&self, to: Rank, tag: Tag, payload: &[u8]) -> Result<(), TransportError> {
+        let Some(Some(writer)) = self.writers.get(to) else {
+            return Err(TransportError::InvalidRank {
+                rank: to,
+                size: self.size(),
+            });
+        };
+        let header = frame::encode_header(tag, payload.len() as u32);
+        let write = async {
+            let mut w = writer.lock().await;
+            let mut guard = AbandonGuard {
+                mailbox: &self.mailbox,
+                peer: to,
+                armed: true,
+            };
+            let mut buf = Buf::chain(&header[..], payload);
+            let res = w.write_all_buf(&mut buf).await;
+            guard.armed = false;
+            res
+        };
+        self.within_deadline(to, tag, write).await
+    }
+
+    /// Runs one socket operation on `peer`'s connection within `io_timeout`; an
+    /// i/o error or the timeout breaks the generation.
+    async fn within_deadline<T>(
+        &self,
+        peer: Rank,
+        tag: Tag,
+        op: impl Future<Output = std::io::Result<T>>,
+    ) -> Result<T, TransportError> {
+        match tokio::time::timeout(self.limits.io_timeout, op).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                self.mailbox.peer_lost(peer, io_cause(e));
+                Err(self.broken_or(peer))
+            }
+            Err(_) => {
+                self.mailbox.fail(TransportError::Timeout {
+                    rank: peer,
+                    tag,
+                    after: self.limits.io_timeout,
+                });
+                Err(self.broken_or(peer))
+            }
+        }
+    }
+
+    fn broken_or(&self, peer: Rank) -> TransportError {
+        self.mailbox.broken().unwrap_or(TransportError::PeerLost {
+            rank: peer,
+            generation: self.generation,
+            cause: LossCause::Shutdown,
+        })
+    }
+}
+
+/// Breaks the generation if a send is abandoned half-written: the peer would
+/// otherwise read the next frame's header from the middle of this payload.
+struct AbandonGuard<'a, R> {
+    mailbox: &'a StreamMailbox<R>,
+    peer: Rank,
+    armed: bool,
+}
+
+impl<R> Drop for AbandonGuard<'_, R> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.mailbox.peer_lost(self.peer, LossCause::AbandonedSend);
+        }
+    }
+}
+
+/// Buffered reads for headers and small payloads; large payloads bypass it. Kept
+/// small because whatever of a large payload it reads ahead is copied once more.
+const READ_BUFFER: usize = 8 * 1024;
+
+async fn read_loop<R: ReadHalf>(
+    peer: Rank,
+    read: R,
+    max_payload: u32,
+    mailbox: Arc<StreamMailbox<R>>,
+) {
+    let bye = goodbye(mailbox.generation());
+    let pool = pool::RecvPool::default();
+    let mut r = BufReader::with_capacity(READ_BUFFER, read);
+    let mut said_goodbye = false;
+    let cause = loop {
+        let (tag, len) = match read_header(&mut r, max_payload, bye).await {
+            Ok(Header::Frame { tag, len }) => (tag, len),
+            Ok(Header::Goodbye) => {
+                said_goodbye = true;
+                continue;
+            }
+            Ok(Header::End) if said_goodbye => {
+                mailbox.depart(peer);
+                return;
+            }
+            Ok(Header::End) => break LossCause::Closed,
+            Err(cause) => break cause,
+        };
+        if len >= pool::POOLED_MIN {
+            match lend(r, len, mailbox.claim_direct(peer, tag)).await {
+                Loan::Returned(back) => {
+                    r = back;
+                    continue;
+                }
+                Loan::Declined(back) => r = back,
+                Loan::Lost => break LossCause::AbandonedRecv,
+            }
+        }
+        match read_payload(&mut r, len, &pool).await {
+            Ok(payload) => mailbox.deliver(peer, tag, payload),
+            Err(cause) => break cause,
+        }
+    };
+    tracing::debug!(peer, %cause, "data-plane connection lost");
+    mailbox.peer_lost(peer, cause);
+}
+
+enum Loan<R> {
+    /// The direct receive read the payload and gave the reader back.
+    Returned(Reader<R>),
+    /// Nobody took it; the payload is still to be read.
+    Declined(Reader<R>),
+    /// The receiving future was dropped while it held the reader.
+    Lost,
+}
+
+async fn lend<R>(
+    r: Reader<R>,
+    len: usize,
+    to: Option<super::mailbox::DirectSender<Handoff<R>>>,
+) -> Loan<R> {
+    let Some(tx) = to else {
+        return Loan::Declined(r);
+    };
+    let (home, back) = tokio::sync::oneshot::channel();
+    match tx.send(Ok(Delivery::Direct(Handoff {
+        reader: r,
+        len,
+        home,
+    }))) {
+        Ok(()) => back.await.map_or(Loan::Lost, Loan::Returned),
+        Err(Ok(Delivery::Direct(h))) => Loan::Declined(h.reader),
+        Err(_) => Loan::Lost,
+    }
+}
+
+fn io_cause(e: std::io::Error) -> LossCause {
+    match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => {
+            LossCause::Malformed("connection closed inside a frame")
+        }
+        kind => LossCause::Io(kind),
+    }
+}
+
+/// What the next bytes on a connection are.
+#[derive(Debug, PartialEq, Eq)]
+enum Header {
+    /// A clean end of stream, between frames.
+    End,
+    /// The peer's goodbye (tag `bye`, no payload): it is done, not lost.
+    Goodbye,
+    /// A frame, whose `len` payload bytes follow.
+    Frame { tag: Tag, len: usize },
+}
+
+/// The next frame's header. A length above `max_payload`, or a goodbye that
+/// announces a payload, is an error before anything is read for it.
+async fn read_header<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    max_payload: u32,
+    bye: Tag,
+) -> Result<Header, LossCause> {
+    if r.fill_buf().await.map_err(io_cause)?.is_empty() {
+        return Ok(Header::End);
+    }
+    let mut header = [0u8; frame::HEADER_LEN];
+    r.read_exact(&mut header).await.map_err(io_cause)?;
+    let (tag, len) = frame::decode_header(&header, max_payload)?;
+    match (tag == bye, len) {
+        (true, 0) => Ok(Header::Goodbye),
+        (true, _) => Err(LossCause::Malformed("a goodbye frame with a payload")),
+        (false, len) => Ok(Header::Frame {
+            tag,
+            len: len as usize,
+        }),
+    }
+}
+
+async fn read_payload<R: AsyncRead + Unpin>(
+    r: &mut R,
+    len: usize,
+    pool: &pool::RecvPool,
+) -> Result<Bytes, LossCause> {
+    if len < pool::POOLED_MIN {
+        let mut v = vec![0u8; len];
+        r.read_exact(&mut v).await.map_err(io_cause)?;
+        Ok(Bytes::from(v))
+    } else {
+        let mut loan = pool.take(len);
+        r.read_exact(loan.as_mut_slice()).await.map_err(io_cause)?;
+        Ok(loan.into_bytes())
+    }
+}
+
+impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
+    /// Reads a lent payload into `dst` and sends the reader home.
+    async fn read_lent(
+        &self,
+        from: Rank,
+        tag: Tag,
+        h: Handoff<R>,
+        dst: &mut [u8],
+    ) -> Result<(), TransportError> {
+        let Handoff {
+            mut reader,
+            len,
+            home,
+        } = h;
+        if len != dst.len() {
+            // Keep the stream in step, then report the disagreement.
+            let mut skip = vec![0u8; len];
+            let read =
+                tokio::time::timeout(self.limits.io_timeout, reader.read_exact(&mut skip)).await;
+            if matches!(read, Ok(Ok(_))) {
+                let _ = home.send(reader);
+            }
+            return Err(TransportError::WrongLength {
+                rank: from,
+                tag,
+                expected: dst.len(),
+                got: len,
+            });
+        }
+        match tokio::time::timeout(self.limits.io_timeout, reader.read_exact(dst)).await {
+            Ok(Ok(_)) => {
+                let _ = home.send(reader);
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                self.mailbox.peer_lost(from, io_cause(e));
+                Err(self.broken_or(from))
+            }
+            Err(_) => {
+                self.mailbox.fail(TransportError::Timeout {
+                    rank: from,
+                    tag,
+                    after: self.limits.io_timeout,
+                });
+                Err(self.broken_or(from))
+            }
+        }
+    }
+}
+
+impl<R: ReadHalf, W: WriteHalf> Transport for StreamTransport<R, W> {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.writers.len()
+    }
+
+    fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    async fn send(&self, to: Rank, tag: Tag, payload: &[u8]) -> Result<(), TransportError> {
+        check_peer(self.size(), self.generation, to, tag)?;
+        if let Some(e) = self.mailbox.broken() {
+            return Err(e);
+        }
+        if payload.len() as u64 > u64::from(self.limits.max_frame_bytes) {
+            return Err(TransportError::PayloadTooLarge {
+                len: payload.len(),
+                limit: self.limits.max_frame_bytes.into(),
+            });
+        }
+        if to == self.rank {
+            self.mailbox
+                .deliver(self.rank, tag, Bytes::copy_from_slice(payload));
+            return Ok(());
+        }
+        self.write_frame(to, tag, payload).await
+    }
+
+    async fn recv(&self, from: Rank, tag: Tag) -> Result<Bytes, TransportError> {
+        check_peer(self.size(), self.generation, from, tag)?;
+        self.mailbox.recv(from, tag, self.limits.io_timeout).await
+    }
+
+    async fn recv_into(&self, from: Rank, tag: Tag, dst: &mut [u8]) -> Result<(), TransportError> {
+        check_peer(self.size(), self.generation, from, tag)?;
+        match self
+            .mailbox
+            .recv_direct(from, tag, self.limits.io_timeout)
+            .await?
+        {
+            Delivery::Whole(payload) => copy_exact(from, tag, &payload, dst),
+            Delivery::Direct(h) => self.read_lent(from, tag, h, dst).await,
+        }
+    }
+
+    fn stale_refused(&self) -> u64 {
+        self.mailbox.stale_refused()
+    }
+
+    fn breaker(&self) -> Breaker {
+        Breaker::new(self.generation, self.mailbox.clone())
+    }
+
+    async fn shutdown(self) {
+        let header = frame::encode_header(goodbye(self.generation), 0);
+        for w in self.writers.iter().flatten() {
+            let mut w = w.lock().await;
+            let _ = tokio::time::timeout(self.limits.io_timeout, w.write_all(&header)).await;
+        }
+    }
+}
+
+impl<R, W> Drop for StreamTransport<R, W> {
+    fn drop(&mut self) {
+        // Closing the streams without a goodbye: peers treat this rank as crashed.
+        for r in &self.readers {
+            r.abort();
+        }
+    }
+}
