@@ -82,6 +82,12 @@ pub enum TransportError {
     },
     #[error("handshake with rank {rank} failed: {reason}")]
     Handshake { rank: Rank, reason: &'static str },
+    #[error("TLS with rank {rank} at {addr} failed: {reason}")]
+    Tls {
+        rank: Rank,
+        addr: std::net::SocketAddr,
+        reason: String,
+    },
     #[error("rank {rank} sent {got} bytes where {expected} were expected ({tag})")]
     WrongLength {
         rank: Rank,

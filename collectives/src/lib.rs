@@ -48,5 +48,6 @@ pub use transport::end::Breaker;
 pub use transport::endpoint::Endpoint;
 pub use transport::mem::MemTransport;
 pub use transport::mem_fabric::{MemAddress, MemEndpoint, MemFabric};
+pub use transport::quic::{QuicAddress, QuicConfig, QuicEndpoint, QuicTransport, TlsSetupError};
 pub use transport::stream::{ReadHalf, StreamTransport, WriteHalf};
 pub use transport::tcp::{TcpConfig, TcpEndpoint, TcpTransport};

@@ -173,6 +173,16 @@ impl Secret {
     }
 }
 
+impl Secret {
+    /// The seed of the job's certificate authority's key: every holder of the
+    /// secret (the coordinator, each `elasticrun serve` replica) derives the
+    /// same authority, so none has to hand its key to another.
+    #[cfg(feature = "pki")]
+    pub(crate) fn ca_seed(&self) -> [u8; 32] {
+        DataKey(self.0).mac(&[b"elasticrun job certificate authority"])
+    }
+}
+
 /// A fresh nonce.
 pub fn nonce() -> Result<Nonce, SecretError> {
     random32()

@@ -17,6 +17,8 @@ mod handshake;
 #[cfg(feature = "io")]
 pub mod limits;
 mod messages;
+#[cfg(feature = "pki")]
+pub mod pki;
 #[cfg(feature = "io")]
 mod seal;
 mod throttle;

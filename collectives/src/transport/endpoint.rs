@@ -14,6 +14,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 
 use super::Transport;
+use super::quic::{QuicAddress, QuicEndpoint, QuicTransport};
 use super::tcp::{TcpEndpoint, TcpTransport};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
@@ -55,5 +56,27 @@ impl Endpoint for TcpEndpoint {
         peers: &[SocketAddr],
     ) -> impl Future<Output = Result<TcpTransport, TransportError>> + Send {
         TcpEndpoint::connect(self, rank, generation, peers)
+    }
+}
+
+impl Endpoint for QuicEndpoint {
+    type Address = QuicAddress;
+    type Transport = QuicTransport;
+
+    fn address(&self) -> Result<QuicAddress, TransportError> {
+        Ok(QuicAddress {
+            addr: self.local_addr()?,
+            key: self.public_key(),
+        })
+    }
+
+    async fn connect(
+        self,
+        rank: Rank,
+        generation: Generation,
+        peers: &[QuicAddress],
+    ) -> Result<QuicTransport, TransportError> {
+        let addrs: Vec<SocketAddr> = peers.iter().map(|p| p.addr).collect();
+        QuicEndpoint::connect(self, rank, generation, &addrs).await
     }
 }

@@ -30,6 +30,7 @@ pub(crate) mod group;
 mod mailbox;
 pub(crate) mod mem;
 pub(crate) mod mem_fabric;
+pub(crate) mod quic;
 pub(crate) mod stream;
 pub(crate) mod tcp;
 

@@ -7,6 +7,8 @@ use std::time::Duration;
 use collectives::{Communicator, Element, ReduceOp, Transport};
 use futures::future::join_all;
 
+pub mod grid;
+
 pub const WORLDS: [usize; 5] = [1, 2, 3, 4, 7];
 
 /// Generous bound on one collective in a test; a hang fails the test here.

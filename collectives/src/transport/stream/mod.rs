@@ -435,11 +435,28 @@ impl<R: ReadHalf, W: WriteHalf> Transport for StreamTransport<R, W> {
     }
 
     async fn shutdown(self) {
+        drop(self.leave().await);
+    }
+}
+
+impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
+    /// Says goodbye to every peer and ends the writing halves; returns them,
+    /// for a transport whose streams need more to be closed well (a QUIC
+    /// stream is kept until the peer has acknowledged the goodbye).
+    pub(crate) async fn leave(mut self) -> Vec<W> {
         let header = frame::encode_header(goodbye(self.generation), 0);
-        for w in self.writers.iter().flatten() {
-            let mut w = w.lock().await;
-            let _ = tokio::time::timeout(self.limits.io_timeout, w.write_all(&header)).await;
+        let writers = std::mem::take(&mut self.writers);
+        let mut out = Vec::with_capacity(writers.len());
+        for w in writers.into_iter().flatten() {
+            let mut w = w.into_inner();
+            let bye = async {
+                w.write_all(&header).await?;
+                w.shutdown().await
+            };
+            let _ = tokio::time::timeout(self.limits.io_timeout, bye).await;
+            out.push(w);
         }
+        out
     }
 }
 

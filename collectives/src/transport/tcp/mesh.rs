@@ -20,11 +20,11 @@ use tokio::time::{Instant, sleep, timeout_at};
 use control::DataKey;
 
 use super::{TcpConfig, TcpTransport};
-use crate::transport::stream::greet::{self, prove};
-use crate::transport::stream::handshake::Hello;
-use crate::transport::stream::StreamLimits;
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
+use crate::transport::stream::StreamLimits;
+use crate::transport::stream::greet::{self, prove};
+use crate::transport::stream::handshake::Hello;
 
 /// A bound, listening data-plane socket whose address can be handed to peers
 /// before the mesh is built.
@@ -222,5 +222,7 @@ async fn answer_hello(
     me: Hello,
     key: DataKey,
 ) -> Option<(Rank, TcpStream)> {
-    greet::answer(&mut s, from, me, &key).await.map(|rank| (rank, s))
+    greet::answer(&mut s, from, me, &key)
+        .await
+        .map(|rank| (rank, s))
 }

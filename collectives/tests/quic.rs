@@ -1,0 +1,345 @@
+//! The QUIC data plane on 127.0.0.1: the collective grid over it, mutual TLS
+//! under the job's authority (certificates of another job, expired or
+//! missing are refused and the job is undisturbed), garbage datagrams and
+//! handshake floods at its port, and a lost peer.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use collectives::{
+    CollectiveOptions, Communicator, Generation, QuicConfig, QuicEndpoint, QuicTransport, ReduceOp,
+    Transport, TransportError, bf16, f16,
+};
+use control::pki::JobCa;
+use control::{DataKey, Secret};
+use futures::future::join_all;
+
+const LOCAL: &str = "127.0.0.1:0";
+/// Guards waits that must end by themselves; never a bound on their speed.
+const HANG: Duration = Duration::from_secs(60);
+
+fn secret(job: u8) -> Secret {
+    Secret::from_hex(&format!("{job:02x}").repeat(32)).unwrap()
+}
+
+fn config() -> QuicConfig {
+    QuicConfig {
+        connect_timeout: Duration::from_secs(10),
+        io_timeout: Duration::from_secs(20),
+        job_key: DataKey::new([0xE1; 32]),
+        ..Default::default()
+    }
+}
+
+async fn endpoints(n: usize) -> (Vec<QuicEndpoint>, Vec<SocketAddr>) {
+    let mut eps = Vec::new();
+    for _ in 0..n {
+        eps.push(
+            QuicEndpoint::bind(LOCAL.parse().unwrap(), config())
+                .await
+                .unwrap(),
+        );
+    }
+    let addrs = eps.iter().map(|e| e.local_addr().unwrap()).collect();
+    (eps, addrs)
+}
+
+/// Grants rank `rank` of generation `g` its leaf from `ca`.
+fn grant(ep: &mut QuicEndpoint, ca: &JobCa, rank: usize, g: Generation) {
+    let grant = ca.grant(&ep.public_key(), rank, g).unwrap();
+    ep.prepare(DataKey::new([0xE1; 32]), &grant, Duration::from_secs(10))
+        .unwrap();
+}
+
+async fn mesh(n: usize, g: Generation) -> Vec<QuicTransport> {
+    let ca = JobCa::from_secret(&secret(1)).unwrap();
+    let (mut eps, addrs) = endpoints(n).await;
+    for (r, ep) in eps.iter_mut().enumerate() {
+        grant(ep, &ca, r, g);
+    }
+    let addrs = &addrs;
+    let ts = join_all(
+        eps.into_iter()
+            .enumerate()
+            .map(|(r, e)| e.connect(r, g, addrs)),
+    )
+    .await;
+    ts.into_iter().map(|t| t.expect("mesh set-up")).collect()
+}
+
+struct World;
+
+impl common::grid::World for World {
+    type T = QuicTransport;
+
+    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<QuicTransport>> {
+        mesh(n, Generation(1))
+            .await
+            .into_iter()
+            .map(|t| Communicator::new(t, opts.clone()))
+            .collect()
+    }
+}
+
+crate::grid_tests!();
+
+async fn sum_of_ranks(
+    ts: &[Arc<QuicTransport>],
+) -> Vec<Result<Vec<f32>, collectives::CollectiveError>> {
+    let comms: Vec<_> = ts
+        .iter()
+        .map(|t| Communicator::new(t.clone(), CollectiveOptions::default()))
+        .collect();
+    let runs = comms.iter().map(|c| async move {
+        let mut b = vec![c.rank() as f32 + 1.0; 300_000];
+        c.allreduce(&mut b, ReduceOp::Sum).await.map(|()| b)
+    });
+    tokio::time::timeout(HANG, join_all(runs))
+        .await
+        .expect("allreduce hung")
+}
+
+fn assert_sums(res: Vec<Result<Vec<f32>, collectives::CollectiveError>>) {
+    let n = res.len();
+    let want = (n * (n + 1) / 2) as f32;
+    for r in res {
+        assert!(r.unwrap().iter().all(|&x| x == want));
+    }
+}
+
+/// Rank 0 and 1 of a job; an outsider granted by `outsider_ca` with
+/// validity `valid` tries to join as rank 1 as well. The outsider must fail
+/// with a TLS error naming rank 0's address, and the job must train.
+async fn outsider_refused(outsider_ca: &JobCa, valid: Option<(SystemTime, SystemTime)>) -> String {
+    let g = Generation(4);
+    let ca = JobCa::from_secret(&secret(1)).unwrap();
+    let (mut eps, addrs) = endpoints(2).await;
+    let mut outsider = QuicEndpoint::bind(LOCAL.parse().unwrap(), config())
+        .await
+        .unwrap();
+    let og = match valid {
+        Some((from, to)) => outsider_ca.grant_valid(&outsider.public_key(), 1, g, from, to),
+        None => outsider_ca.grant(&outsider.public_key(), 1, g),
+    };
+    outsider
+        .prepare(
+            DataKey::new([0xE1; 32]),
+            &og.unwrap(),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    for (r, ep) in eps.iter_mut().enumerate() {
+        grant(ep, &ca, r, g);
+    }
+    let a = &addrs;
+    let (refused, ts) = tokio::join!(
+        outsider.connect(1, g, a),
+        join_all(eps.into_iter().enumerate().map(|(r, e)| e.connect(r, g, a)))
+    );
+    let refused = refused.unwrap_err();
+    let TransportError::Tls { rank, addr, reason } = &refused else {
+        panic!("the outsider got {refused:?}, not a TLS refusal");
+    };
+    assert_eq!((*rank, *addr), (0, addrs[0]), "{refused}");
+    let ts: Vec<_> = ts
+        .into_iter()
+        .map(|t| Arc::new(t.expect("the job's own mesh")))
+        .collect();
+    assert_sums(sum_of_ranks(&ts).await);
+    reason.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_of_another_job_is_refused() {
+    let other = JobCa::from_secret(&secret(2)).unwrap();
+    let reason = outsider_refused(&other, None).await;
+    println!("refused: {reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_is_refused() {
+    let ca = JobCa::from_secret(&secret(1)).unwrap();
+    let day = Duration::from_secs(86_400);
+    let now = SystemTime::now();
+    let reason = outsider_refused(&ca, Some((now - 3 * day, now - day))).await;
+    println!("refused: {reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_peer_is_lost_to_the_others_at_once() {
+    let mut ts = mesh(3, Generation(2)).await;
+    let dead = ts.pop().unwrap();
+    drop(dead);
+    let comms: Vec<_> = ts
+        .into_iter()
+        .map(|t| Communicator::new(t, CollectiveOptions::default()))
+        .collect();
+    // A world of 3 whose rank 2 is gone: every survivor's allreduce fails.
+    let runs = comms.iter().map(|c| async move {
+        let mut b = vec![1.0f32; 1000];
+        c.allreduce(&mut b, ReduceOp::Sum).await
+    });
+    let res = tokio::time::timeout(HANG, join_all(runs))
+        .await
+        .expect("hung");
+    for r in res {
+        let e = r.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                collectives::CollectiveError::Transport(TransportError::PeerLost { .. })
+            ),
+            "{e:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_leaves_cleanly_leaves_its_last_messages() {
+    let mut ts = mesh(2, Generation(3)).await;
+    let leaver = ts.pop().unwrap();
+    let tag = collectives::Tag::new(Generation(3), 9, 0);
+    let big = vec![7u8; 3 << 20];
+    leaver.send(0, tag, &big).await.unwrap();
+    leaver.shutdown().await;
+    let got = tokio::time::timeout(HANG, ts[0].recv(1, tag))
+        .await
+        .expect("hung");
+    assert_eq!(got.unwrap().len(), big.len());
+    let e = tokio::time::timeout(
+        HANG,
+        ts[0].recv(1, collectives::Tag::new(Generation(3), 9, 1)),
+    )
+    .await
+    .expect("hung")
+    .unwrap_err();
+    assert!(matches!(e, TransportError::PeerLost { .. }), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_datagrams_and_a_handshake_flood_leave_the_job_training() {
+    let seed: u64 = 0x5eed_0015;
+    println!("seed {seed:#x}");
+    let g = Generation(5);
+    let ca = JobCa::from_secret(&secret(1)).unwrap();
+    let (mut eps, addrs) = endpoints(2).await;
+    for (r, ep) in eps.iter_mut().enumerate() {
+        grant(ep, &ca, r, g);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let noise = tokio::spawn(flood(addrs.clone(), seed, stop.clone()));
+    let a = &addrs;
+    let ts: Vec<_> = join_all(eps.into_iter().enumerate().map(|(r, e)| e.connect(r, g, a)))
+        .await
+        .into_iter()
+        .map(|t| Arc::new(t.expect("mesh set-up under noise")))
+        .collect();
+    for _ in 0..3 {
+        assert_sums(sum_of_ranks(&ts).await);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = noise.await.unwrap();
+    assert!(sent > 100, "only {sent} noise datagrams were sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_without_a_certificate_is_refused_after_its_handshake() {
+    let g = Generation(6);
+    let ca = JobCa::from_secret(&secret(1)).unwrap();
+    let (mut eps, addrs) = endpoints(2).await;
+    for (r, ep) in eps.iter_mut().enumerate() {
+        grant(ep, &ca, r, g);
+    }
+    // Trusts the job's authority, so the server's leaf passes; shows none.
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.certificate().to_vec().into()).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tls.alpn_protocols = vec![b"elasticrun-data/1".to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let client = quinn::Endpoint::client(LOCAL.parse().unwrap()).unwrap();
+    let cfg = quinn::ClientConfig::new(Arc::new(crypto));
+    let probe = async {
+        // QUIC reports the connection established before the server has
+        // checked the client's certificate: the refusal comes after.
+        let conn = client
+            .connect_with(cfg, addrs[0], "r0.g6.elasticrun")
+            .unwrap()
+            .await?;
+        let (mut send, mut recv) = conn.open_bi().await?;
+        let lost = |_| conn.close_reason().unwrap();
+        send.write_all(b"ERDQ").await.map_err(lost)?;
+        let mut challenge = [0u8; 40];
+        recv.read_exact(&mut challenge)
+            .await
+            .map_err(|_| conn.close_reason().unwrap())?;
+        Ok::<_, quinn::ConnectionError>(challenge)
+    };
+    let a = &addrs;
+    let (refused, ts) = tokio::join!(
+        tokio::time::timeout(HANG, probe),
+        join_all(eps.into_iter().enumerate().map(|(r, e)| e.connect(r, g, a)))
+    );
+    let refused = refused.expect("hung").unwrap_err();
+    assert!(
+        refused.to_string().contains("certificate"),
+        "refused for another reason: {refused}"
+    );
+    let ts: Vec<_> = ts
+        .into_iter()
+        .map(|t| Arc::new(t.expect("the job's own mesh")))
+        .collect();
+    assert_sums(sum_of_ranks(&ts).await);
+}
+
+/// Sends random datagrams and QUIC handshakes of clients with no
+/// certificate at `addrs` until told to stop; returns the datagrams sent.
+async fn flood(addrs: Vec<SocketAddr>, seed: u64, stop: Arc<std::sync::atomic::AtomicBool>) -> u64 {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let udp = tokio::net::UdpSocket::bind(LOCAL).await.unwrap();
+    let client = no_cert_client();
+    let mut sent = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for &to in &addrs {
+            let len = rng.random_range(1..1500);
+            let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            let _ = udp.send_to(&bytes, to).await;
+            sent += 1;
+            if sent.is_multiple_of(16) {
+                let c = client.clone();
+                tokio::spawn(async move {
+                    if let Ok(conn) = c.connect(to, "r0.g5.elasticrun") {
+                        let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
+                    }
+                });
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    sent
+}
+
+/// A QUIC client that trusts nothing and presents no certificate.
+fn no_cert_client() -> quinn::Endpoint {
+    let mut ep = quinn::Endpoint::client(LOCAL.parse().unwrap()).unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    ep
+}
