@@ -23,6 +23,37 @@ pub enum DataEndpoint {
     /// meaningful only to workers in the same process as the one that
     /// published it (tests, an in-process cluster).
     Mem(u64),
+    /// The QUIC data plane's UDP socket, and the public half of the TLS key
+    /// the worker made, for the coordinator to certify.
+    Quic {
+        addr: SocketAddr,
+        key: LeafPublicKey,
+    },
+}
+
+/// A worker's TLS public key: the 32 bytes of an Ed25519 public key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeafPublicKey(pub [u8; 32]);
+
+impl std::fmt::Debug for LeafPublicKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LeafPublicKey({})", hex(&self.0[..4]))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
 }
 
 /// Every data-plane endpoint of one worker.
@@ -39,6 +70,21 @@ impl PeerAddress {
         }
     }
 
+    /// A worker reachable over QUIC at `addr` only, whose TLS key is `key`.
+    pub fn quic(addr: SocketAddr, key: LeafPublicKey) -> Self {
+        Self {
+            endpoints: vec![DataEndpoint::Quic { addr, key }],
+        }
+    }
+
+    /// The QUIC endpoint and its key, if the worker offers one.
+    pub fn quic_addr(&self) -> Option<(SocketAddr, LeafPublicKey)> {
+        self.endpoints.iter().find_map(|e| match e {
+            DataEndpoint::Quic { addr, key } => Some((*addr, *key)),
+            _ => None,
+        })
+    }
+
     /// A worker reachable on the in-memory fabric at `address` only.
     pub fn mem(address: u64) -> Self {
         Self {
@@ -50,7 +96,7 @@ impl PeerAddress {
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.endpoints.iter().find_map(|e| match e {
             DataEndpoint::Tcp(a) => Some(*a),
-            DataEndpoint::Mem(_) => None,
+            _ => None,
         })
     }
 
@@ -58,7 +104,7 @@ impl PeerAddress {
     pub fn mem_addr(&self) -> Option<u64> {
         self.endpoints.iter().find_map(|e| match e {
             DataEndpoint::Mem(a) => Some(*a),
-            DataEndpoint::Tcp(_) => None,
+            _ => None,
         })
     }
 }
@@ -72,7 +118,7 @@ impl From<SocketAddr> for PeerAddress {
 /// Why a data-plane address could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AddressError {
-    #[error("unknown data-plane address kind {kind:?} (this build knows: tcp, mem)")]
+    #[error("unknown data-plane address kind {kind:?} (this build knows: tcp, quic, mem)")]
     UnknownKind { kind: String },
     #[error("malformed {kind} data-plane address {address:?}")]
     Malformed { kind: &'static str, address: String },
@@ -87,6 +133,7 @@ struct WireEndpoint {
 
 const TCP: &str = "tcp";
 const MEM: &str = "mem";
+const QUIC: &str = "quic";
 
 impl From<DataEndpoint> for WireEndpoint {
     fn from(e: DataEndpoint) -> Self {
@@ -98,6 +145,11 @@ impl From<DataEndpoint> for WireEndpoint {
             DataEndpoint::Mem(a) => WireEndpoint {
                 kind: MEM.into(),
                 address: a.to_string(),
+            },
+            // `ip:port/key`, the key in hex.
+            DataEndpoint::Quic { addr, key } => WireEndpoint {
+                kind: QUIC.into(),
+                address: format!("{addr}/{}", hex(&key.0)),
             },
         }
     }
@@ -124,6 +176,18 @@ impl TryFrom<WireEndpoint> for DataEndpoint {
                     kind: MEM,
                     address: w.address,
                 }),
+            QUIC => {
+                let parsed = w.address.split_once('/').and_then(|(a, k)| {
+                    Some(DataEndpoint::Quic {
+                        addr: a.parse().ok()?,
+                        key: LeafPublicKey(unhex(k)?),
+                    })
+                });
+                parsed.ok_or(AddressError::Malformed {
+                    kind: QUIC,
+                    address: w.address,
+                })
+            }
             _ => Err(AddressError::UnknownKind { kind: w.kind }),
         }
     }
@@ -164,9 +228,28 @@ mod tests {
     }
 
     #[test]
+    fn a_quic_address_round_trips_with_its_key() {
+        let key = LeafPublicKey([0xab; 32]);
+        let a = PeerAddress::quic("10.1.2.3:4567".parse().unwrap(), key);
+        let back = decode(&encode(&a)).unwrap();
+        assert_eq!(
+            back.quic_addr(),
+            Some(("10.1.2.3:4567".parse().unwrap(), key))
+        );
+        assert_eq!(back.tcp_addr(), None);
+        for bad in ["10.0.0.1:7000", "10.0.0.1:7000/abc", "nowhere/00"] {
+            let w = vec![WireEndpoint {
+                kind: QUIC.into(),
+                address: bad.into(),
+            }];
+            assert!(decode(&encode(&w)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn an_unknown_kind_is_an_error_that_names_it() {
         let future = vec![WireEndpoint {
-            kind: "quic".into(),
+            kind: "shm".into(),
             address: "10.0.0.1:7000".into(),
         }];
         let e = decode(&encode(&future)).unwrap_err();
@@ -175,13 +258,10 @@ mod tests {
         };
         assert_eq!(
             text,
-            AddressError::UnknownKind {
-                kind: "quic".into()
-            }
-            .to_string()
+            AddressError::UnknownKind { kind: "shm".into() }.to_string()
         );
         assert!(
-            text.contains("unknown data-plane address kind \"quic\""),
+            text.contains("unknown data-plane address kind \"shm\""),
             "{text}"
         );
     }

@@ -46,8 +46,42 @@ pub const THREAD_AFFINITY: &str = "ELASTICRUN_THREAD_AFFINITY";
 /// `0` or unset: it listens where it reaches the coordinator from.
 pub const DATA_ALL_INTERFACES: &str = "ELASTICRUN_DATA_ALL_INTERFACES";
 
+/// The data plane the worker binds: `tcp` (unset or empty: the default) or
+/// `quic` (`--transport`). Every rank of a job must use the same one.
+pub const TRANSPORT: &str = "ELASTICRUN_TRANSPORT";
+
+/// A data plane between hosts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// TCP, the handshake proving job membership; payloads in the clear.
+    #[default]
+    Tcp,
+    /// QUIC under mutual TLS 1.3 with the job's certificate authority.
+    Quic,
+}
+
+impl TransportKind {
+    pub const NAMES: &'static str = "tcp, quic";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Tcp => "tcp",
+            TransportKind::Quic => "quic",
+        }
+    }
+
+    /// `tcp` or `quic`, any case, spaces around allowed.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "tcp" => Some(TransportKind::Tcp),
+            "quic" => Some(TransportKind::Quic),
+            _ => None,
+        }
+    }
+}
+
 /// Every variable the launcher sets for a worker.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     COORDINATOR,
     SECRET,
     HOST,
@@ -58,6 +92,7 @@ pub const ALL: [&str; 10] = [
     GLOO_TIMEOUT_SECONDS,
     THREAD_AFFINITY,
     DATA_ALL_INTERFACES,
+    TRANSPORT,
 ];
 
 /// CPU ids a [`THREAD_AFFINITY`] list may name: Linux's `CPU_SETSIZE`.

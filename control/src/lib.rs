@@ -23,7 +23,7 @@ pub mod pki;
 mod seal;
 mod throttle;
 
-pub use address::{AddressError, DataEndpoint, PeerAddress};
+pub use address::{AddressError, DataEndpoint, LeafPublicKey, PeerAddress};
 pub use auth::{DataKey, FrameKeys, Nonce, Proof, Secret, SecretError, nonce};
 #[cfg(feature = "io")]
 pub use codec::{CodecError, FrameCodec, MAX_FRAME};
@@ -32,6 +32,6 @@ pub use generation::Generation;
 pub use handshake::{CoordinatorLink, HandshakeError, WorkerLink, accept, connect};
 pub use messages::{
     Assignment, Autotune, CoordinatorMsg, Knob, Knobs, MAX_PENDING_NAME, MAX_PENDING_REPORTED,
-    PendingReport, PendingTensor, Registration, WorkerMsg, cut_name,
+    PendingReport, PendingTensor, Registration, TlsGrant, WorkerMsg, cut_name,
 };
 pub use throttle::{Say, Throttle};

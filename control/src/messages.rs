@@ -113,6 +113,29 @@ pub struct Assignment {
     /// Token the data-plane mesh checks, so that two jobs never cross-connect.
     pub data_token: u64,
     pub knobs: Knobs,
+    /// For a worker on the QUIC data plane: the job's CA certificate and
+    /// this worker's leaf for this rank and generation.
+    pub tls: Option<TlsGrant>,
+}
+
+/// What a worker needs to speak TLS with its peers in one generation: the
+/// job authority's certificate (the only root it trusts) and its own leaf,
+/// both DER. Certificates are public: the private key never left the worker.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsGrant {
+    pub ca: Vec<u8>,
+    pub leaf: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TlsGrant(ca {} bytes, leaf {} bytes)",
+            self.ca.len(),
+            self.leaf.len()
+        )
+    }
 }
 
 /// Engine settings decided by the coordinator (from its configuration).

@@ -20,10 +20,11 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose, PKCS_ED25519, PublicKeyData, SignatureAlgorithm,
 };
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use serde::{Deserialize, Serialize};
 
+use crate::address::LeafPublicKey;
 use crate::auth::Secret;
 use crate::generation::Generation;
+use crate::messages::TlsGrant;
 
 /// Why a key or certificate could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -36,16 +37,6 @@ pub struct PkiError {
 
 fn pki(what: &'static str) -> impl FnOnce(rcgen::Error) -> PkiError {
     move |source| PkiError { what, source }
-}
-
-/// A leaf's public key: the 32 bytes of an Ed25519 public key.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct LeafPublicKey(pub [u8; 32]);
-
-impl std::fmt::Debug for LeafPublicKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LeafPublicKey({:02x}{:02x}..)", self.0[0], self.0[1])
-    }
 }
 
 impl PublicKeyData for LeafPublicKey {
@@ -92,25 +83,6 @@ impl LeafKey {
     /// The private key, for rustls.
     pub fn private_der(&self) -> PrivateKeyDer<'static> {
         PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.pkcs8.clone()))
-    }
-}
-
-/// What a worker needs to speak TLS with its peers in one generation: the
-/// job authority's certificate (the only root it trusts) and its own leaf.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TlsGrant {
-    pub ca: Vec<u8>,
-    pub leaf: Vec<u8>,
-}
-
-impl std::fmt::Debug for TlsGrant {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "TlsGrant(ca {} bytes, leaf {} bytes)",
-            self.ca.len(),
-            self.leaf.len()
-        )
     }
 }
 

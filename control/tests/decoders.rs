@@ -85,6 +85,10 @@ fn coordinator_msgs() -> Vec<CoordinatorMsg> {
             hosts: vec![0, 0, 1, 1],
             data_token: 0xdead_beef,
             knobs,
+            tls: Some(control::TlsGrant {
+                ca: vec![0x30; 300],
+                leaf: vec![0x30; 280],
+            }),
         }),
         CoordinatorMsg::Stop {
             reason: "rank 2 failed".into(),

@@ -5,7 +5,8 @@
 
 use bytes::Bytes;
 use collectives::{
-    Breaker, Generation, MemTransport, Rank, Tag, TcpTransport, Transport, TransportError,
+    Breaker, Generation, MemTransport, QuicTransport, Rank, Tag, TcpTransport, Transport,
+    TransportError,
 };
 
 /// One generation's connected transport, whichever kind it is.
@@ -13,6 +14,8 @@ use collectives::{
 pub enum DataPlane {
     /// The TCP mesh of a launched job.
     Tcp(TcpTransport),
+    /// The QUIC mesh of a launched job (`--transport quic`).
+    Quic(QuicTransport),
     /// The in-process transport: a world of one, or ranks in one process.
     Mem(MemTransport),
 }
@@ -20,6 +23,12 @@ pub enum DataPlane {
 impl From<TcpTransport> for DataPlane {
     fn from(t: TcpTransport) -> Self {
         DataPlane::Tcp(t)
+    }
+}
+
+impl From<QuicTransport> for DataPlane {
+    fn from(t: QuicTransport) -> Self {
+        DataPlane::Quic(t)
     }
 }
 
@@ -34,6 +43,7 @@ macro_rules! delegate {
     ($plane:expr, $t:ident => $body:expr) => {
         match $plane {
             DataPlane::Tcp($t) => $body,
+            DataPlane::Quic($t) => $body,
             DataPlane::Mem($t) => $body,
         }
     };

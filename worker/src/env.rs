@@ -9,7 +9,7 @@ use control::Secret;
 pub(crate) use control::env::COORDINATOR;
 use control::env::{
     COORDINATOR_TIMEOUT, DATA_ALL_INTERFACES, ELASTIC_TIMEOUT, GLOO_TIMEOUT_SECONDS, HOST, SECRET,
-    SLOT, START_TIMEOUT, THREAD_AFFINITY, parse_cpu_list,
+    SLOT, START_TIMEOUT, THREAD_AFFINITY, TRANSPORT, TransportKind, parse_cpu_list,
 };
 
 use crate::InitError;
@@ -32,6 +32,8 @@ pub(crate) struct Launch {
     pub(crate) engine_cpu: Option<usize>,
     /// The job may span hosts ([`control::env::DATA_ALL_INTERFACES`]).
     pub(crate) data_all_interfaces: bool,
+    /// The data plane to bind ([`control::env::TRANSPORT`]).
+    pub(crate) transport: TransportKind,
 }
 
 impl Launch {
@@ -111,6 +113,15 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         Some("1") => true,
         Some(_) => return Err(bad(DATA_ALL_INTERFACES, "is neither 0 nor 1")),
     };
+    let transport = match get(TRANSPORT).filter(|t| !t.trim().is_empty()) {
+        None => TransportKind::default(),
+        Some(t) => TransportKind::parse(&t).ok_or_else(|| {
+            bad(
+                TRANSPORT,
+                &format!("is {t:?}, none of: {}", TransportKind::NAMES),
+            )
+        })?,
+    };
     Ok(Some(Launch {
         coordinator,
         secret,
@@ -122,6 +133,7 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         data_timeout,
         engine_cpu,
         data_all_interfaces,
+        transport,
     }))
 }
 

@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{
-    Breaker, CollectiveOptions, Communicator, Endpoint, OpSpace, TcpConfig, TcpEndpoint, Transport,
-    TransportError,
+    Breaker, CollectiveOptions, Communicator, OpSpace, QuicConfig, QuicEndpoint, TcpConfig,
+    TcpEndpoint, Transport, TransportError,
 };
+use control::env::TransportKind;
 use control::{Assignment, PeerAddress, Secret};
 
 use crate::data_plane::DataPlane;
@@ -44,6 +45,8 @@ pub(crate) struct Entered {
 pub(crate) struct DataBind {
     pub(crate) ip: IpAddr,
     pub(crate) all_interfaces: bool,
+    /// The data plane to bind.
+    pub(crate) transport: TransportKind,
 }
 
 impl DataBind {
@@ -65,12 +68,19 @@ impl DataBind {
 /// the mesh is built.
 #[derive(Debug)]
 pub(crate) struct Bound {
-    endpoint: TcpEndpoint,
+    endpoint: Unconnected,
     /// The job secret, from which the data-plane key of the assignment is
     /// derived.
     secret: Secret,
     /// What peers are told to dial.
     pub(crate) address: PeerAddress,
+}
+
+/// An endpoint of either data plane, before its generation's mesh.
+#[derive(Debug)]
+enum Unconnected {
+    Tcp(TcpEndpoint),
+    Quic(QuicEndpoint),
 }
 
 /// Binds a data-plane endpoint as `bind` says; each send and receive of its
@@ -80,13 +90,28 @@ pub(crate) async fn bind(
     data_timeout: Duration,
     secret: &Secret,
 ) -> Result<Bound, TransportError> {
-    let config = TcpConfig {
-        io_timeout: data_timeout,
-        ..TcpConfig::default()
+    let listen = SocketAddr::new(bind.listen_ip(), 0);
+    let (endpoint, address) = match bind.transport {
+        TransportKind::Tcp => {
+            let config = TcpConfig {
+                io_timeout: data_timeout,
+                ..TcpConfig::default()
+            };
+            let ep = TcpEndpoint::bind(listen, config).await?;
+            let addr = SocketAddr::new(bind.ip, ep.local_addr()?.port());
+            (Unconnected::Tcp(ep), PeerAddress::tcp(addr))
+        }
+        TransportKind::Quic => {
+            let config = QuicConfig {
+                io_timeout: data_timeout,
+                ..QuicConfig::default()
+            };
+            let ep = QuicEndpoint::bind(listen, config).await?;
+            let addr = SocketAddr::new(bind.ip, ep.local_addr()?.port());
+            let address = PeerAddress::quic(addr, ep.public_key());
+            (Unconnected::Quic(ep), address)
+        }
     };
-    let endpoint = TcpEndpoint::bind(SocketAddr::new(bind.listen_ip(), 0), config).await?;
-    let port = endpoint.address()?.port();
-    let address = PeerAddress::tcp(SocketAddr::new(bind.ip, port));
     Ok(Bound {
         endpoint,
         secret: secret.clone(),
@@ -94,38 +119,65 @@ pub(crate) async fn bind(
     })
 }
 
+/// Every rank's address of one kind, by rank.
+fn peers_of<A>(
+    a: &Assignment,
+    kind: impl Fn(&PeerAddress) -> Option<A>,
+    missing: &'static str,
+) -> Result<Vec<A>, TransportError> {
+    a.peers
+        .iter()
+        .enumerate()
+        .map(|(rank, p)| {
+            kind(p).ok_or(TransportError::Handshake {
+                rank,
+                reason: missing,
+            })
+        })
+        .collect()
+}
+
 impl Bound {
     /// Connects the mesh of `assignment` within `start_timeout` (at least a
     /// second).
     pub(crate) async fn connect(
-        mut self,
+        self,
         assignment: Assignment,
         start_timeout: Duration,
     ) -> Result<Entered, TransportError> {
-        let peers = assignment
-            .peers
-            .iter()
-            .enumerate()
-            .map(|(rank, p)| {
-                p.tcp_addr().ok_or(TransportError::Handshake {
-                    rank,
-                    reason: "the peer offers no TCP data-plane address",
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
         let left = start_timeout.max(Duration::from_secs(1));
         let key = self.secret.data_key(assignment.data_token);
-        self.endpoint.prepare(key, left);
-        let t = self
-            .endpoint
-            .connect(assignment.rank as usize, assignment.generation, &peers)
-            .await?;
-        Ok(Entered {
-            assignment,
-            plane: t.into(),
-        })
+        let rank = assignment.rank as usize;
+        let generation = assignment.generation;
+        let plane = match self.endpoint {
+            Unconnected::Tcp(mut ep) => {
+                let peers = peers_of(&assignment, PeerAddress::tcp_addr, NO_TCP)?;
+                ep.prepare(key, left);
+                ep.connect(rank, generation, &peers).await?.into()
+            }
+            Unconnected::Quic(mut ep) => {
+                let peers = peers_of(&assignment, |p| p.quic_addr().map(|q| q.0), NO_QUIC)?;
+                let grant = assignment.tls.as_ref().ok_or(TransportError::Handshake {
+                    rank,
+                    reason: "the coordinator granted this worker no certificate",
+                })?;
+                ep.prepare(key, grant, left)
+                    .map_err(|e| TransportError::Tls {
+                        rank,
+                        addr: peers[rank],
+                        reason: e.to_string(),
+                    })?;
+                ep.connect(rank, generation, &peers).await?.into()
+            }
+        };
+        Ok(Entered { assignment, plane })
     }
 }
+
+const NO_TCP: &str =
+    "the peer offers no TCP data-plane address (is every worker's ELASTICRUN_TRANSPORT the same?)";
+const NO_QUIC: &str =
+    "the peer offers no QUIC data-plane address (is every worker's ELASTICRUN_TRANSPORT the same?)";
 
 /// What a worker runs with in one generation, besides its engine.
 #[derive(Debug)]

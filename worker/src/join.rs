@@ -58,6 +58,7 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
     let data_bind = DataBind {
         ip,
         all_interfaces: launch.data_all_interfaces,
+        transport: launch.transport,
     };
     let left = deadline.saturating_duration_since(Instant::now());
     let mut link = control::connect(stream, &launch.secret, left).await?;
@@ -194,6 +195,7 @@ mod tests {
             data_timeout: LIMIT,
             engine_cpu: None,
             data_all_interfaces: false,
+            transport: control::env::TransportKind::Tcp,
         }
     }
 
@@ -225,6 +227,7 @@ mod tests {
             hosts: vec![0, 0],
             data_token: 1,
             knobs: Knobs::default(),
+            tls: None,
         };
         link.send(CoordinatorMsg::Assign(a)).await.unwrap();
         // The dial to rank 0 is accepted by the kernel and then hangs.

@@ -531,6 +531,7 @@ mod tests {
             hosts: vec![0],
             data_token: 1,
             knobs: control::Knobs::default(),
+            tls: None,
         }
     }
 }

@@ -168,13 +168,23 @@ pub(super) fn cpu_list(s: &str) -> Result<CpuList, control::env::CpuListError> {
     control::env::parse_cpu_list(s).map(CpuList)
 }
 
+/// `--transport`'s value: `tcp` or `quic`.
+pub(super) fn transport(s: &str) -> Result<control::env::TransportKind, String> {
+    control::env::TransportKind::parse(s).ok_or_else(|| {
+        format!(
+            "{s:?} is not a data plane: expected one of {}",
+            control::env::TransportKind::NAMES
+        )
+    })
+}
+
 /// What `--check-build` (`-cb`) prints: horovodrun's report, for elasticrun.
 pub fn check_build() -> String {
     format!(
         "elasticrun {}:\n\n\
          Available controllers:\n    [X] elasticrun (its own; horovodrun --gloo is accepted)\n    \
          [ ] MPI\n\n\
-         Available data planes:\n    [X] TCP\n    [ ] NCCL\n",
+         Available data planes:\n    [X] TCP\n    [X] QUIC (mutual TLS)\n    [ ] NCCL\n",
         env!("CARGO_PKG_VERSION")
     )
 }

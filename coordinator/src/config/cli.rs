@@ -318,7 +318,15 @@ pub struct Cli {
         help_heading = "Controller and library"
     )]
     pub thread_affinity: Option<CpuList>,
-    /// Keep the data plane on TCP. It is TCP today; once shared memory and QUIC transports exist, this keeps them out [default: off].
+    /// The data plane between the workers: tcp (connections that prove they belong to the job; payloads in the clear) or quic (QUIC under mutual TLS 1.3 with a certificate authority made for the job: every byte between workers authenticated and encrypted) [default: tcp].
+    #[arg(
+        long,
+        value_name = "tcp|quic",
+        value_parser = argv::transport,
+        help_heading = "Controller and library"
+    )]
+    pub transport: Option<control::env::TransportKind>,
+    /// Keep the data plane on TCP: refuses --transport quic [default: off].
     #[arg(long, help_heading = "Controller and library")]
     pub tcp: bool,
     /// Refused: elasticrun does not use MPI (it is its own controller, as with --gloo).

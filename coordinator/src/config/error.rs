@@ -65,6 +65,11 @@ pub enum BadValue {
     NotALogLevel { level: String },
     #[error("expected CPU ids separated by commas (e.g. 0,2): {why}")]
     NotCpus { why: control::env::CpuListError },
+    #[error(
+        "{text:?} is not a data plane: expected one of {}",
+        control::env::TransportKind::NAMES
+    )]
+    NotATransport { text: String },
 }
 
 /// Why an option's value is refused.
@@ -129,6 +134,8 @@ pub enum Refusal {
          (the workers reach each other from the addresses they reach it through)"
     )]
     OneInterface { interfaces: String },
+    #[error("--tcp keeps the data plane on TCP, and the QUIC data plane was asked for")]
+    TcpAndQuic,
 }
 
 /// One of the layers an option can come from, as a message names it.

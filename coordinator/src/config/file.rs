@@ -123,7 +123,26 @@ pub struct LibraryOptions {
     pub gloo_timeout_seconds: Option<f64>,
     /// CPU ids, one per slot of a host: `[0, 2]`.
     pub thread_affinity: Option<Vec<usize>>,
+    /// `tcp` or `quic`.
+    #[serde(default, deserialize_with = "transport")]
+    pub transport: Option<control::env::TransportKind>,
     pub tcp: Option<bool>,
+}
+
+/// A data plane's name in the file.
+fn transport<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<control::env::TransportKind>, D::Error> {
+    let name: Option<String> = serde::Deserialize::deserialize(d)?;
+    name.map(|n| {
+        control::env::TransportKind::parse(&n).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{n:?} is not a data plane: expected one of {}",
+                control::env::TransportKind::NAMES
+            ))
+        })
+    })
+    .transpose()
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -279,7 +298,7 @@ mod tests {
     #[test]
     fn library_options_section_parses() {
         let f = parse(
-            "library_options:\n  gloo_timeout_seconds: 90\n  thread_affinity: [1, 3]\n  tcp: true\n",
+            "library_options:\n  gloo_timeout_seconds: 90\n  thread_affinity: [1, 3]\n  tcp: true\n  transport: QUIC\n",
         )
         .unwrap();
         assert_eq!(
@@ -287,9 +306,14 @@ mod tests {
             LibraryOptions {
                 gloo_timeout_seconds: Some(90.0),
                 thread_affinity: Some(vec![1, 3]),
+                transport: Some(control::env::TransportKind::Quic),
                 tcp: Some(true),
             }
         );
+        let e = parse("library_options:\n  transport: carrier-pigeon\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"carrier-pigeon\" is not a data plane"), "{e}");
         let e = parse("library_options:\n  num_nccl_streams: 2\n")
             .unwrap_err()
             .to_string();

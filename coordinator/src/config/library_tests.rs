@@ -144,3 +144,33 @@ fn huge_numbers_are_refused_not_a_panic() {
     let e = run("-np 2 ./t", &[], "params:\n  cycle_time_ms: 1e300\n").unwrap_err();
     assert!(e.to_string().contains("too long"), "{e}");
 }
+
+#[test]
+fn transport_from_each_layer_and_refused_beside_tcp() {
+    use control::env::TransportKind::{Quic, Tcp};
+    assert_eq!(run("-np 2 ./t", &[], "").unwrap().transport, Tcp);
+    assert_eq!(
+        run("--transport quic -np 2 ./t", &[], "")
+            .unwrap()
+            .transport,
+        Quic
+    );
+    let env = [("ELASTICRUN_TRANSPORT", "quic")];
+    assert_eq!(run("-np 2 ./t", &env, "").unwrap().transport, Quic);
+    let file = "library_options:\n  transport: quic\n";
+    assert_eq!(run("-np 2 ./t", &[], file).unwrap().transport, Quic);
+    // The command line wins over the environment and the file.
+    assert_eq!(
+        run("--transport tcp -np 2 ./t", &env, file)
+            .unwrap()
+            .transport,
+        Tcp
+    );
+    let e = run("-np 2 ./t", &[("ELASTICRUN_TRANSPORT", "udp")], "").unwrap_err();
+    assert!(e.to_string().contains("\"udp\" is not a data plane"), "{e}");
+    let e = run("--tcp --transport quic -np 2 ./t", &[], "").unwrap_err();
+    assert!(
+        e.to_string().contains("--tcp keeps the data plane on TCP"),
+        "{e}"
+    );
+}

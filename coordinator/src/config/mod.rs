@@ -243,9 +243,11 @@ pub struct JobConfig {
     /// `--thread-affinity`: the CPU of each slot's engine thread (slot N
     /// takes entry N, on every host); `None` (the default) = not pinned.
     pub engine_cpus: Option<Vec<usize>>,
-    /// `--tcp`: the data plane stays on TCP. Every data plane is TCP today,
-    /// so nothing changes yet; default off.
+    /// `--tcp`: the data plane stays on TCP (refuses `--transport quic`);
+    /// default off.
     pub tcp_only: bool,
+    /// `--transport`: the data plane between the workers; default TCP.
+    pub transport: control::env::TransportKind,
 }
 
 #[cfg(test)]

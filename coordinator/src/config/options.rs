@@ -19,7 +19,7 @@ use super::error::BadValue;
 use super::file::ConfigFile;
 use super::parse::{
     bytes_as_mb, count, cpus, flag, number, range, samples, segment_size, some_count, some_path,
-    some_port, some_samples, some_text, text,
+    some_port, some_samples, some_text, text, transport,
 };
 
 /// Parses an environment variable's (trimmed, non-empty) text.
@@ -534,6 +534,16 @@ pub(super) const THREAD_AFFINITY: Opt<Option<Vec<usize>>> = Opt {
     cli: |c| c.thread_affinity.clone().map(|l| Some(l.0)),
     file: |f| f.library_options.thread_affinity.clone().map(Some),
     default: None,
+};
+
+/// The data plane between the workers.
+pub(super) const TRANSPORT: Opt<control::env::TransportKind> = Opt {
+    flag: "transport",
+    env: &[var(control::env::TRANSPORT, transport)],
+    yaml: "library_options.transport",
+    cli: |c| c.transport,
+    file: |f| f.library_options.transport,
+    default: control::env::TransportKind::Tcp,
 };
 
 pub(super) const TCP: Opt<bool> = Opt {

@@ -59,6 +59,7 @@ fn table() -> Vec<Names> {
         names(&GLOO_TIMEOUT_SECONDS),
         names(&THREAD_AFFINITY),
         names(&TCP),
+        names(&TRANSPORT),
         names(&OUTPUT_FILENAME),
         names(&PREFIX_OUTPUT_WITH_TIMESTAMP),
         names(&LOG_LEVEL),
@@ -209,6 +210,7 @@ fn the_help_states_the_defaults() {
         stated(o.flag, "off".into());
     }
     stated(LOG_LEVEL.flag, LOG_LEVEL.default.to_string());
+    stated(TRANSPORT.flag, TRANSPORT.default.name().into());
     assert_eq!(crate::config::parse_size("512K"), Ok(SEGMENT_SIZE.default));
     stated(SEGMENT_SIZE.flag, "512K".into());
 }

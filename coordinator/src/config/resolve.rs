@@ -159,6 +159,11 @@ pub fn resolve(
         return Err(invalid(opt::NETWORK_INTERFACE.flag, why));
     }
     let data_timeout = l.pick(&opt::GLOO_TIMEOUT_SECONDS)?;
+    let tcp_only = l.pick(&opt::TCP)?.value;
+    let transport = l.pick(&opt::TRANSPORT)?.value;
+    if tcp_only && transport == control::env::TransportKind::Quic {
+        return Err(invalid(opt::TRANSPORT.flag, Refusal::TcpAndQuic));
+    }
     Ok(JobConfig {
         command: cli.command.clone(),
         np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),
@@ -182,7 +187,8 @@ pub fn resolve(
         elastic,
         data_timeout: positive_seconds(opt::GLOO_TIMEOUT_SECONDS.flag, data_timeout.value)?,
         engine_cpus: engine_cpus(&l)?,
-        tcp_only: l.pick(&opt::TCP)?.value,
+        tcp_only,
+        transport,
     })
 }
 

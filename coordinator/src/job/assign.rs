@@ -2,7 +2,8 @@
 //! and cross ranks from [`crate::layout::placements`] (hosts numbered by their
 //! first rank), every rank's data-plane address. Pure.
 
-use control::{Assignment, DataEndpoint, Generation, Knobs, PeerAddress};
+use control::pki::JobCa;
+use control::{Assignment, DataEndpoint, Generation, Knobs, PeerAddress, TlsGrant};
 use elastic::membership::SlotId;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -19,6 +20,8 @@ pub struct AssignmentBase<'a> {
     /// address towards the others, given out in place of the loopback
     /// address its own workers published (they listen on every interface).
     pub loopback_as: Option<IpAddr>,
+    /// Certifies the TLS key of each worker on the QUIC data plane.
+    pub ca: &'a JobCa,
 }
 
 /// `addr` as every rank of the generation can reach it.
@@ -33,6 +36,10 @@ fn reachable(addr: &PeerAddress, loopback_as: Option<IpAddr>) -> PeerAddress {
             DataEndpoint::Tcp(a) if a.ip().is_loopback() => {
                 DataEndpoint::Tcp(SocketAddr::new(ip, a.port()))
             }
+            DataEndpoint::Quic { addr, key } if addr.ip().is_loopback() => DataEndpoint::Quic {
+                addr: SocketAddr::new(ip, addr.port()),
+                key: *key,
+            },
             other => *other,
         })
         .collect();
@@ -82,8 +89,19 @@ pub fn assignments(
             hosts: host_ids.clone(),
             data_token: g.data_token,
             knobs: g.knobs.clone(),
+            tls: grant(g, p.rank, &peers[p.rank]),
         })
         .collect())
+}
+
+/// The TLS grant of the worker at `addr`, rank `rank`: `None` for a worker
+/// that offers no QUIC endpoint (or, never seen, one whose leaf cannot be
+/// signed: its QUIC set-up then says no certificate was granted).
+fn grant(g: &AssignmentBase<'_>, rank: usize, addr: &PeerAddress) -> Option<TlsGrant> {
+    let (_, key) = addr.quic_addr()?;
+    g.ca.grant(&key, rank, g.generation)
+        .inspect_err(|e| tracing::warn!(rank, %e, "no leaf certificate for a worker"))
+        .ok()
 }
 
 #[cfg(test)]
@@ -96,6 +114,64 @@ mod tests {
             host: host.into(),
             slot,
         }
+    }
+
+    fn ca() -> JobCa {
+        JobCa::from_secret(&control::Secret::from_hex(&"5a".repeat(32)).unwrap()).unwrap()
+    }
+
+    /// Workers on QUIC get the job's CA and a leaf for their own key, named
+    /// for their rank and generation; a worker on TCP gets none.
+    #[test]
+    fn quic_workers_are_granted_a_leaf_for_their_rank() {
+        let ranks = vec![slot("a", 0), slot("a", 1), slot("b", 0)];
+        let key = |i: u8| control::pki::LeafKey::generate().map(|k| (i, k.public()));
+        let keys: Vec<_> = (0..2).map(|i| key(i).unwrap().1).collect();
+        let addrs: HashMap<SlotId, PeerAddress> = [
+            (
+                ranks[0].clone(),
+                PeerAddress::quic(([127, 0, 0, 1], 9000).into(), keys[0]),
+            ),
+            (
+                ranks[1].clone(),
+                PeerAddress::quic(([127, 0, 0, 1], 9001).into(), keys[1]),
+            ),
+            (
+                ranks[2].clone(),
+                PeerAddress::tcp(([10, 0, 0, 2], 9002).into()),
+            ),
+        ]
+        .into();
+        let k = knobs();
+        let ca = ca();
+        let g = AssignmentBase {
+            generation: Generation(4),
+            knobs: &k,
+            data_token: 7,
+            loopback_as: Some([10, 0, 0, 1].into()),
+            ca: &ca,
+        };
+        let a = assignments(&g, &ranks, &addrs).unwrap();
+        let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+        for r in 0..2 {
+            let grant = a[r].tls.as_ref().expect("a grant for a QUIC worker");
+            assert_eq!(grant.ca, ca.certificate());
+            assert!(
+                has(&grant.leaf, &keys[r].0),
+                "rank {r}'s leaf certifies its key"
+            );
+            let name = control::pki::leaf_name(r, Generation(4));
+            assert!(
+                has(&grant.leaf, name.as_bytes()),
+                "rank {r}'s leaf is named {name}"
+            );
+        }
+        assert!(a[2].tls.is_none());
+        // Handed to the other host with this machine's routable address.
+        assert_eq!(
+            a[2].peers[1].quic_addr(),
+            Some((SocketAddr::from(([10, 0, 0, 1], 9001)), keys[1]))
+        );
     }
 
     #[test]
@@ -118,6 +194,7 @@ mod tests {
             knobs: &k,
             data_token: 7,
             loopback_as: None,
+            ca: &ca(),
         };
         let a = assignments(&g, &ranks, &addrs).unwrap();
         assert!(a.iter().all(|x| x.hosts == [0, 1, 0, 2] && x.size == 4));
@@ -159,6 +236,7 @@ mod tests {
             knobs: &k,
             data_token: 7,
             loopback_as: Some([10, 0, 0, 1].into()),
+            ca: &ca(),
         };
         let a = assignments(&g, &ranks, &addrs).unwrap();
         let peers: Vec<_> = a[1].peers.iter().map(|p| p.tcp_addr().unwrap()).collect();

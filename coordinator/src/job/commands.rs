@@ -107,6 +107,7 @@ impl Driver {
             knobs: &self.knobs,
             data_token: self.data_token,
             loopback_as: self.loopback_as(ranks),
+            ca: &self.ca,
         };
         let all = match assignments(&g, ranks, &self.addrs) {
             Ok(a) => a,

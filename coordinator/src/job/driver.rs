@@ -88,6 +88,8 @@ pub(super) struct Driver {
     pub(super) mode: Mode,
     pub(super) knobs: Knobs,
     pub(super) data_token: u64,
+    /// The job's certificate authority (QUIC workers' leaves).
+    pub(super) ca: std::sync::Arc<control::pki::JobCa>,
     /// Starts the workers (processes, or an in-process cluster's tasks).
     pub(super) launcher: Box<dyn Launcher>,
     pub(super) core: Membership,

@@ -192,6 +192,14 @@ pub(crate) fn job_secret() -> Result<Secret, JobError> {
     Secret::generate().map_err(|e| JobError::Secret { why: e.to_string() })
 }
 
+/// The job's certificate authority: derived from its secret, the same in
+/// every coordinator of the job (see [`control::pki`]).
+pub fn job_ca(secret: &Secret) -> Result<std::sync::Arc<control::pki::JobCa>, JobError> {
+    control::pki::JobCa::from_secret(secret)
+        .map(std::sync::Arc::new)
+        .map_err(|e| JobError::Secret { why: e.to_string() })
+}
+
 /// The token every data-plane connection of the job's generations carries.
 pub(crate) fn data_token() -> Result<u64, JobError> {
     let token_bytes = control::nonce().map_err(|e| JobError::Secret { why: e.to_string() })?;

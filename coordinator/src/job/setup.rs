@@ -8,7 +8,10 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
+use std::sync::Arc;
+
 use control::Knobs;
+use control::pki::JobCa;
 use elastic::hosts::HostSlots;
 use elastic::membership::{BlacklistPolicy, Membership, Policy};
 use tokio::sync::mpsc;
@@ -17,7 +20,9 @@ use super::discovery::{Discovery, HostFeed};
 use super::driver::{Driver, Mode, STORE_TIMEOUT, bind_address};
 use super::recovery::Recovery;
 use super::waiting::Waiting;
-use super::{Ending, JobError, Say, Stops, WallClock, data_token, hosts_and_np, job_secret, knobs};
+use super::{
+    Ending, JobError, Say, Stops, WallClock, data_token, hosts_and_np, job_ca, job_secret, knobs,
+};
 use crate::config::{ElasticConfig, JobConfig};
 use crate::launch::Launcher;
 use crate::launch::address::{control_addresses, is_this_machine};
@@ -171,6 +176,8 @@ pub struct Seams {
     pub stops: Stops,
     /// Where elasticrun's own status lines go.
     pub say: Say,
+    /// The job's certificate authority, derived from its secret.
+    pub ca: Arc<JobCa>,
 }
 
 /// Runs the job described by `cfg` until it ends.
@@ -182,6 +189,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         hosts,
     } = setup(&cfg).await?;
     let secret = job_secret()?;
+    let ca = job_ca(&secret)?;
     let server = Server::bind(SocketAddr::new(bind, 0), secret.clone()).await?;
     tracing::debug!(addr = %server.local_addr(), "control plane listening");
     let listening = server.local_addr();
@@ -198,6 +206,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         clock: WallClock::System,
         stops,
         say,
+        ca,
     };
     drive(mode, policy, knobs, seams).await
 }
@@ -235,6 +244,7 @@ async fn drive(mode: Mode, policy: Policy, knobs: Knobs, seams: Seams) -> Result
         clock,
         stops,
         say,
+        ca,
     } = seams;
     let data_token = data_token()?;
     let (events_tx, events_rx) = mpsc::channel(1024);
@@ -254,6 +264,7 @@ async fn drive(mode: Mode, policy: Policy, knobs: Knobs, seams: Seams) -> Result
         stall: StallConfig::from_knobs(&knobs),
         knobs,
         data_token,
+        ca,
         launcher,
         started: tokio::time::Instant::now(),
         workers: HashMap::new(),

@@ -54,6 +54,7 @@ fn job_env(cfg: &JobConfig, w: &WorkerStart<'_>) -> Vec<(String, String)> {
             control::env::DATA_ALL_INTERFACES.into(),
             u8::from(w.spans_hosts).to_string(),
         ),
+        (control::env::TRANSPORT.into(), cfg.transport.name().into()),
     ];
     if let Some(e) = &cfg.elastic {
         env.push((

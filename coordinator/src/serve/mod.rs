@@ -265,6 +265,7 @@ impl Replica {
             clock: WallClock::System,
             stops: stops.or_lapse(lease.lapse(margin(lease.ttl())).boxed()),
             say: self.say.clone(),
+            ca: crate::job::job_ca(&self.secret)?,
         };
         let ending =
             crate::job::drive_elastic(self.policy.clone(), self.knobs.clone(), seams).await?;

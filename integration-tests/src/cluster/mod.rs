@@ -211,6 +211,7 @@ impl Cluster {
             clock: self.inner.clock,
             stops: Stops::never(),
             say,
+            ca: coordinator::job::job_ca(&self.inner.secret).expect("the job's CA"),
         };
         let cfg = cfg.clone();
         let task = tokio::spawn(async move { coordinator::job::run_on(&cfg, seams).await });

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control::DataKey;
-use control::pki::{LeafKey, LeafPublicKey, TlsGrant, leaf_name};
+use control::pki::{LeafKey, leaf_name};
+use control::{LeafPublicKey, TlsGrant};
 use quinn::{
     Connection, ConnectionError, Endpoint as QuinnEndpoint, Incoming, RecvStream, SendStream,
 };

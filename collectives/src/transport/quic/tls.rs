@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use control::pki::TlsGrant;
+use control::TlsGrant;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
 use rustls::RootCertStore;
