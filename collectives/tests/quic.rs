@@ -343,3 +343,101 @@ fn no_cert_client() -> quinn::Endpoint {
     ep.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
     ep
 }
+
+/// Rank 1 of `a_rank_killed_with_sigkill_mid_collective_is_lost_within_the_idle_timeout`,
+/// run as a child process of that test (ignored on its own): joins rank 0
+/// at `QUIC_TEST_RANK0` and allreduces until killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of another test"]
+async fn quic_child_rank() {
+    let rank0: SocketAddr = std::env::var("QUIC_TEST_RANK0").unwrap().parse().unwrap();
+    let mut ep = QuicEndpoint::bind(LOCAL.parse().unwrap(), config())
+        .await
+        .unwrap();
+    let me = ep.local_addr().unwrap();
+    grant(
+        &mut ep,
+        &JobCa::from_secret(&secret(1)).unwrap(),
+        1,
+        Generation(9),
+    );
+    println!("ADDR {me}");
+    let t = ep.connect(1, Generation(9), &[rank0, me]).await.unwrap();
+    let c = Communicator::new(t, CollectiveOptions::default());
+    loop {
+        let mut b = vec![1.0f32; 1 << 20];
+        if c.allreduce(&mut b, ReduceOp::Sum).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_killed_with_sigkill_mid_collective_is_lost_within_the_idle_timeout() {
+    use std::io::BufRead;
+    let mut ep = QuicEndpoint::bind(LOCAL.parse().unwrap(), config())
+        .await
+        .unwrap();
+    let me = ep.local_addr().unwrap();
+    grant(
+        &mut ep,
+        &JobCa::from_secret(&secret(1)).unwrap(),
+        0,
+        Generation(9),
+    );
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "quic_child_rank", "--nocapture"])
+        .env("QUIC_TEST_RANK0", me.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let peer = tokio::task::spawn_blocking(move || {
+        let lines = std::io::BufReader::new(stdout).lines();
+        lines.map_while(Result::ok).find_map(|l| {
+            l.strip_prefix("ADDR ")
+                .map(|a| a.parse::<SocketAddr>().unwrap())
+        })
+    });
+    let peer = tokio::time::timeout(HANG, peer)
+        .await
+        .expect("the child's address")
+        .unwrap();
+    let peer = peer.expect("the child printed no address");
+    let t = ep.connect(0, Generation(9), &[me, peer]).await.unwrap();
+    let c = Communicator::new(t, CollectiveOptions::default());
+    let mut b = vec![1.0f32; 1 << 20];
+    c.allreduce(&mut b, ReduceOp::Sum).await.unwrap();
+    assert!(b.iter().all(|&x| x == 2.0));
+    let idle = config().idle_timeout;
+    // Killed while its next collectives run: the kernel says nothing to
+    // the survivor over UDP, so the loss is noticed by the idle timeout.
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        child.kill().unwrap();
+        let killed_at = std::time::Instant::now();
+        child.wait().unwrap();
+        killed_at
+    });
+    let e = loop {
+        let mut b = vec![1.0f32; 1 << 20];
+        match tokio::time::timeout(HANG, c.allreduce(&mut b, ReduceOp::Sum)).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => break e,
+            Err(_) => panic!("the survivor hung"),
+        }
+    };
+    let lost_after = killer.join().unwrap().elapsed();
+    println!("rank 1 killed; rank 0 lost it after {lost_after:.2?}: {e}");
+    assert!(
+        matches!(
+            e,
+            collectives::CollectiveError::Transport(TransportError::PeerLost { rank: 1, .. })
+        ),
+        "{e:?}"
+    );
+    assert!(
+        lost_after < config().io_timeout,
+        "noticed only after {lost_after:?} (idle timeout {idle:?})"
+    );
+}

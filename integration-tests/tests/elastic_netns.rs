@@ -226,6 +226,30 @@ fn a_host_that_vanishes_from_the_network_and_discovery_is_left_behind() {
     // the cluster kills them.
 }
 
+/// The same over the QUIC data plane (`--transport quic`): workers on two
+/// hosts meet under mutual TLS across the namespaces' bridge; the host
+/// vanishes from the network and discovery, and the survivors go on, reset
+/// onto a new QUIC mesh of their own.
+#[test]
+fn a_quic_job_across_two_hosts_goes_on_when_one_vanishes() {
+    let Some(c) = cluster("s4", (231, 4)) else {
+        return;
+    };
+    let hosts_file = c.dir().join("hosts");
+    let job = running_job(&c, &hosts_file, &["--transport", "quic"]);
+    let vanished_at = Instant::now();
+    c.set_link(0, false);
+    write_atomically(&hosts_file, &hosts_text(&c, &[1]));
+    let what = "QUIC job: host vanished from the network and discovery";
+    let lines = finishes_on_two(job, what, &c.host(1), vanished_at, Duration::from_secs(45));
+    never_said(&lines, "did not rejoin");
+    never_said(&lines, "data-plane connection refused");
+    let limit = Duration::from_secs(10);
+    c.wait_empty(&c.host_ns(1), &[c.sshd_pid(1)], limit)
+        .unwrap();
+    c.wait_empty(&c.coordinator_ns(), &[], limit).unwrap();
+}
+
 /// The host leaves the network but stays in discovery (a partition): its
 /// workers fail by heartbeat silence (15 s), replacements started there over
 /// ssh cannot register (`--start-timeout 8` here, 30 s by default), and the

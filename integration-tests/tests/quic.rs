@@ -1,0 +1,98 @@
+//! `elasticrun --transport quic` on one machine: a static job ends with the
+//! weights of the same job over TCP, bit for bit; an elastic job over QUIC
+//! survives a worker killed with `kill -9` and ends with the weights of an
+//! undisturbed run. (The job across two network namespaces over QUIC is in
+//! `elastic_netns.rs`; the transport's own tests in `collectives/tests/quic.rs`.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use integration_tests::elastic::{
+    Chaos, Job, Scratch, Train, check_done, final_world_sizes, generations,
+};
+use integration_tests::{launch, train};
+
+const JOB: Duration = Duration::from_secs(60);
+
+fn done_state(transport: &str) -> (String, f64) {
+    let t = train();
+    let run = launch(&[
+        "-np",
+        "3",
+        "--transport",
+        transport,
+        t.to_str().unwrap(),
+        "--epochs",
+        "2",
+    ])
+    .finish(JOB);
+    run.expect_code(0);
+    assert!(
+        !run.stderr.contains("connection refused"),
+        "a peer was refused:\n{}",
+        run.stderr
+    );
+    let done = run.done_event();
+    assert_eq!(done["world_size"], 3, "{done}");
+    (
+        done["state"].as_str().unwrap().to_owned(),
+        done["loss"].as_f64().unwrap(),
+    )
+}
+
+#[test]
+fn a_job_over_quic_ends_with_the_weights_of_the_same_job_over_tcp() {
+    let (quic, quic_loss) = done_state("quic");
+    let (tcp, tcp_loss) = done_state("tcp");
+    assert_eq!(quic, tcp, "the weights differ between the data planes");
+    assert_eq!(quic_loss.to_bits(), tcp_loss.to_bits());
+}
+
+const SHORT: Train = Train {
+    epochs: 6,
+    samples: 640,
+    step_delay_ms: 20,
+    commit_every: 4,
+};
+
+#[test]
+fn a_worker_killed_over_quic_is_replaced_and_no_committed_step_is_lost() {
+    let mut chaos = Chaos::from_env();
+    let scratch = Scratch::new("quic-kill");
+    scratch.set_hosts("localhost:3\n");
+    let discovery = scratch.file_discovery();
+    let args = [
+        "--transport",
+        "quic",
+        "--host-discovery-script",
+        &discovery,
+        "--min-np",
+        "2",
+        "--max-np",
+        "3",
+    ];
+    let job = Job::start(&args, &SHORT);
+    let first = job.wait_for_workers(3);
+    let at = job.wait_for_step_at_least(15);
+    let victim = 1 + chaos.below(2) as usize;
+    eprintln!("killing rank {victim} at step {}", at.step);
+    job.kill(first[victim].pid);
+    let run = job.finish(JOB);
+    run.expect_code(0);
+    assert!(
+        run.stderr.contains("was killed by signal 9 (SIGKILL)"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        generations(&run.stderr).len() >= 2,
+        "no new generation:\n{}",
+        run.stderr
+    );
+    let sizes = final_world_sizes(&run.stdout);
+    assert_eq!(sizes.len() as u64, SHORT.expected_steps(), "{}", run.stdout);
+    assert!(sizes.iter().all(|&n| n == 3), "{sizes:?}");
+    let state = check_done(&run, 3, SHORT.expected_steps());
+    // The undisturbed reference runs over TCP: the same bits either way.
+    assert_eq!(state, SHORT.undisturbed_state(3), "{}", run.stdout);
+}
