@@ -9,7 +9,8 @@
 #   (integration-tests/tests/elastic_netns.rs); they also need root
 #   (CAP_NET_ADMIN) and a kernel with veth and bridge support.
 #   nftables: a firewall between namespaces (integration-tests/tests/mixed_hosts.rs).
-#   protobuf-compiler: `protoc`, which the etcd client crate's build needs.
+#   protobuf-compiler, libprotobuf-dev: `protoc` and its well-known types,
+#   which the etcd client crate's build needs.
 #   etcd-server, etcd-client: a real etcd (and etcdctl) for the tests of
 #   `elasticrun serve` and self-joining workers (integration-tests/tests/etcd_*.rs).
 #   kubernetes-validate (PyPI, with pip): deploy/kubernetes/ checked against
@@ -29,6 +30,9 @@ command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || missing+=(opens
 command -v ip >/dev/null || missing+=(iproute2)
 command -v nft >/dev/null || missing+=(nftables)
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
+# protoc's well-known types (google/protobuf/descriptor.proto), a mere
+# recommendation of protobuf-compiler that --no-install-recommends leaves out.
+[ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -22,6 +22,8 @@ pub mod pki;
 #[cfg(feature = "io")]
 mod seal;
 mod throttle;
+#[cfg(feature = "io")]
+pub mod tls;
 
 pub use address::{AddressError, DataEndpoint, LeafPublicKey, PeerAddress};
 pub use auth::{DataKey, FrameKeys, Nonce, Proof, Secret, SecretError, nonce};

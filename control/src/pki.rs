@@ -182,9 +182,20 @@ impl JobCa {
         not_before: SystemTime,
         not_after: SystemTime,
     ) -> Result<TlsGrant, PkiError> {
-        let name = leaf_name(rank, generation);
+        self.certify(key, &leaf_name(rank, generation), not_before, not_after)
+    }
+
+    /// A grant of a leaf named `name` for `key`, valid from `not_before` to
+    /// `not_after`.
+    pub fn certify(
+        &self,
+        key: &LeafPublicKey,
+        name: &str,
+        not_before: SystemTime,
+        not_after: SystemTime,
+    ) -> Result<TlsGrant, PkiError> {
         let mut params =
-            CertificateParams::new(vec![name.clone()]).map_err(pki("describe a leaf"))?;
+            CertificateParams::new(vec![name.to_owned()]).map_err(pki("describe a leaf"))?;
         params.distinguished_name = DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, name);
         params.use_authority_key_identifier_extension = true;

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use control::tls::ControlAcceptor;
 use control::{CoordinatorLink, Registration, Say, Secret, Throttle, WorkerMsg};
 use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
@@ -100,12 +101,17 @@ pub struct Server {
 }
 
 impl Server {
-    /// Listens on `addr` and starts authenticating connections with `secret`.
-    pub async fn bind(addr: SocketAddr, secret: Secret) -> Result<Self, ServerError> {
+    /// Listens on `addr` and starts authenticating connections with `secret`,
+    /// each inside TLS first when `tls` is given (`--transport quic`).
+    pub async fn bind(
+        addr: SocketAddr,
+        secret: Secret,
+        tls: Option<ControlAcceptor>,
+    ) -> Result<Self, ServerError> {
         let listener = listener(addr).map_err(ServerError::Listen)?;
         let addr = listener.local_addr().map_err(ServerError::Listen)?;
         let (tx, rx) = mpsc::channel(ARRIVALS);
-        let listener = tokio::spawn(listen(listener, Arc::new(secret), tx));
+        let listener = tokio::spawn(listen(listener, Arc::new(secret), tls, tx));
         let arrivals = Arrivals {
             rx,
             listener: Some(listener),
@@ -172,7 +178,12 @@ impl MemDialer {
     }
 }
 
-async fn listen(listener: TcpListener, secret: Arc<Secret>, arrivals: mpsc::Sender<Arrival>) {
+async fn listen(
+    listener: TcpListener,
+    secret: Arc<Secret>,
+    tls: Option<ControlAcceptor>,
+    arrivals: mpsc::Sender<Arrival>,
+) {
     let handshakes = Arc::new(Semaphore::new(HANDSHAKES));
     loop {
         // Connections beyond the cap wait in the backlog, not in memory.
@@ -187,11 +198,13 @@ async fn listen(listener: TcpListener, secret: Arc<Secret>, arrivals: mpsc::Send
                 continue;
             }
         };
-        let (secret, arrivals) = (secret.clone(), arrivals.clone());
+        let (secret, arrivals, tls) = (secret.clone(), arrivals.clone(), tls.clone());
         tokio::spawn(async move {
             let _ = stream.set_nodelay(true);
-            let stream: Box<dyn ControlStream> = Box::<TcpStream>::new(stream);
-            let admitted = admit(stream, &secret, PROOF_TIMEOUT).await;
+            let admitted = match wrap(stream, tls.as_ref()).await {
+                Ok(stream) => admit(stream, &secret, PROOF_TIMEOUT).await,
+                Err(why) => Err(why),
+            };
             drop(permit);
             pass_on(admitted, &arrivals, &from.to_string()).await;
         });
@@ -234,6 +247,22 @@ async fn pass_on(admitted: Result<Arrival, String>, arrivals: &mpsc::Sender<Arri
     }
 }
 
+/// The connection as the control plane reads it: inside TLS (its handshake
+/// bounded by [`PROOF_TIMEOUT`]) when `tls` is given.
+async fn wrap(
+    stream: TcpStream,
+    tls: Option<&ControlAcceptor>,
+) -> Result<Box<dyn ControlStream>, String> {
+    let Some(tls) = tls else {
+        return Ok(Box::new(stream));
+    };
+    match tokio::time::timeout(PROOF_TIMEOUT, tls.accept(stream)).await {
+        Ok(Ok(s)) => Ok(Box::new(s)),
+        Ok(Err(e)) => Err(format!("TLS: {e}")),
+        Err(_) => Err(format!("no TLS handshake within {PROOF_TIMEOUT:?}")),
+    }
+}
+
 /// Authenticates a connection and reads its registration.
 /// `proof` bounds the authentication, [`HANDSHAKE_TIMEOUT`] the registration.
 async fn admit(
@@ -256,6 +285,7 @@ async fn admit(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use control::tls::ClientStream;
     use control::{Generation, PeerAddress};
     use futures::SinkExt;
 
@@ -280,7 +310,7 @@ mod tests {
     #[tokio::test]
     async fn silent_connections_hold_at_most_the_cap_and_only_for_the_proof_timeout() {
         let secret = Secret::generate().unwrap();
-        let server = Server::bind("127.0.0.1:0".parse().unwrap(), secret.clone())
+        let server = Server::bind("127.0.0.1:0".parse().unwrap(), secret.clone(), None)
             .await
             .unwrap();
         let addr = server.local_addr();
@@ -315,5 +345,60 @@ mod tests {
             "the worker got in while all {HANDSHAKES} silent connections were still held"
         );
         drop(worker.await.unwrap());
+    }
+
+    fn registration() -> Registration {
+        Registration {
+            host: "h".into(),
+            slot: 0,
+            pid: 1,
+            data_addr: PeerAddress::tcp("127.0.0.1:9".parse().unwrap()),
+            generation: Generation(0),
+        }
+    }
+
+    /// With TLS (`--transport quic`): a worker of the job registers through
+    /// TLS and the HMAC handshake inside it; one that speaks the control
+    /// plane in the clear, even with the right secret, is refused, and so is
+    /// a TLS client that trusts another job's authority (it refuses the
+    /// coordinator's certificate itself).
+    #[tokio::test]
+    async fn with_tls_only_a_tls_worker_of_the_job_gets_in() {
+        let secret = Secret::generate().unwrap();
+        let ca = control::pki::JobCa::from_secret(&secret).unwrap();
+        let tls = ControlAcceptor::new(&ca).unwrap();
+        let server = Server::bind("127.0.0.1:0".parse().unwrap(), secret.clone(), Some(tls))
+            .await
+            .unwrap();
+        let addr = server.local_addr();
+        let mut arrivals = server.into_arrivals();
+        let limit = PROOF_TIMEOUT * 3;
+
+        let plain = TcpStream::connect(addr).await.unwrap();
+        let e = control::connect(plain, &secret, limit).await.unwrap_err();
+        assert!(!e.to_string().is_empty());
+
+        let other = control::tls::ControlConnector::new(&Secret::generate().unwrap()).unwrap();
+        let e = ClientStream::dial(addr, Some(&other)).await.unwrap_err();
+        assert!(e.to_string().contains("certificate"), "{e}");
+
+        let ours = control::tls::ControlConnector::new(&secret).unwrap();
+        let s = ClientStream::dial(addr, Some(&ours)).await.unwrap();
+        assert!(matches!(s, ClientStream::Tls(_)));
+        let mut link = control::connect(s, &secret, limit).await.unwrap();
+        link.send(WorkerMsg::Register(registration()))
+            .await
+            .unwrap();
+        let arrival = tokio::time::timeout(limit, arrivals.next())
+            .await
+            .expect("the TLS worker never arrived")
+            .unwrap();
+        assert_eq!(arrival.registration.host, "h");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), arrivals.next())
+                .await
+                .is_err(),
+            "a refused connection arrived"
+        );
     }
 }

@@ -38,6 +38,10 @@ pub struct LeaderRecord {
     pub addr: SocketAddr,
     /// Which replica it is (host name and process id), for messages.
     pub instance: String,
+    /// Whether its control plane speaks TLS (a job on the QUIC data plane),
+    /// so that a pod started with the other transport says so at once.
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// The JSON of `value`, refused when over [`MAX_RECORD_BYTES`].

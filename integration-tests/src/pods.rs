@@ -23,6 +23,8 @@ pub struct PodJob {
     pub job: String,
     /// The pods' `ELASTICRUN_ETCD` when not every member's.
     pub pod_etcd: Option<String>,
+    /// More of the pods' environment (`ELASTICRUN_TRANSPORT`, ...).
+    pub pod_env: Vec<(String, String)>,
     serves: Vec<Option<Running>>,
     pods: Vec<Option<Running>>,
 }
@@ -95,6 +97,7 @@ impl PodJob {
             dir,
             job: test.replace('_', "-").chars().take(60).collect(),
             pod_etcd: None,
+            pod_env: Vec::new(),
             serves: Vec::new(),
             pods: Vec::new(),
         }
@@ -152,6 +155,7 @@ impl PodJob {
         for k in control::env::ALL {
             cmd.env_remove(k);
         }
+        cmd.envs(self.pod_env.iter().map(|(k, v)| (k, v)));
         self.pods.push(Some(start(cmd)));
         i
     }

@@ -86,6 +86,34 @@ fn killing_the_leading_coordinator_resets_nothing_and_loses_no_step() {
     );
 }
 
+/// Pods on the QUIC data plane (`ELASTICRUN_TRANSPORT=quic`) with replicas
+/// run with `--transport quic`: the control connections are TLS under the
+/// job's authority, which each replica derives from the secret, so the pods
+/// follow a new leader through TLS too; the leader's death resets nothing,
+/// and the job ends with the weights of an undisturbed run.
+#[test]
+fn pods_over_quic_follow_a_new_leader_through_tls_and_lose_nothing() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("pods_quic", etcd);
+    job.pod_env
+        .push((control::env::TRANSPORT.into(), "quic".into()));
+    let train = long();
+    let quic: Vec<&str> = SERVE
+        .iter()
+        .copied()
+        .chain(["--transport", "quic"])
+        .collect();
+    job.serve(&quic);
+    let first = job.leader(&[], LIMIT);
+    job.serve(&quic);
+    three_pods(&mut job, &train);
+    job.wait_for_step(30, LIMIT);
+    job.signal_serve(first, Signal::SIGKILL);
+    job.leader(&[first], LIMIT);
+    let run = job.finish_pods(LIMIT);
+    undisturbed_and_never_reset(&run, &train);
+}
+
 #[test]
 fn a_pod_given_sigterm_leaves_at_a_commit_without_rollback() {
     let Some(etcd) = Etcd::start() else { return };

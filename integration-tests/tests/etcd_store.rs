@@ -37,6 +37,7 @@ fn leader(port: u16) -> LeaderRecord {
             .parse()
             .unwrap_or_else(|e| panic!("{e}")),
         instance: format!("replica-{port}"),
+        tls: false,
     }
 }
 

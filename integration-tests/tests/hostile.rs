@@ -1,6 +1,7 @@
 //! Strangers at the coordinator's port: a wrong secret, random bytes, an
 //! oversized frame, a frame before authentication. Each connection is closed
-//! and the running job finishes as if nothing had happened.
+//! and the running job finishes as if nothing had happened; with
+//! `--transport quic` (a TLS control plane) too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -70,18 +71,32 @@ async fn attack(addr: SocketAddr) {
     expect_closed(s, "silence").await;
 }
 
-#[test]
-fn strangers_are_turned_away_and_the_job_goes_on() {
+/// Against a coordinator of a `--transport quic` job, whose control plane is
+/// TLS: a TLS client that trusts another job's authority refuses the
+/// coordinator's certificate (so the coordinator does speak TLS, with a leaf
+/// of its own job).
+async fn attack_tls(addr: SocketAddr) {
+    let other = control::tls::ControlConnector::new(&control::Secret::generate().unwrap()).unwrap();
+    let res = tokio::time::timeout(LIMIT, control::tls::ClientStream::dial(addr, Some(&other)))
+        .await
+        .expect("a TLS handshake in time");
+    let e = res.expect_err("a coordinator of this job was trusted by another job's worker");
+    assert!(e.to_string().contains("certificate"), "{e}");
+}
+
+/// Runs a two-worker job with `extra` options while strangers call at the
+/// coordinator's port; the job must end as if nothing had happened.
+fn job_under_attack(extra: &[&str], tls: bool) {
     let train = train();
-    let args = [
-        "-np",
-        "2",
+    let mut args = vec!["-np", "2"];
+    args.extend_from_slice(extra);
+    args.extend([
         train.to_str().unwrap(),
         "--epochs",
         "2",
         "--step-delay-ms",
         "40",
-    ];
+    ]);
     let job = launch(&args);
     let pids = workers(job.pid(), 2, Duration::from_secs(20));
     let addr: SocketAddr =
@@ -92,10 +107,28 @@ fn strangers_are_turned_away_and_the_job_goes_on() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(attack(addr));
+    rt.block_on(async {
+        if tls {
+            attack_tls(addr).await;
+        }
+        attack(addr).await;
+    });
     let run = job.finish(Duration::from_secs(60));
     run.expect_code(0);
     let done = run.done_event();
     assert_eq!(done["world_size"], 2, "{done}");
     assert!(done["accuracy"].as_f64().unwrap() > 0.9, "{done}");
+}
+
+#[test]
+fn strangers_are_turned_away_and_the_job_goes_on() {
+    job_under_attack(&[], false);
+}
+
+/// The same with `--transport quic`, whose control connections are TLS:
+/// a stranger speaking the control plane in the clear (with a wrong secret,
+/// bytes, frames, silence) is turned away too.
+#[test]
+fn strangers_at_a_tls_coordinator_are_turned_away_and_the_job_goes_on() {
+    job_under_attack(&["--transport", "quic"], true);
 }

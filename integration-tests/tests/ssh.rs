@@ -63,6 +63,30 @@ fn training_over_ssh_matches_a_local_run() {
     );
 }
 
+/// `--transport quic` over ssh: the secret reaches the remote workers on
+/// ssh's standard input, each derives the job's authority from it, and the
+/// job (TLS control connections, a QUIC mesh under mutual TLS) ends with the
+/// weights of the same job run locally over TCP.
+#[test]
+fn a_quic_job_over_ssh_ends_with_the_weights_of_a_local_tcp_job() {
+    let Some(sshd) = TestSshd::start_or_skip(&["127.0.0.2"]) else {
+        return;
+    };
+    let hosts = format!("{}:2", sshd.host);
+    let remote = run_on(
+        &sshd,
+        &["-H", &hosts, "--transport", "quic"],
+        &["--epochs", "2"],
+    )
+    .finish(JOB);
+    let local = launch(&["-np", "2", train().to_str().unwrap(), "--epochs", "2"]).finish(JOB);
+    remote.expect_code(0);
+    local.expect_code(0);
+    let (r, l) = (remote.done_event(), local.done_event());
+    assert_eq!(r["world_size"], 2, "{r}");
+    assert_eq!(r["state"], l["state"], "{r} vs {l}");
+}
+
 #[test]
 fn local_and_remote_slots_form_one_job_and_secrets_stay_off_command_lines() {
     let Some(sshd) = TestSshd::start_or_skip(&["127.0.0.3"]) else {

@@ -37,6 +37,20 @@ pub(crate) struct Launch {
 }
 
 impl Launch {
+    /// TLS to the coordinator, which a job on the QUIC data plane uses for
+    /// its control connections too.
+    pub(crate) fn control_tls(&self) -> Result<Option<control::tls::ControlConnector>, InitError> {
+        if self.transport != TransportKind::Quic {
+            return Ok(None);
+        }
+        control::tls::ControlConnector::new(&self.secret)
+            .map(Some)
+            .map_err(|e| InitError::Control {
+                what: "setting up TLS with the coordinator",
+                why: e.to_string(),
+            })
+    }
+
     /// How long to wait for an assignment after registering: an elastic job
     /// may wait up to its elastic timeout for enough workers.
     pub(crate) fn assignment_wait(&self) -> Duration {

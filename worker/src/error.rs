@@ -39,6 +39,14 @@ pub enum InitError {
         "no coordinator leads job {job} (none in etcd within {waited:?}): is `elasticrun serve` running?"
     )]
     NoLeader { job: String, waited: Duration },
+    /// The leading coordinator runs the other data plane: with
+    /// `--transport quic` its control plane is TLS, and every pod and
+    /// replica of a job must say the same transport.
+    #[error(
+        "this pod runs with ELASTICRUN_TRANSPORT={ours} but the coordinator {leader} does not: \
+         give every pod and `elasticrun serve` the same --transport"
+    )]
+    TransportMismatch { leader: String, ours: &'static str },
     /// The worker's own runtime could not start.
     #[error("cannot start the worker's runtime: {why}")]
     Runtime { why: String },

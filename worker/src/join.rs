@@ -11,6 +11,7 @@ use control::{
 };
 
 use crate::control_link::HEARTBEAT;
+use control::tls::ClientStream;
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -37,7 +38,7 @@ async fn dial(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, InitErro
 /// Everything `init` needs to keep: the first generation and the control link.
 pub(crate) struct Joined {
     pub(crate) entered: Entered,
-    pub(crate) link: WorkerLink<TcpStream>,
+    pub(crate) link: WorkerLink<ClientStream>,
     /// Where the data plane listens, in this and every later generation.
     pub(crate) data_bind: DataBind,
 }
@@ -60,6 +61,22 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
         all_interfaces: launch.data_all_interfaces,
         transport: launch.transport,
     };
+    let tls = launch.control_tls()?;
+    let stream =
+        match tokio::time::timeout_at(deadline, ClientStream::over(stream, tls.as_ref())).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                return Err(InitError::Control {
+                    what: "setting up TLS with the coordinator",
+                    why: e.to_string(),
+                });
+            }
+            Err(_) => {
+                return Err(InitError::Unreachable {
+                    addr: launch.coordinator,
+                });
+            }
+        };
     let left = deadline.saturating_duration_since(Instant::now());
     let mut link = control::connect(stream, &launch.secret, left).await?;
     let bound = generation::bind(data_bind, launch.data_timeout, &launch.secret).await?;
@@ -80,7 +97,7 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
 /// Heartbeats on `link` until one cannot be sent (the error says so, and
 /// `what` the worker was doing). Messages from the coordinator stay on the
 /// link for the control task.
-async fn keep_alive(link: &mut WorkerLink<TcpStream>, what: &'static str) -> InitError {
+async fn keep_alive(link: &mut WorkerLink<ClientStream>, what: &'static str) -> InitError {
     let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
     loop {
         beat.tick().await;
@@ -101,7 +118,7 @@ async fn keep_alive(link: &mut WorkerLink<TcpStream>, what: &'static str) -> Ini
 /// Registers with the data-plane address `data_addr` and waits for the
 /// first assignment.
 async fn register(
-    link: &mut WorkerLink<TcpStream>,
+    link: &mut WorkerLink<ClientStream>,
     launch: &Launch,
     data_addr: control::PeerAddress,
 ) -> Result<Assignment, InitError> {
@@ -131,7 +148,7 @@ async fn register(
 /// meanwhile: an elastic job may keep a newcomer waiting for a while. Notices
 /// meant for the workers already placed are skipped.
 async fn first_assignment(
-    link: &mut WorkerLink<TcpStream>,
+    link: &mut WorkerLink<ClientStream>,
     until: Instant,
 ) -> Result<Option<Assignment>, InitError> {
     let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use control::tls::ClientStream;
 use etcdjob::{Client, Endpoints, JobName, Keys, LeaderRecord, LeaderWatch, Lease, WorkerRecord};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::InitError;
@@ -156,10 +156,11 @@ impl std::fmt::Debug for Pod {
 
 impl Pod {
     /// The coordinator as the control task redials it: whoever leads now.
-    pub(crate) fn connect(&self) -> LeaderConn {
+    pub(crate) fn connect(&self, tls: Option<control::tls::ControlConnector>) -> LeaderConn {
         LeaderConn {
             rx: self.leader.subscribe(),
             dialled: Arc::new(AtomicI64::new(self.first.0)),
+            tls,
         }
     }
 
@@ -209,6 +210,8 @@ pub(crate) struct LeaderConn {
     rx: watch::Receiver<Option<(i64, LeaderRecord)>>,
     /// The epoch of the leader last dialled.
     dialled: Arc<AtomicI64>,
+    /// TLS around the connection (a job on the QUIC data plane).
+    tls: Option<control::tls::ControlConnector>,
 }
 
 impl LeaderConn {
@@ -218,7 +221,7 @@ impl LeaderConn {
 }
 
 impl Connect for LeaderConn {
-    type Stream = TcpStream;
+    type Stream = ClientStream;
 
     fn target(&self) -> String {
         match self.leader() {
@@ -227,12 +230,11 @@ impl Connect for LeaderConn {
         }
     }
 
-    async fn connect(&self) -> std::io::Result<TcpStream> {
+    async fn connect(&self) -> std::io::Result<ClientStream> {
         let Some((epoch, addr)) = self.leader() else {
             return Err(std::io::Error::other("no coordinator leads the job now"));
         };
-        let s = TcpStream::connect(addr).await?;
-        let _ = s.set_nodelay(true);
+        let s = ClientStream::dial(addr, self.tls.as_ref()).await?;
         self.dialled.store(epoch, Ordering::SeqCst);
         Ok(s)
     }

@@ -16,10 +16,10 @@ use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use control::tls::ClientStream;
 use control::{Registration, Secret, WorkerLink, WorkerMsg};
 use futures::SinkExt;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::control_link::Shared;
@@ -59,19 +59,19 @@ pub struct Tcp {
     /// shell ssh runs), when it must outlive it: once it is gone, so is the
     /// job, and the worker stops trying at once.
     pub launcher: Option<u32>,
+    /// TLS around the connection (a job on the QUIC data plane).
+    pub tls: Option<control::tls::ControlConnector>,
 }
 
 impl Connect for Tcp {
-    type Stream = TcpStream;
+    type Stream = ClientStream;
 
     fn target(&self) -> String {
         self.addr.to_string()
     }
 
-    async fn connect(&self) -> std::io::Result<TcpStream> {
-        let s = TcpStream::connect(self.addr).await?;
-        let _ = s.set_nodelay(true);
-        Ok(s)
+    async fn connect(&self) -> std::io::Result<ClientStream> {
+        ClientStream::dial(self.addr, self.tls.as_ref()).await
     }
 
     /// Whether the launcher has exited (this process was handed to another
@@ -211,6 +211,7 @@ mod tests {
 
     use super::*;
     use crate::control_link::run;
+    use tokio::net::TcpStream;
 
     const LIMIT: Duration = Duration::from_secs(10);
 
@@ -228,6 +229,7 @@ mod tests {
             connect: Tcp {
                 addr,
                 launcher: None,
+                tls: None,
             },
             secret: secret.clone(),
             host: "h".into(),
@@ -259,7 +261,8 @@ mod tests {
         let secret = Secret::generate().unwrap();
         let (worker_end, coordinator_end) = tokio::join!(
             async {
-                control::connect(TcpStream::connect(addr).await.unwrap(), &secret, LIMIT).await
+                let s = ClientStream::dial(addr, None).await.unwrap();
+                control::connect(s, &secret, LIMIT).await
             },
             async { control::accept(listener.accept().await.unwrap().0, &secret, LIMIT).await },
         );
@@ -430,6 +433,7 @@ mod tests {
                 addr: "127.0.0.1:9".parse().unwrap(),
                 // Not this process's parent: as if the launcher had exited.
                 launcher: Some(std::os::unix::process::parent_id().wrapping_add(1)),
+                tls: None,
             },
             secret: Secret::generate().unwrap(),
             host: "h".into(),

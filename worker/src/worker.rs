@@ -106,12 +106,13 @@ pub fn init() -> Result<Worker, InitError> {
     let connect = control_link::Tcp {
         addr: launch.coordinator,
         launcher: Some(std::os::unix::process::parent_id()),
+        tls: launch.control_tls()?,
     };
     join_job(rt, &launch, connect, None)
 }
 
 /// Joins as `launch` says, redialling the coordinator through `connect`.
-fn join_job<C: control_link::Connect<Stream = tokio::net::TcpStream>>(
+fn join_job<C: control_link::Connect<Stream = control::tls::ClientStream>>(
     rt: tokio::runtime::Runtime,
     launch: &env::Launch,
     connect: C,
@@ -156,8 +157,15 @@ fn init_pod(rt: tokio::runtime::Runtime, pe: pod::PodEnv) -> Result<Worker, Init
         var: pod::ETCD,
         why: "cannot describe the job".into(),
     })?;
+    let quic = launch.transport == control::env::TransportKind::Quic;
+    if pod.first.1.tls != quic {
+        return Err(InitError::TransportMismatch {
+            leader: pod.first.1.instance.clone(),
+            ours: launch.transport.name(),
+        });
+    }
     pod::watch_signals(&rt, &pod, launch.coordinator_timeout);
-    let connect = pod.connect();
+    let connect = pod.connect(launch.control_tls()?);
     join_job(rt, &launch, connect, Some(pod))
 }
 

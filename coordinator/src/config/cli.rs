@@ -318,7 +318,7 @@ pub struct Cli {
         help_heading = "Controller and library"
     )]
     pub thread_affinity: Option<CpuList>,
-    /// The data plane between the workers: tcp (connections that prove they belong to the job; payloads in the clear) or quic (QUIC under mutual TLS 1.3 with a certificate authority made for the job: every byte between workers authenticated and encrypted) [default: tcp].
+    /// The data plane between the workers: tcp (connections that prove they belong to the job; payloads in the clear) or quic (QUIC under mutual TLS 1.3 with a certificate authority made for the job: every byte between workers authenticated and encrypted; the control connections to the coordinator run inside TLS too) [default: tcp].
     #[arg(
         long,
         value_name = "tcp|quic",

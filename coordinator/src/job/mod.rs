@@ -200,6 +200,20 @@ pub fn job_ca(secret: &Secret) -> Result<std::sync::Arc<control::pki::JobCa>, Jo
         .map_err(|e| JobError::Secret { why: e.to_string() })
 }
 
+/// TLS for the control plane of a job on `transport`: with QUIC, the
+/// control connections are encrypted too.
+pub fn control_tls(
+    transport: control::env::TransportKind,
+    ca: &control::pki::JobCa,
+) -> Result<Option<control::tls::ControlAcceptor>, JobError> {
+    if transport != control::env::TransportKind::Quic {
+        return Ok(None);
+    }
+    control::tls::ControlAcceptor::new(ca)
+        .map(Some)
+        .map_err(|e| JobError::Secret { why: e.to_string() })
+}
+
 /// The token every data-plane connection of the job's generations carries.
 pub(crate) fn data_token() -> Result<u64, JobError> {
     let token_bytes = control::nonce().map_err(|e| JobError::Secret { why: e.to_string() })?;

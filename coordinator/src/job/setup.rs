@@ -21,7 +21,8 @@ use super::driver::{Driver, Mode, STORE_TIMEOUT, bind_address};
 use super::recovery::Recovery;
 use super::waiting::Waiting;
 use super::{
-    Ending, JobError, Say, Stops, WallClock, data_token, hosts_and_np, job_ca, job_secret, knobs,
+    Ending, JobError, Say, Stops, WallClock, control_tls, data_token, hosts_and_np, job_ca,
+    job_secret, knobs,
 };
 use crate::config::{ElasticConfig, JobConfig};
 use crate::launch::Launcher;
@@ -190,7 +191,8 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     } = setup(&cfg).await?;
     let secret = job_secret()?;
     let ca = job_ca(&secret)?;
-    let server = Server::bind(SocketAddr::new(bind, 0), secret.clone()).await?;
+    let tls = control_tls(cfg.transport, &ca)?;
+    let server = Server::bind(SocketAddr::new(bind, 0), secret.clone(), tls).await?;
     tracing::debug!(addr = %server.local_addr(), "control plane listening");
     let listening = server.local_addr();
     let say = Say::stderr(cfg.output_timestamps);

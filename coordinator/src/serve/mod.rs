@@ -19,9 +19,12 @@ mod pods;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use control::Secret;
+use control::pki::JobCa;
+use control::tls::ControlAcceptor;
 use etcdjob::{Campaign, Endpoints, JobName, Keys, LeaderRecord, Lease, PodWatch};
 use futures::FutureExt;
 
@@ -87,9 +90,14 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
         Some(ip) => ip,
         None => advertised_ip(&serve.endpoints)?,
     };
+    let secret = read_secret(&serve.secret_file)?;
+    let ca = crate::job::job_ca(&secret)?;
+    let tls = crate::job::control_tls(cfg.transport, &ca)?;
     let mut replica = Replica {
         say: Say::stderr(cfg.output_timestamps),
-        secret: read_secret(&serve.secret_file)?,
+        secret,
+        ca,
+        tls,
         policy: crate::job::policy_of(&cfg, e),
         knobs: crate::job::knobs(&cfg),
         keys: Keys::new(&serve.job),
@@ -111,6 +119,10 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
 struct Replica {
     say: Say,
     secret: Secret,
+    /// The job's certificate authority, derived from the secret.
+    ca: Arc<JobCa>,
+    /// TLS of the control plane (a job on the QUIC data plane).
+    tls: Option<ControlAcceptor>,
     policy: elastic::membership::Policy,
     knobs: control::Knobs,
     client: etcdjob::Client,
@@ -176,12 +188,13 @@ impl Replica {
         };
         self.outage.over(&self.say);
         let bind = SocketAddr::new(unspecified(self.advertise), self.serve.port);
-        let server = Server::bind(bind, self.secret.clone())
+        let server = Server::bind(bind, self.secret.clone(), self.tls.clone())
             .await
             .map_err(crate::job::JobError::from)?;
         let record = LeaderRecord {
             addr: SocketAddr::new(self.advertise, server.local_addr().port()),
             instance: self.instance.clone(),
+            tls: self.tls.is_some(),
         };
         let said = self.say.clone();
         let job = self.serve.job.clone();
@@ -265,7 +278,7 @@ impl Replica {
             clock: WallClock::System,
             stops: stops.or_lapse(lease.lapse(margin(lease.ttl())).boxed()),
             say: self.say.clone(),
-            ca: crate::job::job_ca(&self.secret)?,
+            ca: self.ca.clone(),
         };
         let ending =
             crate::job::drive_elastic(self.policy.clone(), self.knobs.clone(), seams).await?;
