@@ -198,6 +198,31 @@ async fn a_dropped_peer_is_lost_to_the_others_at_once() {
     }
 }
 
+/// A mesh's first collective is a large one: the connections go at once to
+/// the largest packets the path allows, and every packet must still get
+/// through (with UDP segmentation offload batching two 65,000-byte packets,
+/// the kernel refused every batch and the connection idled out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_collective_of_16_mib_gets_through() {
+    let ts: Vec<Arc<QuicTransport>> = mesh(2, Generation(4))
+        .await
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let comms: Vec<_> = ts
+        .iter()
+        .map(|t| Communicator::new(t.clone(), CollectiveOptions::default()))
+        .collect();
+    let runs = comms.iter().map(|c| async move {
+        let mut b = vec![c.rank() as f32 + 1.0; 4 << 20];
+        c.allreduce(&mut b, ReduceOp::Sum).await.map(|()| b)
+    });
+    let res = tokio::time::timeout(HANG, join_all(runs))
+        .await
+        .expect("allreduce hung");
+    assert_sums(res);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_leaves_cleanly_leaves_its_last_messages() {
     let mut ts = mesh(2, Generation(3)).await;

@@ -56,6 +56,9 @@ pub struct QuicConfig {
     pub max_udp_payload: u16,
     /// The packet size a connection starts with, before discovery. Default 1,200.
     pub initial_mtu: u16,
+    /// The congestion window a connection starts with (Cubic's initial
+    /// window), in bytes. Default: quinn's (14,720).
+    pub initial_window_bytes: u64,
     /// `SO_SNDBUF`/`SO_RCVBUF` of the UDP socket (forced above the system's
     /// maximum where the process may). Default 8 MiB.
     pub socket_buffer_bytes: usize,
@@ -74,6 +77,7 @@ impl Default for QuicConfig {
             stream_window_bytes: 32 << 20,
             max_udp_payload: 65_000,
             initial_mtu: 1200,
+            initial_window_bytes: 14_720,
             socket_buffer_bytes: 8 << 20,
             job_key: control::DataKey::default(),
         }
@@ -146,6 +150,7 @@ impl Transport for QuicTransport {
         let acked = futures::future::join_all(writers.iter().map(SendStream::stopped));
         let _ = tokio::time::timeout(LINGER, acked).await;
         for c in std::mem::take(&mut self.connections) {
+            tracing::debug!(peer = %c.remote_address(), stats = ?c.stats(), "QUIC connection done");
             c.close(VarInt::from_u32(CLOSE_DONE), b"done");
         }
     }

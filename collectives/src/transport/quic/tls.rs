@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control::TlsGrant;
+use quinn::congestion::CubicConfig;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
 use rustls::RootCertStore;
@@ -83,6 +84,9 @@ pub(crate) fn client(
     Ok(client)
 }
 
+/// The largest packet with which UDP segmentation offload is used.
+const GSO_MAX_PACKET: u16 = 16 << 10;
+
 /// quinn's transport settings for bulk transfer between ranks.
 pub(crate) fn transport(config: &QuicConfig) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
@@ -100,5 +104,13 @@ pub(crate) fn transport(config: &QuicConfig) -> Arc<TransportConfig> {
     let mut mtu = MtuDiscoveryConfig::default();
     mtu.upper_bound(config.max_udp_payload);
     t.mtu_discovery_config(Some(mtu));
+    // UDP GSO sends a batch of packets in one call, but a batch is at most
+    // 64 KiB: with larger packets it gains nothing, and quinn's batches of
+    // two 65,000-byte packets are refused by the kernel, every packet of
+    // them lost until the connection idles out.
+    t.enable_segmentation_offload(config.max_udp_payload <= GSO_MAX_PACKET);
+    let mut cubic = CubicConfig::default();
+    cubic.initial_window(config.initial_window_bytes);
+    t.congestion_controller_factory(Arc::new(cubic));
     Arc::new(t)
 }

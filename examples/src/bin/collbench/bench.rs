@@ -46,11 +46,12 @@ async fn sweep_sizes<T: Element, X: Transport>(
     let o = comm.options();
     if printing && !args.json {
         println!(
-            "# collbench {} {} {} np={} over TCP {}; segment {} B, small-message limit {} B, algorithm {:?}",
+            "# collbench {} {} {} np={} over {} {}; segment {} B, small-message limit {} B, algorithm {:?}",
             args.op.name(),
             T::DTYPE,
             args.reduce_op,
             comm.size(),
+            args.transport.name(),
             args.bind,
             o.segment_bytes,
             o.small_message_bytes,
@@ -232,6 +233,7 @@ async fn measure<T: Element, X: Transport>(
     let algbw = real_bytes as f64 / med / 1e9;
     Ok(Row {
         op: args.op.name(),
+        transport: args.transport.name(),
         dtype: T::DTYPE.name(),
         np: comm.size(),
         bytes: real_bytes,

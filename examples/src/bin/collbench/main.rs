@@ -1,10 +1,11 @@
 //! collbench: the nccl-tests of elasticrun. Starts `--np` local processes connected
-//! over TCP loopback, runs one collective over a sweep of sizes and prints, per
-//! size, the median time, algorithm and bus bandwidth, and whether the result was
-//! checked correct.
+//! over TCP (or QUIC) loopback, runs one collective over a sweep of sizes and
+//! prints, per size, the median time, algorithm and bus bandwidth, and whether the
+//! result was checked correct.
 //!
 //! ```text
 //! collbench --np 2 --op allreduce --dtype f32 --min-bytes 4K --max-bytes 256M
+//! collbench --np 2 --transport quic --min-bytes 4K --max-bytes 16M
 //! ```
 
 mod bench;
@@ -44,6 +45,24 @@ impl Collective {
     }
 }
 
+/// The data plane the ranks connect over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum DataPlane {
+    /// TCP, the job key proven in the data-plane handshake.
+    Tcp,
+    /// QUIC under mutual TLS 1.3, the job's CA derived from the run's secret.
+    Quic,
+}
+
+impl DataPlane {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            DataPlane::Tcp => "tcp",
+            DataPlane::Quic => "quic",
+        }
+    }
+}
+
 /// Algorithm choice for allreduce (and broadcast).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Algorithm {
@@ -59,7 +78,7 @@ pub(crate) enum Algorithm {
 #[command(
     name = "collbench",
     version,
-    about = "Measure elasticrun's collectives across local processes over TCP loopback",
+    about = "Measure elasticrun's collectives across local processes over TCP or QUIC loopback",
     after_help = "Sizes accept K, M and G suffixes (powers of 1024). Columns follow nccl-tests: \
 algbw = bytes / time, busbw = algbw x bus factor (allreduce 2(n-1)/n; allgather, alltoall and \
 reducescatter (n-1)/n; broadcast 1). For allgather, bytes is the gathered output; for alltoall, \
@@ -107,9 +126,27 @@ pub(crate) struct Args {
     /// library's).
     #[arg(long, value_parser = bytes::parse_bytes)]
     pub(crate) small_bytes: Option<usize>,
-    /// Fixed SO_SNDBUF/SO_RCVBUF (default: kernel autotuning).
+    /// Fixed SO_SNDBUF/SO_RCVBUF (default: kernel autotuning over TCP, the
+    /// library's UDP socket buffers over QUIC).
     #[arg(long, value_parser = bytes::parse_bytes)]
     pub(crate) socket_buffer_bytes: Option<usize>,
+    /// Data plane: tcp, or quic (mutual TLS 1.3).
+    #[arg(long, value_enum, default_value_t = DataPlane::Tcp)]
+    pub(crate) transport: DataPlane,
+    /// QUIC: the packet size a connection starts with, before path MTU
+    /// discovery (default: the library's).
+    #[arg(long)]
+    pub(crate) quic_initial_mtu: Option<u16>,
+    /// QUIC: the largest UDP payload sent or taken (default: the library's).
+    #[arg(long)]
+    pub(crate) quic_max_udp_payload: Option<u16>,
+    /// QUIC: the congestion window a connection starts with (default: the
+    /// library's).
+    #[arg(long, value_parser = bytes::parse_bytes)]
+    pub(crate) quic_initial_window: Option<usize>,
+    /// QUIC: a stream's flow-control window (default: the library's).
+    #[arg(long, value_parser = bytes::parse_bytes)]
+    pub(crate) quic_window_bytes: Option<usize>,
     /// Seconds a rank waits on a silent peer before failing.
     #[arg(long, default_value_t = 60)]
     pub(crate) timeout_secs: u64,
@@ -159,6 +196,16 @@ fn main() -> ExitCode {
             "collbench: --min-bytes ({}) is above --max-bytes ({})",
             args.min_bytes, args.max_bytes
         ));
+        return ExitCode::from(2);
+    }
+    let quic_only = [
+        args.quic_initial_mtu.is_some(),
+        args.quic_max_udp_payload.is_some(),
+        args.quic_window_bytes.is_some(),
+        args.quic_initial_window.is_some(),
+    ];
+    if args.transport != DataPlane::Quic && quic_only.contains(&true) {
+        say("collbench: the --quic-* options need --transport quic");
         return ExitCode::from(2);
     }
     match args.worker_rank {

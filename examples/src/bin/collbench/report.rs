@@ -9,6 +9,7 @@ use crate::Collective;
 #[derive(Debug, Serialize)]
 pub(crate) struct Row {
     pub(crate) op: &'static str,
+    pub(crate) transport: &'static str,
     pub(crate) dtype: &'static str,
     pub(crate) np: usize,
     pub(crate) bytes: usize,

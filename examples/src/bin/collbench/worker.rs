@@ -1,17 +1,21 @@
 //! One rank of a collbench run: announce the data-plane address, learn the peers',
-//! build the TCP mesh, run the benchmark, leave cleanly. A watchdog thread ends the
-//! process when the launcher's pipe closes, so no rank outlives its launcher.
+//! build the TCP or QUIC mesh, run the benchmark, leave cleanly. A watchdog thread
+//! ends the process when the launcher's pipe closes, so no rank outlives its
+//! launcher.
 
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use collectives::{Communicator, Generation, TcpConfig, TcpEndpoint, Transport};
+use collectives::{
+    Communicator, Generation, QuicConfig, QuicEndpoint, TcpConfig, TcpEndpoint, Transport,
+};
+use control::pki::JobCa;
 use tokio::sync::oneshot;
 
 use crate::launch::SECRET_ENV;
-use crate::{Args, say};
+use crate::{Args, DataPlane, say};
 
 /// Exit code of a rank whose launcher went away.
 const ORPHANED: i32 = 3;
@@ -81,22 +85,93 @@ fn parse_peers(line: &str, np: usize) -> Result<Vec<SocketAddr>, String> {
     Ok(addrs)
 }
 
+/// Every run is the first (and only) generation of its mesh.
+const GENERATION: Generation = Generation(0);
+
 async fn run(args: &Args, rank: usize) -> Result<(), String> {
     let np = usize::from(args.np);
     let secret = std::env::var(SECRET_ENV)
         .ok()
         .and_then(|t| control::Secret::from_hex(&t).ok())
         .ok_or_else(|| format!("{SECRET_ENV} is not set: ranks are started by collbench itself"))?;
-    let config = TcpConfig {
+    let listen = SocketAddr::new(args.bind, 0);
+    match args.transport {
+        DataPlane::Tcp => {
+            let config = TcpConfig {
+                io_timeout: Duration::from_secs(args.timeout_secs),
+                socket_buffer_bytes: args.socket_buffer_bytes,
+                job_key: secret.data_key(0),
+                ..TcpConfig::default()
+            };
+            let ep = TcpEndpoint::bind(listen, config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let peers = exchange(ep.local_addr().map_err(|e| e.to_string())?, rank, np).await?;
+            let transport = ep
+                .connect(rank, GENERATION, &peers)
+                .await
+                .map_err(|e| e.to_string())?;
+            bench(transport, args).await
+        }
+        DataPlane::Quic => {
+            let ep = quic_endpoint(args, &secret, rank, listen).await?;
+            let peers = exchange(ep.local_addr().map_err(|e| e.to_string())?, rank, np).await?;
+            let transport = ep
+                .connect(rank, GENERATION, &peers)
+                .await
+                .map_err(|e| e.to_string())?;
+            bench(transport, args).await
+        }
+    }
+}
+
+/// The QUIC settings of this run: the library's, with collbench's options.
+fn quic_config(args: &Args, secret: &control::Secret) -> QuicConfig {
+    let d = QuicConfig::default();
+    QuicConfig {
         io_timeout: Duration::from_secs(args.timeout_secs),
-        socket_buffer_bytes: args.socket_buffer_bytes,
+        socket_buffer_bytes: args.socket_buffer_bytes.unwrap_or(d.socket_buffer_bytes),
+        initial_mtu: args.quic_initial_mtu.unwrap_or(d.initial_mtu),
+        max_udp_payload: args.quic_max_udp_payload.unwrap_or(d.max_udp_payload),
+        stream_window_bytes: args
+            .quic_window_bytes
+            .map_or(d.stream_window_bytes, |b| b as u64),
+        initial_window_bytes: args
+            .quic_initial_window
+            .map_or(d.initial_window_bytes, |b| b as u64),
         job_key: secret.data_key(0),
-        ..TcpConfig::default()
-    };
-    let ep = TcpEndpoint::bind(SocketAddr::new(args.bind, 0), config)
+        ..d
+    }
+}
+
+/// Binds a QUIC endpoint and grants it its leaf.
+///
+/// Every rank derives the job's CA from the run's secret and grants ITSELF
+/// the leaf of its rank: in a job, the coordinator does that and a worker
+/// never holds the CA's key. Acceptable for a benchmark, whose ranks share
+/// the secret anyway and which measures the data plane, not the grant.
+async fn quic_endpoint(
+    args: &Args,
+    secret: &control::Secret,
+    rank: usize,
+    listen: SocketAddr,
+) -> Result<QuicEndpoint, String> {
+    let config = quic_config(args, secret);
+    let connect_timeout = config.connect_timeout;
+    let mut ep = QuicEndpoint::bind(listen, config)
         .await
         .map_err(|e| e.to_string())?;
-    let addr = ep.local_addr().map_err(|e| e.to_string())?;
+    let ca = JobCa::from_secret(secret).map_err(|e| e.to_string())?;
+    let grant = ca
+        .grant(&ep.public_key(), rank, GENERATION)
+        .map_err(|e| e.to_string())?;
+    ep.prepare(secret.data_key(0), &grant, connect_timeout)
+        .map_err(|e| e.to_string())?;
+    Ok(ep)
+}
+
+/// Announces this rank's address to the launcher and waits for everyone's.
+async fn exchange(addr: SocketAddr, rank: usize, np: usize) -> Result<Vec<SocketAddr>, String> {
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "ADDR {addr}")
@@ -108,11 +183,11 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
     let line = rx
         .await
         .map_err(|_| "launcher went away before sending peers".to_owned())?;
-    let peers = parse_peers(&line, np)?;
-    let transport = ep
-        .connect(rank, Generation(0), &peers)
-        .await
-        .map_err(|e| e.to_string())?;
+    parse_peers(&line, np)
+}
+
+/// Runs the benchmark over a built mesh, then leaves it cleanly.
+async fn bench<X: Transport>(transport: X, args: &Args) -> Result<(), String> {
     let comm = Communicator::new(transport, args.collective_options());
     crate::bench::run(&comm, args)
         .await

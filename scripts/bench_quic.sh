@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# QUIC beside TCP on this machine, in one run: collbench allreduce, 2 ranks on
+# loopback, the two data planes interleaved round by round (tcp, quic, tcp, quic,
+# ...) so that both see the same machine state; then ring's AES-128-GCM alone.
+#
+#   scripts/bench_quic.sh [ROUNDS] [EXTRA COLLBENCH OPTIONS FOR QUIC...]
+#                                  (default 5 rounds; about 30 seconds a round)
+#   e.g. scripts/bench_quic.sh 3 --quic-initial-mtu 65000
+#
+# Raw outputs go to target/bench/quic-DATE/ (or $OUT); the summary (markdown:
+# medians over rounds of each run's median time and busbw, and quic/tcp) is
+# printed and saved there as report.md. $COLLBENCH and $AEAD_BENCH name other
+# binaries (default: the release build of this checkout).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-5}
+shift || true
+out=${OUT:-target/bench/quic-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+if [[ -z ${COLLBENCH:-} || -z ${AEAD_BENCH:-} ]]; then
+  cargo build --release -q -p elasticrun-examples --bins
+fi
+bench=${COLLBENCH:-target/release/collbench}
+aead=${AEAD_BENCH:-target/release/aead_bench}
+sweep=(--np 2 --op allreduce --dtype f32 --min-bytes 4K --max-bytes 16M --step-factor 4 --json)
+{ uname -r; nproc; lscpu | grep 'Model name'; date -u; echo "quic options: $*"; } > "$out/machine.txt"
+for r in $(seq "$rounds"); do
+  echo "round $r/$rounds ($(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$out/load.txt" >&2
+  "$bench" "${sweep[@]}" --transport tcp > "$out/tcp_$r.jsonl"
+  "$bench" "${sweep[@]}" --transport quic "$@" > "$out/quic_$r.jsonl"
+done
+"$aead" > "$out/aead.txt"
+python3 - "$out" > "$out/report.md" <<'EOF'
+import glob, json, statistics, sys
+d = sys.argv[1]
+def runs(t):
+    return [list(map(json.loads, open(p))) for p in sorted(glob.glob(f"{d}/{t}_*.jsonl"))]
+def med(rows, b, k):
+    return statistics.median(r[k] for run in rows for r in run if r["bytes"] == b)
+tcp, quic = runs("tcp"), runs("quic")
+print(f"n = 2, allreduce f32, loopback; medians over {len(tcp)} interleaved rounds\n")
+print("| bytes | TCP µs | QUIC µs | time QUIC/TCP | TCP busbw GB/s | QUIC busbw GB/s | busbw QUIC/TCP |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
+for b in sorted({r["bytes"] for run in tcp for r in run}):
+    tt, qt = med(tcp, b, "time_us"), med(quic, b, "time_us")
+    tb, qb = med(tcp, b, "busbw_gbps"), med(quic, b, "busbw_gbps")
+    print(f"| {b} | {tt:.1f} | {qt:.1f} | {qt / tt:.2f} | {tb:.3f} | {qb:.3f} | {qb / tb:.2f} |")
+checks = {r["check"] for run in tcp + quic for r in run}
+print(f"\nchecks: {', '.join(sorted(checks))}\n")
+print("```\n" + open(f"{d}/aead.txt").read() + "```")
+EOF
+cat "$out/report.md"
