@@ -10,7 +10,9 @@
 # Raw outputs go to target/bench/quic-DATE/ (or $OUT); the summary (markdown:
 # medians over rounds of each run's median time and busbw, and quic/tcp) is
 # printed and saved there as report.md. $COLLBENCH and $AEAD_BENCH name other
-# binaries (default: the release build of this checkout).
+# binaries (default: the release build of this checkout). With $QUIC_ENV set
+# (e.g. QUIC_ENV="MALLOC_TRIM_THRESHOLD_=268435456 MALLOC_MMAP_THRESHOLD_=33554432")
+# a third arm runs QUIC again with that environment, interleaved too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
@@ -28,16 +30,19 @@ for r in $(seq "$rounds"); do
   echo "round $r/$rounds ($(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$out/load.txt" >&2
   "$bench" "${sweep[@]}" --transport tcp > "$out/tcp_$r.jsonl"
   "$bench" "${sweep[@]}" --transport quic "$@" > "$out/quic_$r.jsonl"
+  if [[ -n ${QUIC_ENV:-} ]]; then
+    env $QUIC_ENV "$bench" "${sweep[@]}" --transport quic "$@" > "$out/quicenv_$r.jsonl"
+  fi
 done
 "$aead" > "$out/aead.txt"
-python3 - "$out" > "$out/report.md" <<'EOF'
-import glob, json, statistics, sys
+QUIC_ENV=${QUIC_ENV:-} python3 - "$out" > "$out/report.md" <<'EOF'
+import glob, json, os, statistics, sys
 d = sys.argv[1]
 def runs(t):
     return [list(map(json.loads, open(p))) for p in sorted(glob.glob(f"{d}/{t}_*.jsonl"))]
 def med(rows, b, k):
     return statistics.median(r[k] for run in rows for r in run if r["bytes"] == b)
-tcp, quic = runs("tcp"), runs("quic")
+tcp, quic, qenv = runs("tcp"), runs("quic"), runs("quicenv")
 print(f"n = 2, allreduce f32, loopback; medians over {len(tcp)} interleaved rounds\n")
 print("| bytes | TCP µs | QUIC µs | time QUIC/TCP | TCP busbw GB/s | QUIC busbw GB/s | busbw QUIC/TCP |")
 print("|---:|---:|---:|---:|---:|---:|---:|")
@@ -45,7 +50,15 @@ for b in sorted({r["bytes"] for run in tcp for r in run}):
     tt, qt = med(tcp, b, "time_us"), med(quic, b, "time_us")
     tb, qb = med(tcp, b, "busbw_gbps"), med(quic, b, "busbw_gbps")
     print(f"| {b} | {tt:.1f} | {qt:.1f} | {qt / tt:.2f} | {tb:.3f} | {qb:.3f} | {qb / tb:.2f} |")
-checks = {r["check"] for run in tcp + quic for r in run}
+if qenv:
+    print(f"\nQUIC with {os.environ.get('QUIC_ENV', '')}:\n")
+    print("| bytes | QUIC µs | time /TCP | busbw GB/s | busbw /TCP |")
+    print("|---:|---:|---:|---:|---:|")
+    for b in sorted({r["bytes"] for run in tcp for r in run}):
+        tt, et = med(tcp, b, "time_us"), med(qenv, b, "time_us")
+        tb, eb = med(tcp, b, "busbw_gbps"), med(qenv, b, "busbw_gbps")
+        print(f"| {b} | {et:.1f} | {et / tt:.2f} | {eb:.3f} | {eb / tb:.2f} |")
+checks = {r["check"] for run in tcp + quic + qenv for r in run}
 print(f"\nchecks: {', '.join(sorted(checks))}\n")
 print("```\n" + open(f"{d}/aead.txt").read() + "```")
 EOF
