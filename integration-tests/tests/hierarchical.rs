@@ -57,7 +57,11 @@ fn two_ssh_hosts_of_two_slots_give_the_flat_results_on_both_paths() {
         let mut args = vec!["-H", hosts.as_str()];
         args.extend(flags);
         args.extend(&ssh);
-        assert_job(&collectives_job(&args), 2, 2, path);
+        let lines = collectives_job(&args);
+        assert_job(&lines, 2, 2, path);
+        for p in &lines {
+            assert_eq!(p["udp_sockets"], 0, "a UDP socket on TCP: {p}");
+        }
     }
 }
 
@@ -68,6 +72,19 @@ fn two_local_host_names_of_three_slots_run_hierarchically() {
     let mut args = vec!["-H", "localhost:3,127.0.0.1:3"];
     args.extend(FLAGS);
     assert_job(&collectives_job(&args), 2, 3, "hierarchical");
+}
+
+/// The same over `--transport quic`: the local and cross-host legs both run
+/// on the job's QUIC mesh, and every result is checked as over TCP.
+#[test]
+fn a_hierarchical_job_over_quic_gives_the_flat_results() {
+    let mut args = vec!["-H", "localhost:2,127.0.0.1:2", "--transport", "quic"];
+    args.extend(FLAGS);
+    let lines = collectives_job(&args);
+    assert_job(&lines, 2, 2, "hierarchical");
+    for p in &lines {
+        assert!(p["udp_sockets"].as_u64() >= Some(1), "no QUIC socket: {p}");
+    }
 }
 
 #[test]

@@ -151,6 +151,31 @@ fn secret_inherited() -> Option<bool> {
     )
 }
 
+/// How many UDP sockets this process holds (a QUIC data plane binds one):
+/// its sockets' inodes found in the system's UDP tables.
+fn udp_sockets() -> usize {
+    let ours: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    ["/proc/self/net/udp", "/proc/self/net/udp6"]
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t).ok())
+        .flat_map(|t| {
+            t.lines()
+                .skip(1)
+                .filter_map(|l| l.split_whitespace().nth(9).map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .filter(|inode| ours.contains(inode))
+        .count()
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = match mode(&args) {
@@ -182,6 +207,7 @@ fn main() -> ExitCode {
         "cross_rank": w.cross_rank(), "cross_size": w.cross_size(),
         "knobs": w.knobs(),
         "secret_inherited": secret_inherited(),
+        "udp_sockets": udp_sockets(),
         "open_files": open_files(),
         "engine_cpus": w.engine_thread_cpus().ok(),
         "paths": {
