@@ -7,6 +7,10 @@
 #                                  (default 5 rounds; about 30 seconds a round)
 #   e.g. scripts/bench_quic.sh 3 --quic-initial-mtu 65000
 #
+# With VETH_MTU set (root; e.g. VETH_MTU=9000), the two ranks run in two
+# network namespaces joined by a veth pair of that MTU (10.77.0.1 and
+# 10.77.0.2, made here and deleted on exit) instead of on loopback.
+#
 # Raw outputs go to target/bench/quic-DATE/ (or $OUT); the summary (markdown:
 # medians over rounds of each run's median time and busbw, and quic/tcp) is
 # printed and saved there as report.md. $COLLBENCH and $AEAD_BENCH name other
@@ -25,7 +29,23 @@ fi
 bench=${COLLBENCH:-target/release/collbench}
 aead=${AEAD_BENCH:-target/release/aead_bench}
 sweep=(--np 2 --op allreduce --dtype f32 --min-bytes 4K --max-bytes 16M --step-factor 4 --json)
-{ uname -r; nproc; lscpu | grep 'Model name'; date -u; echo "quic options: $*"; } > "$out/machine.txt"
+where="loopback"
+if [[ -n ${VETH_MTU:-} ]]; then
+  ns=(erbq0-$$ erbq1-$$)
+  cleanup() { ip netns del "${ns[0]}" 2>/dev/null || true; ip netns del "${ns[1]}" 2>/dev/null || true; }
+  trap cleanup EXIT
+  ip netns add "${ns[0]}"
+  ip netns add "${ns[1]}"
+  ip link add erbq0 netns "${ns[0]}" mtu "$VETH_MTU" type veth peer name erbq1 netns "${ns[1]}" mtu "$VETH_MTU"
+  for i in 0 1; do
+    ip -n "${ns[$i]}" addr add "10.77.0.$((i + 1))/24" dev "erbq$i"
+    ip -n "${ns[$i]}" link set "erbq$i" up
+    ip -n "${ns[$i]}" link set lo up
+  done
+  sweep+=(--netns "${ns[0]}=10.77.0.1,${ns[1]}=10.77.0.2")
+  where="two network namespaces over a veth of MTU $VETH_MTU"
+fi
+{ uname -r; nproc; lscpu | grep 'Model name'; date -u; echo "quic options: $*"; echo "$where"; } > "$out/machine.txt"
 for r in $(seq "$rounds"); do
   echo "round $r/$rounds ($(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$out/load.txt" >&2
   "$bench" "${sweep[@]}" --transport tcp > "$out/tcp_$r.jsonl"
@@ -35,7 +55,7 @@ for r in $(seq "$rounds"); do
   fi
 done
 "$aead" > "$out/aead.txt"
-QUIC_ENV=${QUIC_ENV:-} python3 - "$out" > "$out/report.md" <<'EOF'
+WHERE="$where" QUIC_ENV=${QUIC_ENV:-} python3 - "$out" > "$out/report.md" <<'EOF'
 import glob, json, os, statistics, sys
 d = sys.argv[1]
 def runs(t):
@@ -43,7 +63,7 @@ def runs(t):
 def med(rows, b, k):
     return statistics.median(r[k] for run in rows for r in run if r["bytes"] == b)
 tcp, quic, qenv = runs("tcp"), runs("quic"), runs("quicenv")
-print(f"n = 2, allreduce f32, loopback; medians over {len(tcp)} interleaved rounds\n")
+print(f"n = 2, allreduce f32, {os.environ['WHERE']}; medians over {len(tcp)} interleaved rounds\n")
 print("| bytes | TCP µs | QUIC µs | time QUIC/TCP | TCP busbw GB/s | QUIC busbw GB/s | busbw QUIC/TCP |")
 print("|---:|---:|---:|---:|---:|---:|---:|")
 for b in sorted({r["bytes"] for run in tcp for r in run}):

@@ -3,7 +3,7 @@
 //! and dials the ranks below it, each connection carrying one stream that
 //! opens with [`STREAM_MAGIC`] and the data-plane handshake.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout, timeout_at};
 
-use super::{QuicConfig, QuicTransport, tls};
+use super::{QuicConfig, QuicTransport, path, tls};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT, prove};
@@ -50,6 +50,9 @@ pub struct QuicEndpoint {
     key: LeafKey,
     config: QuicConfig,
     client: Option<quinn::ClientConfig>,
+    /// The server side's settings, each accepted connection's transport
+    /// settings made for its peer's route ([`path`]).
+    server: Option<Arc<quinn::ServerConfig>>,
 }
 
 type Halves = (RecvStream, SendStream);
@@ -89,11 +92,28 @@ impl QuicEndpoint {
             key,
             config,
             client: None,
+            server: None,
         })
     }
 
     pub fn local_addr(&self) -> Result<SocketAddr, TransportError> {
         self.endpoint.local_addr().map_err(TransportError::socket)
+    }
+
+    /// The address this endpoint listens on (unspecified when it listens on
+    /// every interface).
+    fn local_ip(&self) -> IpAddr {
+        self.endpoint
+            .local_addr()
+            .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip())
+    }
+
+    fn accepting(&self) -> Accepting {
+        Accepting {
+            server: self.server.clone(),
+            local: self.local_ip(),
+            config: self.config.clone(),
+        }
     }
 
     /// The public half of this endpoint's TLS key, for the coordinator to
@@ -115,7 +135,8 @@ impl QuicEndpoint {
         self.config.connect_timeout = connect_timeout;
         let server = tls::server(grant, self.key.private_der(), &self.config)?;
         self.client = Some(tls::client(grant, self.key.private_der(), &self.config)?);
-        self.endpoint.set_server_config(Some(server));
+        self.endpoint.set_server_config(Some(server.clone()));
+        self.server = Some(Arc::new(server));
         Ok(())
     }
 
@@ -147,7 +168,7 @@ impl QuicEndpoint {
         for (peer, &addr) in peers.iter().enumerate().take(rank) {
             let d = Dial {
                 endpoint: self.endpoint.clone(),
-                client: client.clone(),
+                client: for_peer(&client, &self.config, self.local_ip(), addr),
                 peer,
                 addr,
                 me,
@@ -156,7 +177,7 @@ impl QuicEndpoint {
         }
         let (dialed, accepted) = tokio::try_join!(
             collect(dials),
-            accept_all(&self.endpoint, me, deadline, &self.config)
+            accept_all(&self.endpoint, me, deadline, &self.config, self.accepting())
         )?;
         // The mesh is complete: later handshakes are refused by QUIC itself.
         self.endpoint.set_server_config(None);
@@ -176,6 +197,18 @@ impl QuicEndpoint {
             endpoint: self.endpoint,
         })
     }
+}
+
+/// `client` with transport settings made for the route to `peer`.
+fn for_peer(
+    client: &quinn::ClientConfig,
+    config: &QuicConfig,
+    local: IpAddr,
+    peer: SocketAddr,
+) -> quinn::ClientConfig {
+    let mut c = client.clone();
+    c.transport_config(path::for_peer(config, local, peer));
+    c
 }
 
 async fn collect(
@@ -291,11 +324,33 @@ impl Dial {
     }
 }
 
+/// How an incoming connection is taken: the server settings, this
+/// endpoint's address, and the configuration the transport settings come from.
+#[derive(Clone)]
+struct Accepting {
+    server: Option<Arc<quinn::ServerConfig>>,
+    local: IpAddr,
+    config: QuicConfig,
+}
+
+impl Accepting {
+    /// Accepts `inc` with transport settings made for its peer's route.
+    fn accept(&self, inc: Incoming) -> Result<quinn::Connecting, ConnectionError> {
+        let Some(mut server) = self.server.as_deref().cloned() else {
+            return inc.accept();
+        };
+        let peer = inc.remote_address();
+        server.transport_config(path::for_peer(&self.config, self.local, peer));
+        inc.accept_with(Arc::new(server))
+    }
+}
+
 async fn accept_all(
     endpoint: &QuinnEndpoint,
     me: Hello,
     deadline: Instant,
     config: &QuicConfig,
+    accepting: Accepting,
 ) -> Result<Vec<Link>, TransportError> {
     let expected = me.size - me.rank - 1;
     let mut got: Vec<Link> = Vec::with_capacity(expected);
@@ -304,7 +359,7 @@ async fn accept_all(
         tokio::select! {
             incoming = endpoint.accept() => match incoming {
                 Some(inc) => {
-                    hellos.spawn(answer(inc, me, config.job_key.clone()));
+                    hellos.spawn(answer(accepting.clone(), inc, me, config.job_key.clone()));
                 }
                 None => return Err(TransportError::socket(std::io::Error::other("the QUIC endpoint closed"))),
             },
@@ -333,9 +388,9 @@ async fn accept_all(
 /// Completes an incoming connection's TLS handshake, takes its stream and
 /// answers its hello: `None` (said, connection closed) for anything that is
 /// not a proven peer of this generation.
-async fn answer(inc: Incoming, me: Hello, key: DataKey) -> Option<Link> {
+async fn answer(accepting: Accepting, inc: Incoming, me: Hello, key: DataKey) -> Option<Link> {
     let from = inc.remote_address();
-    let conn = match timeout(HELLO_TIMEOUT, async { inc.accept()?.await }).await {
+    let conn = match timeout(HELLO_TIMEOUT, async { accepting.accept(inc)?.await }).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             greet::refused(from, &format!("TLS: {e}"));

@@ -28,6 +28,7 @@ use crate::error::TransportError;
 use crate::tag::{Generation, Rank, Tag};
 
 mod mesh;
+mod path;
 mod tls;
 
 pub use mesh::{QuicAddress, QuicEndpoint};

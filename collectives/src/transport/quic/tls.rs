@@ -58,7 +58,7 @@ pub(crate) fn server(
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = QuicServerConfig::try_from(tls).map_err(setup("QUIC's cipher suites"))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(transport(config));
+    server.transport_config(transport(config, config.max_udp_payload));
     // Every peer is known: no address validation round trip.
     server.max_incoming(64);
     Ok(server)
@@ -80,15 +80,13 @@ pub(crate) fn client(
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = QuicClientConfig::try_from(tls).map_err(setup("QUIC's cipher suites"))?;
     let mut client = quinn::ClientConfig::new(Arc::new(crypto));
-    client.transport_config(transport(config));
+    client.transport_config(transport(config, config.max_udp_payload));
     Ok(client)
 }
 
-/// The largest packet with which UDP segmentation offload is used.
-const GSO_MAX_PACKET: u16 = 16 << 10;
-
-/// quinn's transport settings for bulk transfer between ranks.
-pub(crate) fn transport(config: &QuicConfig) -> Arc<TransportConfig> {
+/// quinn's transport settings for bulk transfer between ranks, with packets
+/// of up to `payload` bytes ([`super::path`]).
+pub(crate) fn transport(config: &QuicConfig, payload: u16) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     let window = VarInt::from_u64(config.stream_window_bytes).unwrap_or(VarInt::MAX);
     t.stream_receive_window(window)
@@ -100,15 +98,11 @@ pub(crate) fn transport(config: &QuicConfig) -> Arc<TransportConfig> {
         .initial_rtt(Duration::from_millis(1));
     // A silent peer (killed: UDP says nothing) is lost after the idle timeout.
     t.max_idle_timeout(config.idle_timeout.try_into().ok());
-    t.initial_mtu(config.initial_mtu.max(1200));
+    t.initial_mtu(config.initial_mtu.min(payload).max(1200));
     let mut mtu = MtuDiscoveryConfig::default();
-    mtu.upper_bound(config.max_udp_payload);
+    mtu.upper_bound(payload);
     t.mtu_discovery_config(Some(mtu));
-    // UDP GSO sends a batch of packets in one call, but a batch is at most
-    // 64 KiB: with larger packets it gains nothing, and quinn's batches of
-    // two 65,000-byte packets are refused by the kernel, every packet of
-    // them lost until the connection idles out.
-    t.enable_segmentation_offload(config.max_udp_payload <= GSO_MAX_PACKET);
+    t.enable_segmentation_offload(payload <= super::path::GSO_MAX_PACKET);
     let mut cubic = CubicConfig::default();
     cubic.initial_window(config.initial_window_bytes);
     t.congestion_controller_factory(Arc::new(cubic));

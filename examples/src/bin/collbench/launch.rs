@@ -53,9 +53,21 @@ struct Rank {
     stdin: Option<ChildStdin>,
 }
 
-fn spawn(rank: usize, secret: &control::Secret) -> Result<(Rank, ChildStdout), String> {
+fn spawn(
+    rank: usize,
+    secret: &control::Secret,
+    args: &Args,
+) -> Result<(Rank, ChildStdout), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
-    let mut child = Command::new(exe)
+    let mut cmd = match args.netns.as_ref().and_then(|p| p.0.get(rank)) {
+        Some((ns, _)) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let mut child = cmd
         .args(std::env::args_os().skip(1))
         .arg("--worker-rank")
         .arg(rank.to_string())
@@ -83,7 +95,7 @@ async fn launch(args: &Args) -> Result<ExitCode, String> {
     let mut ranks = Vec::new();
     let mut outputs = Vec::new();
     for r in 0..usize::from(args.np) {
-        let (rank, stdout) = spawn(r, &secret)?;
+        let (rank, stdout) = spawn(r, &secret, args)?;
         ranks.push(rank);
         outputs.push(BufReader::new(stdout).lines());
     }

@@ -156,12 +156,41 @@ pub(crate) struct Args {
     /// Address the ranks listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub(crate) bind: IpAddr,
+    /// Run rank r in network namespace NSr, listening on IPr (one NS=IP per
+    /// rank, separated by commas; needs root, started through `ip netns exec`).
+    #[arg(long, value_name = "NS=IP,...", value_parser = parse_netns)]
+    pub(crate) netns: Option<RankPlaces>,
     /// Internal: run as this rank (set by the launching collbench).
     #[arg(long, hide = true)]
     pub(crate) worker_rank: Option<usize>,
 }
 
+/// Where each rank runs: its network namespace and its address there.
+#[derive(Clone, Debug)]
+pub(crate) struct RankPlaces(pub(crate) Vec<(String, IpAddr)>);
+
+fn parse_netns(s: &str) -> Result<RankPlaces, String> {
+    s.split(',')
+        .map(|p| {
+            let (ns, ip) = p
+                .split_once('=')
+                .ok_or_else(|| format!("{p:?} is not NS=IP"))?;
+            let ip = ip.parse().map_err(|e| format!("{ip:?}: {e}"))?;
+            Ok((ns.to_owned(), ip))
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map(RankPlaces)
+}
+
 impl Args {
+    /// The address rank `rank` listens on.
+    pub(crate) fn bind_of(&self, rank: usize) -> IpAddr {
+        self.netns
+            .as_ref()
+            .and_then(|p| p.0.get(rank))
+            .map_or(self.bind, |(_, ip)| *ip)
+    }
+
     pub(crate) fn collective_options(&self) -> CollectiveOptions {
         let d = CollectiveOptions::default();
         let (allreduce, broadcast) = match self.algorithm {
@@ -206,6 +235,16 @@ fn main() -> ExitCode {
     ];
     if args.transport != DataPlane::Quic && quic_only.contains(&true) {
         say("collbench: the --quic-* options need --transport quic");
+        return ExitCode::from(2);
+    }
+    if let Some(p) = &args.netns
+        && p.0.len() != usize::from(args.np)
+    {
+        say(&format!(
+            "collbench: --netns names {} places for --np {}",
+            p.0.len(),
+            args.np
+        ));
         return ExitCode::from(2);
     }
     match args.worker_rank {

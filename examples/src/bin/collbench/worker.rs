@@ -94,7 +94,7 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
         .ok()
         .and_then(|t| control::Secret::from_hex(&t).ok())
         .ok_or_else(|| format!("{SECRET_ENV} is not set: ranks are started by collbench itself"))?;
-    let listen = SocketAddr::new(args.bind, 0);
+    let listen = SocketAddr::new(args.bind_of(rank), 0);
     match args.transport {
         DataPlane::Tcp => {
             let config = TcpConfig {

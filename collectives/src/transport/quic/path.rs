@@ -1,0 +1,85 @@
+//! Each connection's packet size and send offload, from the route to its
+//! peer: the kernel knows the route's MTU (`IP_MTU` on a UDP socket
+//! connected to the peer), 65,536 on loopback, 1,500 or 9,000 on most links.
+//!
+//! - The largest packet: the route's MTU less the IP and UDP headers, at most
+//!   [`QuicConfig::max_udp_payload`]; path MTU discovery climbs to it from
+//!   [`QuicConfig::initial_mtu`] (a smaller hop on the way is found by
+//!   discovery and its black-hole detection).
+//! - UDP segmentation offload (GSO) only for packets of at most
+//!   [`GSO_MAX_PACKET`]: a GSO send carries at most 64 KiB, so larger packets
+//!   gain nothing, and quinn's batches of two 65,000-byte packets are refused
+//!   by the kernel, every packet of them lost until the connection idles out.
+//!   With 1,452-byte packets (a 1,500-byte veth) GSO doubles throughput; on
+//!   loopback with 65,000-byte packets, turning it off did.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+
+use quinn::TransportConfig;
+
+use super::QuicConfig;
+use super::tls::transport;
+
+/// The largest packet with which UDP segmentation offload is used.
+pub(crate) const GSO_MAX_PACKET: u16 = 16 << 10;
+
+/// IPv4's header (20 bytes, no options) and UDP's (8).
+const IPV4_UDP_HEADERS: u32 = 28;
+
+/// The MTU of the route from `local` to `peer`, as the kernel knows it;
+/// `None` where it cannot tell (IPv6 here).
+pub(crate) fn route_mtu(local: IpAddr, peer: SocketAddr) -> Option<u32> {
+    use nix::sys::socket::{getsockopt, sockopt};
+    if !peer.is_ipv4() {
+        return None;
+    }
+    let local = match local {
+        IpAddr::V4(ip) => ip,
+        IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
+    };
+    let s = UdpSocket::bind((local, 0)).ok()?;
+    s.connect(peer).ok()?;
+    let mtu = getsockopt(&s, sockopt::IpMtu).ok()?;
+    u32::try_from(mtu).ok()
+}
+
+/// The largest UDP payload towards a peer whose route has MTU `route_mtu`.
+pub(crate) fn payload(config: &QuicConfig, route_mtu: Option<u32>) -> u16 {
+    let route = route_mtu
+        .map(|m| m.saturating_sub(IPV4_UDP_HEADERS))
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(u16::MAX);
+    config.max_udp_payload.min(route).max(1200)
+}
+
+/// quinn's transport settings for the connection with `peer`.
+pub(crate) fn for_peer(
+    config: &QuicConfig,
+    local: IpAddr,
+    peer: SocketAddr,
+) -> Arc<TransportConfig> {
+    transport(config, payload(config, route_mtu(local, peer)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_payload_is_the_routes_less_headers_within_the_configured_bounds() {
+        let c = QuicConfig::default();
+        assert_eq!(payload(&c, Some(65_536)), 65_000);
+        assert_eq!(payload(&c, Some(1_500)), 1_472);
+        assert_eq!(payload(&c, Some(9_000)), 8_972);
+        assert_eq!(payload(&c, None), 65_000);
+        assert_eq!(payload(&c, Some(576)), 1_200);
+    }
+
+    #[test]
+    fn loopback_reports_its_mtu() {
+        let lo = IpAddr::from([127, 0, 0, 1]);
+        let mtu = route_mtu(lo, SocketAddr::new(lo, 9)).expect("loopback's MTU");
+        assert!(mtu >= 1_500, "{mtu}");
+    }
+}
