@@ -17,6 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout, timeout_at};
 
+use super::sender::Sender;
 use super::{QuicConfig, QuicTransport, path, tls};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
@@ -181,10 +182,10 @@ impl QuicEndpoint {
         )?;
         // The mesh is complete: later handshakes are refused by QUIC itself.
         self.endpoint.set_server_config(None);
-        let mut streams: Vec<Option<Halves>> = (0..size).map(|_| None).collect();
+        let mut streams: Vec<Option<(RecvStream, Sender)>> = (0..size).map(|_| None).collect();
         let mut connections = Vec::with_capacity(size);
         for (peer, conn, halves) in dialed.into_iter().chain(accepted) {
-            streams[peer] = Some(halves);
+            streams[peer] = Some((halves.0, Sender::new(halves.1)));
             connections.push(conn);
         }
         let limits = StreamLimits {

@@ -19,16 +19,18 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use quinn::{Connection, Endpoint as QuinnEndpoint, RecvStream, SendStream, VarInt};
+use quinn::{Connection, Endpoint as QuinnEndpoint, RecvStream, VarInt};
 
 use super::Transport;
 use super::end::Breaker;
 use super::stream::StreamTransport;
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank, Tag};
+use sender::Sender;
 
 mod mesh;
 mod path;
+mod sender;
 mod tls;
 
 pub use mesh::{QuicAddress, QuicEndpoint};
@@ -95,13 +97,13 @@ const LINGER: Duration = Duration::from_secs(5);
 /// One rank's end of a QUIC mesh. Built by [`QuicEndpoint::connect`].
 #[derive(Debug)]
 pub struct QuicTransport {
-    inner: Option<StreamTransport<RecvStream, SendStream>>,
+    inner: Option<StreamTransport<RecvStream, Sender>>,
     connections: Vec<Connection>,
     endpoint: QuinnEndpoint,
 }
 
 impl QuicTransport {
-    fn inner(&self) -> &StreamTransport<RecvStream, SendStream> {
+    fn inner(&self) -> &StreamTransport<RecvStream, Sender> {
         // Taken out only by `shutdown`, which consumes the transport.
         self.inner.as_ref().unwrap_or_else(|| unreachable!())
     }
@@ -148,7 +150,12 @@ impl Transport for QuicTransport {
             return;
         };
         let writers = inner.leave().await;
-        let acked = futures::future::join_all(writers.iter().map(SendStream::stopped));
+        let acked = futures::future::join_all(
+            writers
+                .iter()
+                .filter_map(Sender::stream)
+                .map(|s| s.stopped()),
+        );
         let _ = tokio::time::timeout(LINGER, acked).await;
         for c in std::mem::take(&mut self.connections) {
             tracing::debug!(peer = %c.remote_address(), stats = ?c.stats(), "QUIC connection done");
