@@ -90,12 +90,20 @@ crate::grid_tests!();
 async fn sum_of_ranks(
     ts: &[Arc<QuicTransport>],
 ) -> Vec<Result<Vec<f32>, collectives::CollectiveError>> {
+    sum_of_ranks_over(ts, 300_000).await
+}
+
+/// Each rank allreduces `len` copies of its rank + 1.
+async fn sum_of_ranks_over(
+    ts: &[Arc<QuicTransport>],
+    len: usize,
+) -> Vec<Result<Vec<f32>, collectives::CollectiveError>> {
     let comms: Vec<_> = ts
         .iter()
         .map(|t| Communicator::new(t.clone(), CollectiveOptions::default()))
         .collect();
     let runs = comms.iter().map(|c| async move {
-        let mut b = vec![c.rank() as f32 + 1.0; 300_000];
+        let mut b = vec![c.rank() as f32 + 1.0; len];
         c.allreduce(&mut b, ReduceOp::Sum).await.map(|()| b)
     });
     tokio::time::timeout(HANG, join_all(runs))
@@ -209,18 +217,7 @@ async fn a_first_collective_of_16_mib_gets_through() {
         .into_iter()
         .map(Arc::new)
         .collect();
-    let comms: Vec<_> = ts
-        .iter()
-        .map(|t| Communicator::new(t.clone(), CollectiveOptions::default()))
-        .collect();
-    let runs = comms.iter().map(|c| async move {
-        let mut b = vec![c.rank() as f32 + 1.0; 4 << 20];
-        c.allreduce(&mut b, ReduceOp::Sum).await.map(|()| b)
-    });
-    let res = tokio::time::timeout(HANG, join_all(runs))
-        .await
-        .expect("allreduce hung");
-    assert_sums(res);
+    assert_sums(sum_of_ranks_over(&ts, 4 << 20).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -43,7 +43,10 @@ pub(crate) struct Joined {
     pub(crate) data_bind: DataBind,
 }
 
-pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
+pub(crate) async fn join(
+    launch: &Launch,
+    tls: Option<&control::tls::ControlConnector>,
+) -> Result<Joined, InitError> {
     let deadline = Instant::now() + launch.start_timeout;
     let stream = dial(launch.coordinator, deadline).await?;
     let _ = stream.set_nodelay(true);
@@ -61,22 +64,20 @@ pub(crate) async fn join(launch: &Launch) -> Result<Joined, InitError> {
         all_interfaces: launch.data_all_interfaces,
         transport: launch.transport,
     };
-    let tls = launch.control_tls()?;
-    let stream =
-        match tokio::time::timeout_at(deadline, ClientStream::over(stream, tls.as_ref())).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                return Err(InitError::Control {
-                    what: "setting up TLS with the coordinator",
-                    why: e.to_string(),
-                });
-            }
-            Err(_) => {
-                return Err(InitError::Unreachable {
-                    addr: launch.coordinator,
-                });
-            }
-        };
+    let stream = match tokio::time::timeout_at(deadline, ClientStream::over(stream, tls)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return Err(InitError::Control {
+                what: "setting up TLS with the coordinator",
+                why: e.to_string(),
+            });
+        }
+        Err(_) => {
+            return Err(InitError::Unreachable {
+                addr: launch.coordinator,
+            });
+        }
+    };
     let left = deadline.saturating_duration_since(Instant::now());
     let mut link = control::connect(stream, &launch.secret, left).await?;
     let bound = generation::bind(data_bind, launch.data_timeout, &launch.secret).await?;
@@ -226,7 +227,7 @@ mod tests {
         let mute = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let secret = Secret::generate().unwrap();
         let l = launch(listener.local_addr().unwrap(), secret.clone(), LIMIT * 3);
-        let worker = tokio::spawn(async move { join(&l).await.map(|_| ()) });
+        let worker = tokio::spawn(async move { join(&l, None).await.map(|_| ()) });
         let (s, _) = listener.accept().await.unwrap();
         let mut link = control::accept(s, &secret, LIMIT).await.unwrap();
         let Some(Ok(WorkerMsg::Register(r))) = link.next().await else {

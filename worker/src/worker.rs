@@ -103,26 +103,29 @@ pub fn init() -> Result<Worker, InitError> {
     let Some(launch) = launch else {
         return Ok(Worker::alone(rt));
     };
+    let tls = launch.control_tls()?;
     let connect = control_link::Tcp {
         addr: launch.coordinator,
         launcher: Some(std::os::unix::process::parent_id()),
-        tls: launch.control_tls()?,
+        tls: tls.clone(),
     };
-    join_job(rt, &launch, connect, None)
+    join_job(rt, &launch, connect, tls.as_ref(), None)
 }
 
-/// Joins as `launch` says, redialling the coordinator through `connect`.
+/// Joins as `launch` says (inside `tls` when given), redialling the
+/// coordinator through `connect`.
 fn join_job<C: control_link::Connect<Stream = control::tls::ClientStream>>(
     rt: tokio::runtime::Runtime,
     launch: &env::Launch,
     connect: C,
+    tls: Option<&control::tls::ControlConnector>,
     pod: Option<Arc<pod::Pod>>,
 ) -> Result<Worker, InitError> {
     if let Some(cpu) = launch.engine_cpu {
         affinity::pin_engine_thread(&rt, cpu)
             .map_err(|source| InitError::ThreadAffinity { cpu, source })?;
     }
-    let joined = rt.block_on(join::join(launch))?;
+    let joined = rt.block_on(join::join(launch, tls))?;
     let redial = control_link::Redial {
         connect,
         secret: launch.secret.clone(),
@@ -165,8 +168,9 @@ fn init_pod(rt: tokio::runtime::Runtime, pe: pod::PodEnv) -> Result<Worker, Init
         });
     }
     pod::watch_signals(&rt, &pod, launch.coordinator_timeout);
-    let connect = pod.connect(launch.control_tls()?);
-    join_job(rt, &launch, connect, Some(pod))
+    let tls = launch.control_tls()?;
+    let connect = pod.connect(tls.clone());
+    join_job(rt, &launch, connect, tls.as_ref(), Some(pod))
 }
 
 /// Says the training ended cleanly: in etcd (a pod's record outlives it)

@@ -141,14 +141,11 @@ impl AsyncWrite for Sender {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let State::Idle(_) = this.state else {
+        let State::Idle(mut stream) = std::mem::replace(&mut this.state, State::Gone) else {
             return Poll::Ready(Err(gone()));
         };
         let n = buf.len().min(CHUNK);
         let chunk = this.chunk(&buf[..n]);
-        let State::Idle(mut stream) = std::mem::replace(&mut this.state, State::Gone) else {
-            return Poll::Ready(Err(gone()));
-        };
         let fut: Pending = Box::pin(async move {
             let res = stream.write_chunk(chunk).await;
             (stream, res)
