@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Side-by-side allreduce benchmark on this machine, in one run: the loopback TCP
-# ceiling (iperf3 one-way and --bidir), Gloo through PyTorch (../shared/peers) and
-# collbench, interleaved round by round so that all see the same machine state.
+# ceiling (iperf3 one-way and --bidir), the memory-bandwidth ceiling (membench),
+# Gloo through PyTorch (../shared/peers) and collbench over shared memory (its
+# default for ranks of one host) and over TCP (--no-shared-memory), interleaved
+# round by round so that all see the same machine state.
 #
-#   scripts/bench_allreduce.sh [ROUNDS]        (default 3; about 2 minutes a round)
+#   scripts/bench_allreduce.sh [ROUNDS]        (default 3; about 3 minutes a round)
 #
 # Raw outputs go to target/bench/allreduce-DATE/; the summary (markdown) is printed
 # by scripts/bench_report.py and saved there as report.md.
@@ -29,10 +31,13 @@ for r in $(seq "$rounds"); do
   echo "round $r/$rounds" >&2
   iperf > "$out/iperf_oneway_$r.json"
   iperf --bidir > "$out/iperf_bidir_$r.json"
+  target/release/membench > "$out/membench_$r.txt"
   for n in 2 4; do
     "$venv/bin/python" ../shared/peers/gloo_allreduce.py --nproc "$n" --skip-extra > "$out/gloo_n${n}_$r.txt"
     "$bench" --np "$n" --op allreduce --dtype f32 --min-bytes 4K --max-bytes 256M --step-factor 4 --json \
       > "$out/collbench_n${n}_$r.jsonl"
+    "$bench" --np "$n" --op allreduce --dtype f32 --min-bytes 4K --max-bytes 256M --step-factor 4 --json \
+      --no-shared-memory > "$out/collbenchtcp_n${n}_$r.jsonl"
   done
 done
 python3 scripts/bench_report.py "$out" | tee "$out/report.md"

@@ -27,6 +27,8 @@ mod dtype;
 mod error;
 mod reduce;
 pub mod schedule;
+#[allow(unsafe_code)]
+mod sys;
 mod tag;
 mod topology;
 mod transport;
@@ -49,5 +51,6 @@ pub use transport::endpoint::Endpoint;
 pub use transport::mem::MemTransport;
 pub use transport::mem_fabric::{MemAddress, MemEndpoint, MemFabric};
 pub use transport::quic::{QuicAddress, QuicConfig, QuicEndpoint, QuicTransport, TlsSetupError};
+pub use transport::shm::{ShmConfig, ShmRead, ShmWrite};
 pub use transport::stream::{ReadHalf, StreamTransport, WriteHalf};
-pub use transport::tcp::{TcpConfig, TcpEndpoint, TcpTransport};
+pub use transport::tcp::{TcpConfig, TcpEndpoint, TcpRead, TcpTransport, TcpWrite};

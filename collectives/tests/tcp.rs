@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use collectives::{
     AllreduceAlgorithm, BroadcastAlgorithm, CollectiveError, CollectiveOptions, Communicator,
-    Element, Generation, LossCause, ReduceOp, Tag, TcpConfig, TcpEndpoint, TcpTransport, Transport,
-    TransportError, bf16, schedule::even_counts,
+    Element, Generation, LossCause, ReduceOp, ShmConfig, Tag, TcpConfig, TcpEndpoint, TcpTransport,
+    Transport, TransportError, bf16, schedule::even_counts,
 };
 use common::*;
 use control::DataKey;
@@ -34,6 +34,12 @@ fn config() -> TcpConfig {
         connect_timeout: Duration::from_secs(10),
         io_timeout: Duration::from_secs(20),
         job_key: key(0xE1),
+        // These tests are about the sockets; tests/shm.rs runs the same
+        // mesh with shared memory between its ranks.
+        shared_memory: ShmConfig {
+            enabled: false,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
@@ -347,11 +353,14 @@ async fn try_hello(addr: SocketAddr, bytes: impl FnOnce([u8; 32]) -> Vec<u8>) ->
     (code, s)
 }
 
-/// A hand-made peer of the job: the documented handshake, then raw frames.
+/// A hand-made peer of the job: the documented handshake, no shared-memory
+/// offer (one zero byte, answered by one byte), then raw frames.
 async fn fake_peer(addr: SocketAddr, rank: u32, size: u32, generation: u64) -> TcpStream {
     let k = config().job_key;
-    let (code, s) = try_hello(addr, |a| hello(&k, &a, rank, size, generation)).await;
+    let (code, mut s) = try_hello(addr, |a| hello(&k, &a, rank, size, generation)).await;
     assert_eq!(code, 0, "fake peer's hello refused");
+    s.write_all(&[0]).await.unwrap();
+    assert_eq!(s.read_u8().await.unwrap(), 0, "no offer is declined");
     s
 }
 

@@ -50,6 +50,12 @@ pub const DATA_ALL_INTERFACES: &str = "ELASTICRUN_DATA_ALL_INTERFACES";
 /// `quic` (`--transport`). Every rank of a job must use the same one.
 pub const TRANSPORT: &str = "ELASTICRUN_TRANSPORT";
 
+/// `0` turns shared memory between ranks of one host off: they keep to their
+/// TCP connections (`--no-shared-memory`). `1` or unset: on. Only the TCP
+/// data plane uses shared memory; with [`TRANSPORT`] `quic` every peer is
+/// reached over QUIC whatever this says.
+pub const SHARED_MEMORY: &str = "ELASTICRUN_SHARED_MEMORY";
+
 /// A data plane between hosts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TransportKind {
@@ -81,7 +87,7 @@ impl TransportKind {
 }
 
 /// Every variable the launcher sets for a worker.
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 12] = [
     COORDINATOR,
     SECRET,
     HOST,
@@ -93,6 +99,7 @@ pub const ALL: [&str; 11] = [
     THREAD_AFFINITY,
     DATA_ALL_INTERFACES,
     TRANSPORT,
+    SHARED_MEMORY,
 ];
 
 /// CPU ids a [`THREAD_AFFINITY`] list may name: Linux's `CPU_SETSIZE`.

@@ -279,6 +279,29 @@ pub fn alive_in_groups(groups: &BTreeSet<i32>) -> Vec<i32> {
         .collect()
 }
 
+/// How many shared-memory segments of the data plane process `pid` maps:
+/// the distinct `/memfd:elasticrun-...` files in its `/proc/<pid>/maps`
+/// (one per peer it reaches through shared memory).
+pub fn shared_segments(pid: i32) -> usize {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|f| f.starts_with("/memfd:elasticrun-"))
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+/// Names under `/dev/shm` that elasticrun could have left (it creates none:
+/// its segments are anonymous memory files).
+pub fn dev_shm_leftovers() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains("elasticrun"))
+        .collect()
+}
+
 /// Fails the test if any of `pids` (or anything in their process groups) is
 /// still running after `limit`.
 pub fn assert_all_gone(pids: &BTreeSet<i32>, limit: Duration) {

@@ -71,7 +71,19 @@ fn two_ssh_hosts_of_two_slots_give_the_flat_results_on_both_paths() {
 fn two_local_host_names_of_three_slots_run_hierarchically() {
     let mut args = vec!["-H", "localhost:3,127.0.0.1:3"];
     args.extend(FLAGS);
-    assert_job(&collectives_job(&args), 2, 3, "hierarchical");
+    let lines = collectives_job(&args);
+    assert_job(&lines, 2, 3, "hierarchical");
+    // Both host names are this machine: every pair shares memory, the
+    // intra-host legs and the cross-host ones alike.
+    for p in &lines {
+        assert_eq!(p["shm_segments"], 5, "{p}");
+    }
+    args.push("--no-shared-memory");
+    let lines = collectives_job(&args);
+    assert_job(&lines, 2, 3, "hierarchical");
+    for p in &lines {
+        assert_eq!(p["shm_segments"], 0, "{p}");
+    }
 }
 
 /// The same over `--transport quic`: the local and cross-host legs both run
@@ -84,6 +96,7 @@ fn a_hierarchical_job_over_quic_gives_the_flat_results() {
     assert_job(&lines, 2, 2, "hierarchical");
     for p in &lines {
         assert!(p["udp_sockets"].as_u64() >= Some(1), "no QUIC socket: {p}");
+        assert_eq!(p["shm_segments"], 0, "QUIC uses no shared memory: {p}");
     }
 }
 

@@ -5,7 +5,10 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
-use integration_tests::{Running, assert_all_gone, descendants, launch, start, train, workers};
+use integration_tests::{
+    Running, assert_all_gone, descendants, dev_shm_leftovers, launch, shared_segments, start,
+    train, workers,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -150,6 +153,10 @@ fn training_job(np: usize) -> (Running, Vec<i32>, BTreeSet<i32>) {
     job.wait_for_stdout_line("rank 0's first step", Duration::from_secs(30), |l| {
         l.contains("\"event\":\"step\"")
     });
+    // Ranks on one host reach each other through shared memory.
+    for &pid in &pids {
+        assert_eq!(shared_segments(pid), np - 1, "segments of worker {pid}");
+    }
     let all: BTreeSet<i32> = descendants(job.pid())
         .into_iter()
         .chain(pids.iter().copied())
@@ -172,6 +179,25 @@ fn a_killed_worker_fails_the_job_naming_it_and_nothing_is_left() {
         run.stderr
     );
     assert_all_gone(&all, Duration::from_secs(10));
+    assert_eq!(dev_shm_leftovers(), Vec::<String>::new());
+}
+
+/// With `--no-shared-memory` the ranks of one host stay on TCP.
+#[test]
+fn the_off_switch_keeps_one_hosts_ranks_on_tcp() {
+    let extra = ["--epochs", "1000", "--step-delay-ms", "20", "--log-steps"];
+    let mut args = vec!["--no-shared-memory".to_string()];
+    args.extend(train_args("2", &extra));
+    let mut job = launch(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let pids = workers(job.pid(), 2, Duration::from_secs(30));
+    job.wait_for_stdout_line("rank 0's first step", Duration::from_secs(30), |l| {
+        l.contains("\"event\":\"step\"")
+    });
+    for &pid in &pids {
+        assert_eq!(shared_segments(pid), 0, "segments of worker {pid}");
+    }
+    kill(Pid::from_raw(job.pid()), Signal::SIGTERM).unwrap();
+    assert_eq!(job.finish(JOB).status.code(), Some(143));
 }
 
 #[test]
@@ -201,6 +227,7 @@ fn stop_with(sig: Signal, code: Option<i32>) {
     // SIGKILL gives elasticrun no chance to stop anyone: the workers notice the
     // lost coordinator themselves.
     assert_all_gone(&all, Duration::from_secs(10));
+    assert_eq!(dev_shm_leftovers(), Vec::<String>::new());
 }
 
 #[test]

@@ -9,7 +9,7 @@ use control::Secret;
 pub(crate) use control::env::COORDINATOR;
 use control::env::{
     COORDINATOR_TIMEOUT, DATA_ALL_INTERFACES, ELASTIC_TIMEOUT, GLOO_TIMEOUT_SECONDS, HOST, SECRET,
-    SLOT, START_TIMEOUT, THREAD_AFFINITY, TRANSPORT, TransportKind, parse_cpu_list,
+    SHARED_MEMORY, SLOT, START_TIMEOUT, THREAD_AFFINITY, TRANSPORT, TransportKind, parse_cpu_list,
 };
 
 use crate::InitError;
@@ -34,6 +34,9 @@ pub(crate) struct Launch {
     pub(crate) data_all_interfaces: bool,
     /// The data plane to bind ([`control::env::TRANSPORT`]).
     pub(crate) transport: TransportKind,
+    /// Shared memory with the ranks of this host, on the TCP data plane
+    /// ([`control::env::SHARED_MEMORY`]; default on).
+    pub(crate) shared_memory: bool,
 }
 
 impl Launch {
@@ -74,6 +77,16 @@ fn seconds(s: &str) -> Option<Duration> {
         .ok()
         .filter(|v| v.is_finite() && *v > 0.0)
         .and_then(|v| Duration::try_from_secs_f64(v).ok())
+}
+
+/// A switch's value: `1`, `true`, `yes`, `on` or empty is on; `0`, `false`,
+/// `no`, `off` is off (any case, spaces around allowed); anything else `None`.
+fn switch(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "" | "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
 }
 
 /// `None` when the program was not started by elasticrun.
@@ -136,6 +149,15 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
             )
         })?,
     };
+    let shared_memory = match get(SHARED_MEMORY) {
+        None => true,
+        Some(v) => switch(&v).ok_or_else(|| {
+            bad(
+                SHARED_MEMORY,
+                &format!("is {v:?}, neither 0 (off) nor 1 (on)"),
+            )
+        })?,
+    };
     Ok(Some(Launch {
         coordinator,
         secret,
@@ -148,6 +170,7 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         engine_cpu,
         data_all_interfaces,
         transport,
+        shared_memory,
     }))
 }
 
@@ -269,6 +292,46 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains(THREAD_AFFINITY) && e.contains("\"one\""), "{e}");
+    }
+
+    #[test]
+    fn shared_memory_is_on_unless_turned_off() {
+        let k = Secret::generate().unwrap().to_hex();
+        let with = |extra: &[(&str, &str)]| {
+            let mut pairs = vec![
+                (COORDINATOR, "127.0.0.1:4000"),
+                (SECRET, k.as_str()),
+                (HOST, "a"),
+                (SLOT, "0"),
+            ];
+            pairs.extend_from_slice(extra);
+            read(env(&pairs))
+        };
+        assert!(with(&[]).unwrap().unwrap().shared_memory, "unset: on");
+        for on in ["1", "true", "YES", "on", "", " 1 "] {
+            let l = with(&[(SHARED_MEMORY, on)]).unwrap().unwrap();
+            assert!(l.shared_memory, "{on:?}");
+        }
+        for off in ["0", "false", "No", "OFF", " 0"] {
+            let l = with(&[(SHARED_MEMORY, off)]).unwrap().unwrap();
+            assert!(!l.shared_memory, "{off:?}");
+        }
+        for bad in ["2", "maybe", "-1", "0,1"] {
+            let e = with(&[(SHARED_MEMORY, bad)]).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    InitError::Environment {
+                        var: SHARED_MEMORY,
+                        ..
+                    }
+                ),
+                "{bad:?}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(text.contains(SHARED_MEMORY), "{text}");
+            assert!(text.contains(&format!("{bad:?}")), "{text}");
+        }
     }
 
     /// Whatever the variables hold, `read` gives a launch or an error naming

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{
-    Breaker, CollectiveOptions, Communicator, OpSpace, QuicConfig, QuicEndpoint, TcpConfig,
-    TcpEndpoint, Transport, TransportError,
+    Breaker, CollectiveOptions, Communicator, OpSpace, QuicConfig, QuicEndpoint, ShmConfig,
+    TcpConfig, TcpEndpoint, Transport, TransportError,
 };
 use control::env::TransportKind;
 use control::{Assignment, PeerAddress, Secret};
@@ -47,6 +47,9 @@ pub(crate) struct DataBind {
     pub(crate) all_interfaces: bool,
     /// The data plane to bind.
     pub(crate) transport: TransportKind,
+    /// On TCP, shared memory with the peers on this host
+    /// ([`control::env::SHARED_MEMORY`]); QUIC never uses it.
+    pub(crate) shared_memory: bool,
 }
 
 impl DataBind {
@@ -93,10 +96,7 @@ pub(crate) async fn bind(
     let listen = SocketAddr::new(bind.listen_ip(), 0);
     let (endpoint, address) = match bind.transport {
         TransportKind::Tcp => {
-            let config = TcpConfig {
-                io_timeout: data_timeout,
-                ..TcpConfig::default()
-            };
+            let config = tcp_config(data_timeout, bind.shared_memory);
             let ep = TcpEndpoint::bind(listen, config).await?;
             let addr = SocketAddr::new(bind.ip, ep.local_addr()?.port());
             (Unconnected::Tcp(ep), PeerAddress::tcp(addr))
@@ -117,6 +117,21 @@ pub(crate) async fn bind(
         secret: secret.clone(),
         address,
     })
+}
+
+/// The TCP data plane's settings: each send and receive may wait up to
+/// `data_timeout`; shared memory with the ranks of this host as
+/// `shared_memory` says, its other settings the defaults.
+fn tcp_config(data_timeout: Duration, shared_memory: bool) -> TcpConfig {
+    let defaults = TcpConfig::default();
+    TcpConfig {
+        io_timeout: data_timeout,
+        shared_memory: ShmConfig {
+            enabled: shared_memory,
+            ..defaults.shared_memory
+        },
+        ..defaults
+    }
 }
 
 /// Every rank's address of one kind, by rank.
@@ -240,4 +255,29 @@ pub(crate) fn engine_on(
         planes.data.into_transport().shutdown().await;
         planes.negotiation.into_transport().shutdown().await;
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp_config_turns_shared_memory_on_or_off_and_keeps_the_rest() {
+        let defaults = TcpConfig::default();
+        let timeout = Duration::from_millis(2500);
+        let on = tcp_config(timeout, true);
+        assert_eq!(on.io_timeout, timeout);
+        assert!(on.shared_memory.enabled);
+        let off = tcp_config(timeout, false);
+        assert!(!off.shared_memory.enabled);
+        for c in [&on, &off] {
+            assert_eq!(
+                c.shared_memory.ring_bytes,
+                defaults.shared_memory.ring_bytes
+            );
+            assert_eq!(c.shared_memory.spin, defaults.shared_memory.spin);
+            assert_eq!(c.connect_timeout, defaults.connect_timeout);
+            assert_eq!(c.max_frame_bytes, defaults.max_frame_bytes);
+        }
+    }
 }

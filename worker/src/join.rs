@@ -63,6 +63,7 @@ pub(crate) async fn join(
         ip,
         all_interfaces: launch.data_all_interfaces,
         transport: launch.transport,
+        shared_memory: launch.shared_memory,
     };
     let stream = match tokio::time::timeout_at(deadline, ClientStream::over(stream, tls)).await {
         Ok(Ok(s)) => s,
@@ -214,6 +215,7 @@ mod tests {
             engine_cpu: None,
             data_all_interfaces: false,
             transport: control::env::TransportKind::Tcp,
+            shared_memory: true,
         }
     }
 

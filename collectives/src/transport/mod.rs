@@ -31,6 +31,7 @@ mod mailbox;
 pub(crate) mod mem;
 pub(crate) mod mem_fabric;
 pub(crate) mod quic;
+pub(crate) mod shm;
 pub(crate) mod stream;
 pub(crate) mod tcp;
 

@@ -326,6 +326,20 @@ pub struct Cli {
         help_heading = "Controller and library"
     )]
     pub transport: Option<control::env::TransportKind>,
+    /// Keep ranks on one host on their TCP connections instead of shared memory (default: shared memory between ranks of one host, TCP between hosts). Only --transport tcp uses shared memory; with quic every peer is reached over QUIC.
+    #[arg(
+        long,
+        overrides_with = "shared_memory",
+        help_heading = "Controller and library"
+    )]
+    pub no_shared_memory: bool,
+    /// Shared memory between ranks of one host (the default; undoes --no-shared-memory, ELASTICRUN_NO_SHARED_MEMORY or the config file's shared_memory: false).
+    #[arg(
+        long,
+        overrides_with = "no_shared_memory",
+        help_heading = "Controller and library"
+    )]
+    pub shared_memory: bool,
     /// Keep the data plane on TCP: refuses --transport quic [default: off].
     #[arg(long, help_heading = "Controller and library")]
     pub tcp: bool,

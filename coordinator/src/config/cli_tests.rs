@@ -309,6 +309,8 @@ fn horovodrun_spellings_are_accepted() {
     let c = parse("--log-hide-timestamp --no-timeline-mark-cycles ./t").unwrap();
     assert!(c.log_without_timestamp && c.no_timeline_mark_cycles);
     assert!(parse("--no-mpi-threads-disable ./t").is_ok());
+    let c = parse("--shared-memory --no-shared-memory ./t").unwrap();
+    assert!(c.no_shared_memory && !c.shared_memory);
     for bad in ["--thread-affinity one ./t", "--thread-affinity 1,,2 ./t"] {
         assert_eq!(clap_error(bad).kind(), ErrorKind::ValueValidation, "{bad}");
     }
@@ -386,6 +388,9 @@ fn help_spells_np_as_users_type_it_and_does_not_require_it() {
         "--gloo-timeout-seconds <SECONDS>",
         "--thread-affinity <CPU,...>",
         "--tcp ",
+        "--transport <tcp|quic>",
+        "--no-shared-memory ",
+        "--shared-memory ",
         "--mpi ",
         "--jsrun ",
         "--mpi-args <ARGS>",

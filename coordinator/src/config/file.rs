@@ -15,7 +15,8 @@
 //! timeline:    { filename: timeline.json, mark_cycles: true }
 //! stall_check: { enabled: true, warning_time_seconds: 60, shutdown_time_seconds: 0 }
 //! logging:     { level: info, hide_timestamp: false }
-//! library_options: { gloo_timeout_seconds: 60, thread_affinity: [0, 2], tcp: true }
+//! library_options: { gloo_timeout_seconds: 60, thread_affinity: [0, 2], tcp: true,
+//!                    transport: tcp, shared_memory: true }
 //! elastic:     { host_discovery_script: ./discover.sh, min_np: 2, max_np: 8,
 //!                slots_per_host: 4, elastic_timeout: 600, reset_limit: 10,
 //!                blacklist_cooldown_range: [60, 300], discovery_interval: 1,
@@ -126,6 +127,8 @@ pub struct LibraryOptions {
     /// `tcp` or `quic`.
     #[serde(default, deserialize_with = "transport")]
     pub transport: Option<control::env::TransportKind>,
+    /// `false`: ranks of one host keep to TCP (`--no-shared-memory`).
+    pub shared_memory: Option<bool>,
     pub tcp: Option<bool>,
 }
 
@@ -298,7 +301,8 @@ mod tests {
     #[test]
     fn library_options_section_parses() {
         let f = parse(
-            "library_options:\n  gloo_timeout_seconds: 90\n  thread_affinity: [1, 3]\n  tcp: true\n  transport: QUIC\n",
+            "library_options:\n  gloo_timeout_seconds: 90\n  thread_affinity: [1, 3]\n  tcp: true\n  transport: QUIC\n  \
+             shared_memory: false\n",
         )
         .unwrap();
         assert_eq!(
@@ -307,6 +311,7 @@ mod tests {
                 gloo_timeout_seconds: Some(90.0),
                 thread_affinity: Some(vec![1, 3]),
                 transport: Some(control::env::TransportKind::Quic),
+                shared_memory: Some(false),
                 tcp: Some(true),
             }
         );
@@ -314,6 +319,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("\"carrier-pigeon\" is not a data plane"), "{e}");
+        let e = parse("library_options:\n  shared_memory: sometimes\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("boolean"), "{e}");
         let e = parse("library_options:\n  num_nccl_streams: 2\n")
             .unwrap_err()
             .to_string();

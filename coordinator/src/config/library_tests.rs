@@ -1,6 +1,7 @@
 //! Resolving horovodrun's library options (`--gloo-timeout-seconds`,
-//! `--thread-affinity`, `--tcp`), `--verbose` and `--network-interfaces` from
-//! every layer.
+//! `--thread-affinity`, `--tcp`), elasticrun's (`--transport`,
+//! `--no-shared-memory`), `--verbose` and `--network-interfaces` from every
+//! layer.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -173,4 +174,50 @@ fn transport_from_each_layer_and_refused_beside_tcp() {
         e.to_string().contains("--tcp keeps the data plane on TCP"),
         "{e}"
     );
+}
+
+#[test]
+fn shared_memory_from_each_layer() {
+    assert!(run("-np 2 ./t", &[], "").unwrap().shared_memory);
+    assert!(
+        !run("--no-shared-memory -np 2 ./t", &[], "")
+            .unwrap()
+            .shared_memory
+    );
+    let env = [("ELASTICRUN_NO_SHARED_MEMORY", "1")];
+    assert!(!run("-np 2 ./t", &env, "").unwrap().shared_memory);
+    let env_on = [("ELASTICRUN_NO_SHARED_MEMORY", "false")];
+    assert!(run("-np 2 ./t", &env_on, "").unwrap().shared_memory);
+    let file = "library_options:\n  shared_memory: false\n";
+    assert!(!run("-np 2 ./t", &[], file).unwrap().shared_memory);
+    let file_on = "library_options:\n  shared_memory: true\n";
+    assert!(run("-np 2 ./t", &[], file_on).unwrap().shared_memory);
+    // The command line wins over the environment, which wins over the file.
+    assert!(
+        run("--shared-memory -np 2 ./t", &env, file)
+            .unwrap()
+            .shared_memory
+    );
+    assert!(
+        !run("--no-shared-memory -np 2 ./t", &env_on, file_on)
+            .unwrap()
+            .shared_memory
+    );
+    assert!(!run("-np 2 ./t", &env, file_on).unwrap().shared_memory);
+    assert!(run("-np 2 ./t", &env_on, file).unwrap().shared_memory);
+    // Of the switch and its negation, the last one given wins.
+    let c = run("--no-shared-memory --shared-memory -np 2 ./t", &[], "").unwrap();
+    assert!(c.shared_memory);
+    let c = run("--shared-memory --no-shared-memory -np 2 ./t", &[], "").unwrap();
+    assert!(!c.shared_memory);
+    let e = run("-np 2 ./t", &[("ELASTICRUN_NO_SHARED_MEMORY", "maybe")], "").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("ELASTICRUN_NO_SHARED_MEMORY=\"maybe\""),
+        "{e}"
+    );
+    // QUIC never uses shared memory, so turning it off there is no error.
+    let c = run("--transport quic --no-shared-memory -np 2 ./t", &[], "").unwrap();
+    assert_eq!(c.transport, control::env::TransportKind::Quic);
+    assert!(!c.shared_memory);
 }

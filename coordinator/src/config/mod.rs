@@ -248,6 +248,10 @@ pub struct JobConfig {
     pub tcp_only: bool,
     /// `--transport`: the data plane between the workers; default TCP.
     pub transport: control::env::TransportKind,
+    /// `--no-shared-memory` turns it off: ranks of one host then keep to
+    /// their TCP connections. Default on. Only the TCP data plane uses it
+    /// (with `--transport quic` every peer is reached over QUIC).
+    pub shared_memory: bool,
 }
 
 #[cfg(test)]

@@ -546,6 +546,18 @@ pub(super) const TRANSPORT: Opt<control::env::TransportKind> = Opt {
     default: control::env::TransportKind::Tcp,
 };
 
+/// Ranks of one host on their TCP connections rather than shared memory
+/// (`--transport tcp` only: QUIC never uses shared memory). The file says
+/// the opposite: `library_options: { shared_memory: false }`.
+pub(super) const NO_SHARED_MEMORY: Opt<bool> = Opt {
+    flag: "no-shared-memory",
+    env: &[var("ELASTICRUN_NO_SHARED_MEMORY", flag)],
+    yaml: "library_options.shared_memory",
+    cli: |c| pair(c.no_shared_memory, c.shared_memory),
+    file: |f| f.library_options.shared_memory.map(|on| !on),
+    default: false,
+};
+
 pub(super) const TCP: Opt<bool> = Opt {
     flag: "tcp",
     env: &[var("ELASTICRUN_TCP", flag)],

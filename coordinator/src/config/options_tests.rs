@@ -60,6 +60,7 @@ fn table() -> Vec<Names> {
         names(&THREAD_AFFINITY),
         names(&TCP),
         names(&TRANSPORT),
+        names(&NO_SHARED_MEMORY),
         names(&OUTPUT_FILENAME),
         names(&PREFIX_OUTPUT_WITH_TIMESTAMP),
         names(&LOG_LEVEL),
@@ -113,7 +114,10 @@ fn every_flag_is_on_the_command_line() {
     for n in names {
         let long = n[0];
         let in_table = n.iter().any(|l| table.contains(l));
-        let paired = long.strip_prefix("no-").is_some_and(|l| table.contains(&l));
+        // `--no-x` beside `--x`, or `--x` beside `--no-x`.
+        let negated = format!("no-{long}");
+        let paired = long.strip_prefix("no-").is_some_and(|l| table.contains(&l))
+            || table.contains(&negated.as_str());
         assert!(
             in_table || paired || NOT_IN_THE_TABLE.contains(&long),
             "--{long} is not in the option table"
@@ -211,6 +215,14 @@ fn the_help_states_the_defaults() {
     }
     stated(LOG_LEVEL.flag, LOG_LEVEL.default.to_string());
     stated(TRANSPORT.flag, TRANSPORT.default.name().into());
+    // On by default, which the switch that turns it off says in its words.
+    const { assert!(!NO_SHARED_MEMORY.default) };
+    let h = help(NO_SHARED_MEMORY.flag);
+    assert!(
+        h.contains("(default: shared memory between ranks of one host, TCP between hosts)"),
+        "--{}: {h}",
+        NO_SHARED_MEMORY.flag
+    );
     assert_eq!(crate::config::parse_size("512K"), Ok(SEGMENT_SIZE.default));
     stated(SEGMENT_SIZE.flag, "512K".into());
 }

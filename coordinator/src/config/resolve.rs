@@ -189,6 +189,7 @@ pub fn resolve(
         engine_cpus: engine_cpus(&l)?,
         tcp_only,
         transport,
+        shared_memory: !l.pick(&opt::NO_SHARED_MEMORY)?.value,
     })
 }
 

@@ -55,6 +55,12 @@ fn job_env(cfg: &JobConfig, w: &WorkerStart<'_>) -> Vec<(String, String)> {
             u8::from(w.spans_hosts).to_string(),
         ),
         (control::env::TRANSPORT.into(), cfg.transport.name().into()),
+        // Always set, so that a value this environment happens to hold does
+        // not reach the workers.
+        (
+            control::env::SHARED_MEMORY.into(),
+            u8::from(cfg.shared_memory).to_string(),
+        ),
     ];
     if let Some(e) = &cfg.elastic {
         env.push((
@@ -264,5 +270,19 @@ mod tests {
         for name in env.iter().map(|(k, _)| k) {
             assert!(control::env::ALL.contains(&name.as_str()), "{name}");
         }
+    }
+
+    #[test]
+    fn workers_get_the_transport_and_whether_to_share_memory() {
+        let env = env_of(&config("-np 2 ./t"), 0);
+        assert_eq!(value(&env, control::env::TRANSPORT), Some("tcp"));
+        assert_eq!(value(&env, control::env::SHARED_MEMORY), Some("1"));
+        let env = env_of(&config("--no-shared-memory -np 2 ./t"), 0);
+        assert_eq!(value(&env, control::env::SHARED_MEMORY), Some("0"));
+        // With QUIC it is passed on all the same; the worker has no use for it.
+        let cfg = config("--transport quic --no-shared-memory -np 2 ./t");
+        let env = env_of(&cfg, 1);
+        assert_eq!(value(&env, control::env::TRANSPORT), Some("quic"));
+        assert_eq!(value(&env, control::env::SHARED_MEMORY), Some("0"));
     }
 }

@@ -208,6 +208,7 @@ fn main() -> ExitCode {
         "knobs": w.knobs(),
         "secret_inherited": secret_inherited(),
         "udp_sockets": udp_sockets(),
+        "shm_segments": integration_tests::shared_segments(std::process::id() as i32),
         "open_files": open_files(),
         "engine_cpus": w.engine_thread_cpus().ok(),
         "paths": {

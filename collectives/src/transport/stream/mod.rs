@@ -86,6 +86,8 @@ pub struct StreamTransport<R, W> {
     writers: Vec<Option<Mutex<W>>>,
     readers: Vec<JoinHandle<()>>,
     limits: StreamLimits,
+    /// Peers whose stream runs through shared memory.
+    shared: Vec<Rank>,
 }
 
 impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
@@ -116,7 +118,20 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
             writers,
             readers,
             limits,
+            shared: Vec::new(),
         }
+    }
+
+    /// Notes which peers' streams run through shared memory.
+    pub(crate) fn with_shared_memory(mut self, peers: Vec<Rank>) -> Self {
+        self.shared = peers;
+        self
+    }
+
+    /// The peers this rank reaches through shared memory, in rank order
+    /// (none but over TCP on one host).
+    pub fn shared_memory_peers(&self) -> &[Rank] {
+        &self.shared
     }
 
     async fn write_frame(&self, to: Rank, tag: Tag, payload: &[u8]) -> Result<(), TransportError> {

@@ -19,9 +19,10 @@ use tokio::time::{Instant, sleep, timeout_at};
 
 use control::DataKey;
 
-use super::{TcpConfig, TcpTransport};
+use super::{TcpConfig, TcpRead, TcpTransport, TcpWrite};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
+use crate::transport::shm::{self, ShmConfig};
 use crate::transport::stream::StreamLimits;
 use crate::transport::stream::greet::{self, prove};
 use crate::transport::stream::handshake::Hello;
@@ -96,16 +97,90 @@ impl TcpEndpoint {
             collect_dials(dials),
             accept_all(&self.listener, me, deadline, &self.config)
         )?;
-        let mut streams: Vec<Option<_>> = (0..size).map(|_| None).collect();
-        for (peer, s) in dialed.into_iter().chain(accepted) {
-            s.set_nodelay(true).map_err(TransportError::socket)?;
-            streams[peer] = Some(s.into_split());
+        let shm = self.config.shared_memory;
+        let mut links = JoinSet::new();
+        for (peer, s) in dialed {
+            links.spawn(timeout_at(deadline, link(rank, peer, s, Side::Dialer, shm)));
         }
+        for (peer, s) in accepted {
+            links.spawn(timeout_at(
+                deadline,
+                link(rank, peer, s, Side::Acceptor, shm),
+            ));
+        }
+        let mut streams: Vec<Option<_>> = (0..size).map(|_| None).collect();
+        let mut shared = Vec::new();
+        while let Some(joined) = links.join_next().await {
+            let (peer, r, w) = match joined {
+                Ok(Ok(linked)) => linked?,
+                Ok(Err(_)) => return Err(setup_timeout(me, &self.config, &streams)),
+                Err(e) => return Err(TransportError::socket(std::io::Error::other(e))),
+            };
+            if matches!(r, TcpRead::Shm(_)) {
+                shared.push(peer);
+            }
+            streams[peer] = Some((r, w));
+        }
+        shared.sort_unstable();
         let limits = StreamLimits {
             io_timeout: self.config.io_timeout,
             max_frame_bytes: self.config.max_frame_bytes,
         };
-        Ok(TcpTransport::start(rank, generation, streams, limits))
+        Ok(TcpTransport::start(rank, generation, streams, limits).with_shared_memory(shared))
+    }
+}
+
+/// Which end of a connection this rank is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Dialer,
+    Acceptor,
+}
+
+/// Makes a proven connection to `peer` into its link: shared memory when
+/// both sides are on one host and want it, the socket otherwise.
+async fn link(
+    rank: Rank,
+    peer: Rank,
+    mut s: TcpStream,
+    side: Side,
+    cfg: ShmConfig,
+) -> Result<(Rank, TcpRead, TcpWrite), TransportError> {
+    let started = std::time::Instant::now();
+    let addr = s.peer_addr().map_err(TransportError::socket)?;
+    let failed = |e: std::io::Error| TransportError::Connect {
+        from: rank,
+        rank: peer,
+        addr,
+        after: started.elapsed(),
+        source: Arc::new(e),
+    };
+    s.set_nodelay(true).map_err(failed)?;
+    let segment = match side {
+        Side::Dialer => shm::offer(&mut s, &cfg).await,
+        Side::Acceptor => shm::answer(&mut s, &cfg).await,
+    }
+    .map_err(failed)?;
+    let Some(segment) = segment else {
+        let (r, w) = s.into_split();
+        return Ok((peer, TcpRead::Socket(r), TcpWrite::Socket(w)));
+    };
+    let tx = if side == Side::Dialer { 0 } else { 1 };
+    let (r, w) =
+        shm::link::halves(&segment, tx, s, cfg.spin).ok_or_else(|| failed(shm::ring::corrupt()))?;
+    tracing::debug!(peer, "data-plane link over shared memory");
+    Ok((peer, TcpRead::Shm(r), TcpWrite::Shm(w)))
+}
+
+/// The error of a set-up whose links were not all made by the deadline.
+fn setup_timeout<T>(me: Hello, config: &TcpConfig, streams: &[Option<T>]) -> TransportError {
+    let missing = (0..me.size)
+        .filter(|&r| r != me.rank && streams[r].is_none())
+        .collect();
+    TransportError::SetupTimeout {
+        generation: me.generation,
+        after: config.connect_timeout,
+        missing,
     }
 }
 

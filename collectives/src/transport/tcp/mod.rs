@@ -5,19 +5,22 @@
 //! whoever launches the ranks, then [`TcpEndpoint::connect`] builds the full mesh
 //! (higher ranks dial lower ones, retrying until `connect_timeout`), each
 //! connection proving job membership with the handshake before any payload.
+//! A peer on the same host then moves to shared memory
+//! ([`crate::transport::shm`]), unless either side has it switched off.
 
 use std::time::Duration;
 
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-
+use super::shm::ShmConfig;
 use super::stream::StreamTransport;
 
+mod link;
 mod mesh;
 
+pub use link::{TcpRead, TcpWrite};
 pub use mesh::TcpEndpoint;
 
 /// One rank's end of a TCP mesh. Built by [`TcpEndpoint::connect`].
-pub type TcpTransport = StreamTransport<OwnedReadHalf, OwnedWriteHalf>;
+pub type TcpTransport = StreamTransport<TcpRead, TcpWrite>;
 
 /// Settings of the TCP data plane, with the defaults a training job wants.
 #[derive(Clone, Debug)]
@@ -41,6 +44,8 @@ pub struct TcpConfig {
     /// it (the handshake's HMAC over a fresh nonce) is refused before any
     /// payload is read. Default: all zeroes (tests and benchmarks).
     pub job_key: control::DataKey,
+    /// Shared memory with peers on the same host. Default on.
+    pub shared_memory: ShmConfig,
 }
 
 impl Default for TcpConfig {
@@ -51,6 +56,7 @@ impl Default for TcpConfig {
             socket_buffer_bytes: None,
             max_frame_bytes: 1 << 30,
             job_key: control::DataKey::default(),
+            shared_memory: ShmConfig::default(),
         }
     }
 }

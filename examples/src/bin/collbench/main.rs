@@ -133,6 +133,16 @@ pub(crate) struct Args {
     /// Data plane: tcp, or quic (mutual TLS 1.3).
     #[arg(long, value_enum, default_value_t = DataPlane::Tcp)]
     pub(crate) transport: DataPlane,
+    /// TCP: keep ranks on one host on their sockets instead of shared memory.
+    #[arg(long)]
+    pub(crate) no_shared_memory: bool,
+    /// TCP: bytes of each shared-memory ring (default: the library's).
+    #[arg(long, value_parser = bytes::parse_bytes)]
+    pub(crate) shm_ring_bytes: Option<usize>,
+    /// TCP: microseconds a shared-memory link spins before it sleeps
+    /// (default: the library's).
+    #[arg(long)]
+    pub(crate) shm_spin_us: Option<u64>,
     /// QUIC: the packet size a connection starts with, before path MTU
     /// discovery (default: the library's).
     #[arg(long)]

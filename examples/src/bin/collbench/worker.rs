@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use collectives::{
-    Communicator, Generation, QuicConfig, QuicEndpoint, TcpConfig, TcpEndpoint, Transport,
+    Communicator, Generation, QuicConfig, QuicEndpoint, ShmConfig, TcpConfig, TcpEndpoint,
+    Transport,
 };
 use control::pki::JobCa;
 use tokio::sync::oneshot;
@@ -101,6 +102,7 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 io_timeout: Duration::from_secs(args.timeout_secs),
                 socket_buffer_bytes: args.socket_buffer_bytes,
                 job_key: secret.data_key(0),
+                shared_memory: shm_config(args),
                 ..TcpConfig::default()
             };
             let ep = TcpEndpoint::bind(listen, config)
@@ -122,6 +124,16 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             bench(transport, args).await
         }
+    }
+}
+
+/// The shared-memory settings of this run: the library's, with collbench's options.
+fn shm_config(args: &Args) -> ShmConfig {
+    let d = ShmConfig::default();
+    ShmConfig {
+        enabled: !args.no_shared_memory,
+        ring_bytes: args.shm_ring_bytes.unwrap_or(d.ring_bytes),
+        spin: args.shm_spin_us.map_or(d.spin, Duration::from_micros),
     }
 }
 

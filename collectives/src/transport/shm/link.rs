@@ -1,0 +1,274 @@
+//! One pair's shared-memory link as the two halves of a byte stream, so
+//! that the stream transport's framing, direct receives, goodbyes and loss
+//! work over it unchanged.
+//!
+//! The pair's TCP connection stays open beside the rings as their doorbell
+//! and their proof of life: a side that finds nothing to do spins for a
+//! while, then flags itself as waiting in the ring and sleeps on the socket;
+//! the other side, seeing the flag after it moved the ring, writes one byte.
+//! When a peer dies its kernel closes the socket, which wakes every sleeper
+//! at once: no futex to wait out, no timeout to guess.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::task::AtomicWaker;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::task::JoinHandle;
+
+use super::ring::{Consumer, Producer};
+use super::segment::Segment;
+
+/// Who sleeps on a pair's doorbell, and whether the peer is gone.
+#[derive(Debug, Default)]
+struct Sleepers {
+    data: AtomicWaker,
+    space: AtomicWaker,
+    gone: AtomicBool,
+}
+
+impl Sleepers {
+    fn wake(&self) {
+        self.data.wake();
+        self.space.wake();
+    }
+}
+
+/// A pair's doorbell: the TCP connection, rung by writing a byte.
+#[derive(Debug)]
+struct Bell {
+    out: OwnedWriteHalf,
+    sleepers: Arc<Sleepers>,
+    listener: JoinHandle<()>,
+}
+
+impl Bell {
+    fn new(stream: TcpStream) -> Self {
+        let (r, out) = stream.into_split();
+        let sleepers = Arc::new(Sleepers::default());
+        let listener = tokio::spawn(listen(r, sleepers.clone()));
+        Self {
+            out,
+            sleepers,
+            listener,
+        }
+    }
+
+    /// Wakes the peer if it flagged itself waiting on `flag`.
+    fn ring_if(&self, flag: &AtomicU32) {
+        fence(Ordering::SeqCst);
+        if flag.swap(0, Ordering::AcqRel) != 0 {
+            // A full socket buffer already holds rings the peer has yet to
+            // read; a dead peer is noticed by this side's own listener.
+            let _ = self.out.try_write(&[1]);
+        }
+    }
+}
+
+impl Drop for Bell {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// Wakes the sleepers at every ring, and for good when the peer is gone.
+async fn listen(mut r: OwnedReadHalf, sleepers: Arc<Sleepers>) {
+    let mut buf = [0u8; 64];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(n) if n > 0 => sleepers.wake(),
+            _ => break,
+        }
+    }
+    sleepers.gone.store(true, Ordering::Release);
+    sleepers.wake();
+}
+
+/// How a side that found nothing to do waits: by yielding to the runtime
+/// (whose other tasks, a send of this very rank among them, run meanwhile)
+/// and looking again, for up to `budget`; then by sleeping on the doorbell.
+#[derive(Debug)]
+struct Patience {
+    budget: Duration,
+    since: Option<Instant>,
+}
+
+impl Patience {
+    fn new(budget: Duration) -> Self {
+        Self {
+            budget,
+            since: None,
+        }
+    }
+
+    /// Found work: the next wait starts a fresh budget.
+    fn reset(&mut self) {
+        self.since = None;
+    }
+
+    /// Whether to yield and look again rather than sleep.
+    fn again(&mut self) -> bool {
+        let t = *self.since.get_or_insert_with(Instant::now);
+        t.elapsed() < self.budget
+    }
+}
+
+/// The reading half of a shared-memory link.
+#[derive(Debug)]
+pub struct ShmRead {
+    ring: Consumer,
+    bell: Arc<Bell>,
+    patience: Patience,
+}
+
+/// The writing half of a shared-memory link.
+#[derive(Debug)]
+pub struct ShmWrite {
+    ring: Producer,
+    bell: Arc<Bell>,
+    patience: Patience,
+}
+
+/// The two halves of a link over `segment`, whose ring `tx` this side
+/// writes and the other it reads, with `stream` as the doorbell.
+pub(crate) fn halves(
+    segment: &Segment,
+    tx: usize,
+    stream: TcpStream,
+    spin: Duration,
+) -> Option<(ShmRead, ShmWrite)> {
+    let bell = Arc::new(Bell::new(stream));
+    let read = ShmRead {
+        ring: Consumer::new(segment.ring(1 - tx)?),
+        bell: bell.clone(),
+        patience: Patience::new(spin),
+    };
+    let write = ShmWrite {
+        ring: Producer::new(segment.ring(tx)?),
+        bell,
+        patience: Patience::new(spin),
+    };
+    Some((read, write))
+}
+
+impl ShmRead {
+    /// Reads what is waiting; `None` when nothing is and the ring is open.
+    fn try_read(&mut self, buf: &mut ReadBuf<'_>) -> std::io::Result<Option<()>> {
+        let n = self.ring.pop(buf.initialize_unfilled())?;
+        if n > 0 {
+            buf.advance(n);
+            self.bell.ring_if(self.ring.ring().space_waiter());
+            return Ok(Some(()));
+        }
+        // Closed and drained: the end of the stream.
+        Ok(self.ring.closed().then_some(()))
+    }
+}
+
+impl AsyncRead for ShmRead {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        if let Some(()) = self.try_read(buf)? {
+            self.patience.reset();
+            return Poll::Ready(Ok(()));
+        }
+        if self.patience.again() {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let sleepers = &self.bell.sleepers;
+        sleepers.data.register(cx.waker());
+        self.ring.ring().data_waiter().store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.ring.available()? > 0 || self.ring.closed() {
+            cx.waker().wake_by_ref();
+        } else if sleepers.gone.load(Ordering::Acquire) {
+            // The peer is gone without closing: end of stream, which the
+            // transport reads as a loss unless a goodbye came first.
+            return Poll::Ready(Ok(()));
+        }
+        Poll::Pending
+    }
+}
+
+impl AsyncWrite for ShmWrite {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        src: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if src.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let n = self.ring.push(src)?;
+        if n > 0 {
+            self.patience.reset();
+            self.bell.ring_if(self.ring.ring().data_waiter());
+            return Poll::Ready(Ok(n));
+        }
+        if self.patience.again() {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let sleepers = &self.bell.sleepers;
+        sleepers.space.register(cx.waker());
+        self.ring.ring().space_waiter().store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.ring.free()? > 0 {
+            cx.waker().wake_by_ref();
+        } else if sleepers.gone.load(Ordering::Acquire) {
+            return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+        }
+        Poll::Pending
+    }
+
+    /// Writes a frame's header and payload with one doorbell check.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let mut done = 0;
+        for b in bufs.iter().filter(|b| !b.is_empty()) {
+            let n = self.ring.push(b)?;
+            done += n;
+            if n < b.len() {
+                break;
+            }
+        }
+        if done > 0 {
+            self.patience.reset();
+            self.bell.ring_if(self.ring.ring().data_waiter());
+            return Poll::Ready(Ok(done));
+        }
+        match bufs.iter().find(|b| !b.is_empty()) {
+            Some(b) => self.poll_write(cx, b),
+            None => Poll::Ready(Ok(0)),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.ring.close();
+        self.bell.ring_if(self.ring.ring().data_waiter());
+        Poll::Ready(Ok(()))
+    }
+}

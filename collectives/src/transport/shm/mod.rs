@@ -1,0 +1,169 @@
+//! Shared memory between ranks on one host, under the TCP transport.
+//!
+//! Every TCP data-plane connection, once its handshake has proven the peer,
+//! asks whether the two ranks can share memory: the dialer offers a fresh
+//! segment ([`segment`]) if its host key ([`host_key`]: the kernel's boot id
+//! and the network and pid namespaces) is the peer's, and the acceptor takes
+//! it if it can open it. Then the pair's frames go through two rings in the
+//! segment ([`ring`]) instead of the socket, which stays open as the rings'
+//! doorbell and proof of life ([`link`]). Either side can decline (the off
+//! switch, another host, a container that hides `/proc`), and the pair stays
+//! on TCP; both sides always agree.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub(crate) mod link;
+pub(crate) mod ring;
+pub(crate) mod segment;
+
+pub use link::{ShmRead, ShmWrite};
+use segment::{Offer, Segment};
+
+/// Settings of the shared-memory links.
+#[derive(Clone, Copy, Debug)]
+pub struct ShmConfig {
+    /// Whether to offer and take shared memory at all. Default on.
+    pub enabled: bool,
+    /// Bytes of each direction's ring (rounded up to pages). Default 4 MiB.
+    pub ring_bytes: usize,
+    /// How long a side that finds nothing to read (or no room to write)
+    /// spins before it sleeps on the doorbell. Default 50 µs.
+    pub spin: Duration,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            ring_bytes: 4 << 20,
+            spin: Duration::from_micros(50),
+        }
+    }
+}
+
+/// Says which host and namespaces a process lives in: peers with the same
+/// key see the same processes under `/proc` and the same network, and are
+/// one host to the job. `None` where it cannot be told.
+pub(crate) fn host_key() -> Option<[u8; 32]> {
+    use std::os::unix::fs::MetadataExt;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let mut h = Sha256::new();
+    h.update(boot.trim().as_bytes());
+    for ns in ["net", "pid", "mnt"] {
+        let m = std::fs::metadata(format!("/proc/self/ns/{ns}")).ok()?;
+        h.update(m.dev().to_le_bytes());
+        h.update(m.ino().to_le_bytes());
+    }
+    Some(h.finalize().into())
+}
+
+const OFFER_LEN: usize = 32 + 4 + 4 + 8 + 16;
+const NO_OFFER: u8 = 0;
+const AN_OFFER: u8 = 1;
+const TAKEN: u8 = 1;
+const DECLINED: u8 = 0;
+
+fn encode(host: &[u8; 32], o: &Offer) -> [u8; 1 + OFFER_LEN] {
+    let mut b = [0u8; 1 + OFFER_LEN];
+    b[0] = AN_OFFER;
+    b[1..33].copy_from_slice(host);
+    b[33..37].copy_from_slice(&o.pid.to_le_bytes());
+    b[37..41].copy_from_slice(&o.fd.to_le_bytes());
+    b[41..49].copy_from_slice(&o.cap.to_le_bytes());
+    b[49..65].copy_from_slice(&o.nonce);
+    b
+}
+
+fn decode(b: &[u8; OFFER_LEN]) -> ([u8; 32], Offer) {
+    let mut host = [0u8; 32];
+    host.copy_from_slice(&b[..32]);
+    let mut nonce = [0u8; 16];
+    nonce.copy_from_slice(&b[48..64]);
+    let offer = Offer {
+        pid: u32::from_le_bytes([b[32], b[33], b[34], b[35]]),
+        fd: i32::from_le_bytes([b[36], b[37], b[38], b[39]]),
+        cap: u64::from_le_bytes([b[40], b[41], b[42], b[43], b[44], b[45], b[46], b[47]]),
+        nonce,
+    };
+    (host, offer)
+}
+
+/// The dialer's side: offers a segment if it can, and returns it if the
+/// peer took it. Its ring 0 carries the dialer's frames.
+pub(crate) async fn offer(s: &mut TcpStream, cfg: &ShmConfig) -> std::io::Result<Option<Segment>> {
+    let made = match (cfg.enabled, host_key()) {
+        (true, Some(host)) => match Segment::create(cfg.ring_bytes) {
+            Ok(seg) => seg.offer().map(|o| (host, o, seg)),
+            Err(e) => {
+                tracing::debug!(%e, "no shared-memory segment; staying on TCP");
+                None
+            }
+        },
+        _ => None,
+    };
+    let Some((host, o, mut seg)) = made else {
+        s.write_all(&[NO_OFFER]).await?;
+        s.read_u8().await?;
+        return Ok(None);
+    };
+    s.write_all(&encode(&host, &o)).await?;
+    match s.read_u8().await? {
+        TAKEN => {
+            seg.release_fd();
+            Ok(Some(seg))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The acceptor's side: takes the peer's segment if it is on this host and
+/// can be opened. Its ring 1 carries the acceptor's frames.
+pub(crate) async fn answer(s: &mut TcpStream, cfg: &ShmConfig) -> std::io::Result<Option<Segment>> {
+    let kind = s.read_u8().await?;
+    if kind != AN_OFFER {
+        s.write_all(&[DECLINED]).await?;
+        return Ok(None);
+    }
+    let mut b = [0u8; OFFER_LEN];
+    s.read_exact(&mut b).await?;
+    let (host, o) = decode(&b);
+    let taken = if cfg.enabled && host_key() == Some(host) {
+        Segment::open(&o)
+            .inspect_err(|e| tracing::debug!(%e, "peer's segment refused; staying on TCP"))
+            .ok()
+    } else {
+        None
+    };
+    s.write_all(&[if taken.is_some() { TAKEN } else { DECLINED }])
+        .await?;
+    Ok(taken)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_offer_survives_its_encoding() {
+        let o = Offer {
+            pid: 4242,
+            fd: -7,
+            cap: 1 << 22,
+            nonce: [9; 16],
+        };
+        let b = encode(&[3; 32], &o);
+        let mut body = [0u8; OFFER_LEN];
+        body.copy_from_slice(&b[1..]);
+        assert_eq!(decode(&body), ([3; 32], o));
+    }
+
+    #[test]
+    fn this_process_has_a_host_key_and_it_is_stable() {
+        let k = host_key().expect("a Linux host key");
+        assert_eq!(host_key(), Some(k));
+    }
+}
