@@ -70,6 +70,8 @@ struct State<D, H> {
     waiting: HashMap<String, Submission>,
     /// Submitted since the last round, in order.
     fresh: Vec<Request>,
+    /// Rounds in a row that ran nothing of this rank's.
+    idle_rounds: u32,
     shutdown: bool,
     /// `join` was called and the next message says so; then the reply
     /// waits for every rank to join.
@@ -104,8 +106,10 @@ pub(super) async fn run<D: Collectives<Host>, H: Transport>(
     let mut next = Instant::now();
     let mut open = true;
     loop {
-        // Sleep out the cycle, taking submissions as they come.
-        while open {
+        // Wait for the next round, taking submissions as they come: an
+        // engine with work in hand starts it at once (`State::eager`), an
+        // idle one sleeps out the cycle.
+        while open && !st.eager() {
             tokio::select! {
                 c = rx.recv() => match c {
                     Some(c) => st.take(c),
@@ -118,9 +122,7 @@ pub(super) async fn run<D: Collectives<Host>, H: Transport>(
         if !open {
             tokio::time::sleep_until(next).await;
         }
-        while let Ok(c) = rx.try_recv() {
-            st.take(c);
-        }
+        settle(&mut rx, &mut st).await;
         next = Instant::now() + st.cycle_time;
         match st.round().await {
             Ok(false) => {}
@@ -147,6 +149,37 @@ pub(super) async fn run<D: Collectives<Host>, H: Transport>(
         negotiation: st.negotiation,
     };
     (planes, st.stats)
+}
+
+/// Rounds in a row that may run nothing of a rank's waiting tensors before
+/// its engine stops starting rounds at once for them.
+const EAGER_IDLE_ROUNDS: u32 = 3;
+
+/// How many times in a row the engine yields and finds no new submission
+/// before it takes a burst of them as complete.
+const SETTLE_YIELDS: u32 = 3;
+
+/// Takes every submission of the burst in progress: the engine yields to
+/// the threads submitting and drains its queue until a few yields in a row
+/// bring nothing, so that the tensors a step submits together meet in one
+/// round (and one fused collective) without a timer, whose millisecond
+/// granularity cost more than the whole collective.
+async fn settle(
+    rx: &mut mpsc::UnboundedReceiver<Command>,
+    st: &mut State<impl Collectives<Host>, impl Transport>,
+) {
+    let mut quiet = 0;
+    while quiet < SETTLE_YIELDS {
+        let mut got = false;
+        while let Ok(c) = rx.try_recv() {
+            st.take(c);
+            got = true;
+        }
+        quiet = if got { 0 } else { quiet + 1 };
+        if quiet < SETTLE_YIELDS {
+            tokio::task::yield_now().await;
+        }
+    }
 }
 
 /// After a fatal error, answers every later submission with it until the
@@ -189,6 +222,7 @@ impl<D: Collectives<Host>, H: Transport> State<D, H> {
             rank,
             waiting: HashMap::new(),
             fresh: Vec::new(),
+            idle_rounds: 0,
             shutdown: false,
             join_news: false,
             join_reply: None,
@@ -265,6 +299,18 @@ impl<D: Collectives<Host>, H: Transport> State<D, H> {
         }
     }
 
+    /// Whether the next round should start now rather than at the end of
+    /// the cycle: there are new submissions or news to announce, or this
+    /// rank still waits on tensors the last few rounds did not run (the
+    /// others may have announced theirs a round later, and wait for this
+    /// rank in the next one). Work that stays stuck (a tensor the others
+    /// never submit) falls back to the cycle after [`EAGER_IDLE_ROUNDS`].
+    fn eager(&self) -> bool {
+        !self.fresh.is_empty()
+            || self.join_news
+            || (!self.waiting.is_empty() && self.idle_rounds < EAGER_IDLE_ROUNDS)
+    }
+
     fn message(&mut self) -> RankMsg {
         let mut m = RankMsg {
             shutdown: self.shutdown,
@@ -313,12 +359,19 @@ impl<D: Collectives<Host>, H: Transport> State<D, H> {
         let decided = std::time::Instant::now();
         self.joined = outcome.joined;
         let mut bytes = 0u64;
+        let mut ran = false;
         for d in outcome.decisions {
+            ran |= matches!(d, Decision::Run(_));
             if let Decision::Run(group) = &d {
                 bytes += group.iter().map(|t| fused_bytes(t) as u64).sum::<u64>();
             }
             self.decide(d, decided).await?;
         }
+        self.idle_rounds = if ran {
+            0
+        } else {
+            self.idle_rounds.saturating_add(1)
+        };
         if let (Some(a), true) = (self.autotuner.as_mut(), bytes > 0)
             && let Some(step) = a.round(bytes, std::time::Instant::now())
         {

@@ -122,12 +122,28 @@ impl TcpEndpoint {
             streams[peer] = Some((r, w));
         }
         shared.sort_unstable();
+        if crowded(shared.len() + 1) {
+            for (r, w) in streams.iter_mut().flatten() {
+                if let (TcpRead::Shm(r), TcpWrite::Shm(w)) = (r, w) {
+                    r.set_spin(Duration::ZERO);
+                    w.set_spin(Duration::ZERO);
+                }
+            }
+        }
         let limits = StreamLimits {
             io_timeout: self.config.io_timeout,
             max_frame_bytes: self.config.max_frame_bytes,
         };
         Ok(TcpTransport::start(rank, generation, streams, limits).with_shared_memory(shared))
     }
+}
+
+/// Whether `local` ranks sharing memory outnumber the CPUs this process may
+/// run on: then a rank that yields and looks again only takes the CPU from
+/// the peer it waits for (4 ranks on 2 cores: 4 KiB allreduces took 250 µs
+/// spinning, 190 µs sleeping at once), so its links sleep at once.
+fn crowded(local: usize) -> bool {
+    std::thread::available_parallelism().map_or(true, |n| local > n.get())
 }
 
 /// Which end of a connection this rank is.
