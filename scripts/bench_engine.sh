@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The engine (negotiation, response cache, fusion, cycle time) under training
 # steps on one machine: `elasticrun -np NP synthetic_benchmark` in
-#   (a) 100 x 16 KiB tensors per step, fusion off (--fusion-threshold-mb 0) vs on (64)
+#   (a) 100 x 16 KiB tensors per step, fusion off (--fusion-threshold-mb 0) vs on (64),
+#       over shared memory (the default for ranks of one host) and over TCP
 #   (b) ResNet-50's gradients (161 tensors, 97.5 MiB) per step, fusion threshold
 #       0/1/4/16/64 MB (cycle time 1 ms), and cycle time 0.5/1/5/10 ms (fusion 64 MB)
-# and, when PEERS_VENV is set (see ../shared/peers), the same work from Python
+# with, as the reference the engine is held to, one collbench allreduce of each
+# step's bytes (1.6 MB and 96 MiB) over each path; and, when PEERS_VENV is set (see ../shared/peers), the same work from Python
 # with Gloo (scripts/gloo_engine_peer.py: one by one, async, one flat buffer).
 # Every configuration runs once per round, rounds interleaved so that all see the
 # same machine state; the table gives the median over the rounds.
@@ -28,10 +30,11 @@ read -r -a resnet <<< "${RESNET_ARGS:-}"
 out=target/bench/engine-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 if [ "$profile" = release ]; then
-  cargo build --release -q -p coordinator --bin elasticrun -p elasticrun-examples --bin synthetic_benchmark
+  cargo build --release -q -p coordinator --bin elasticrun -p elasticrun-examples --bin synthetic_benchmark --bin collbench
 else
-  cargo build -q -p coordinator --bin elasticrun -p elasticrun-examples --bin synthetic_benchmark
+  cargo build -q -p coordinator --bin elasticrun -p elasticrun-examples --bin synthetic_benchmark --bin collbench
 fi
+cb=target/$profile/collbench
 er=target/$profile/elasticrun
 sb=target/$profile/synthetic_benchmark
 small=(--num-tensors 100 --tensor-bytes 16K --steps "$steps_small" --warmup-steps "$warmup")
@@ -50,6 +53,14 @@ ours() {
   "$er" -np "$np" "${flags[@]}" "$sb" "$@" > "$out/$file.log" 2>&1 \
     || { echo "failed: $label (see $out/$file.log)" >&2; cat "$out/$file.log" >&2; exit 1; }
   grep '"event":"done"' "$out/$file.log" | sed 's/^\[0\]<stdout>://' >> "$out/$file.jsonl"
+}
+
+# single LABEL BYTES COLLBENCH_FLAGS...: one allreduce of a step's bytes
+single() {
+  local label=$1 bytes=$2
+  shift 2
+  "$cb" --np "$np" --op allreduce --dtype f32 --min-bytes "$bytes" --max-bytes "$bytes" --json "$@" \
+    | sed "s/^{/{\"label\":\"$label\",/" >> "$out/single.jsonl"
 }
 
 # gloo SECTION WORKLOAD ARGS...: one row per mode
@@ -71,6 +82,12 @@ for r in $(seq "$rounds"); do
   echo "round $r/$rounds" >&2
   ours a_fusion0 "$a" "fusion off" --fusion-threshold-mb 0 -- "${small[@]}"
   ours a_fusion64 "$a" "fusion 64 MB" --fusion-threshold-mb 64 -- "${small[@]}"
+  ours a_fusion64_tcp "$a" "fusion 64 MB, TCP" --fusion-threshold-mb 64 --no-shared-memory -- "${small[@]}"
+  ours b_tcp "$b" "fusion 64 MB, cycle 1 ms, TCP" --no-shared-memory -- "${big[@]}"
+  single "1.6 MB, shared memory" 1600K
+  single "1.6 MB, TCP" 1600K --no-shared-memory
+  single "96 MiB, shared memory" 96M
+  single "96 MiB, TCP" 96M --no-shared-memory
   for mb in 0 1 4 16 64; do
     ours "b_fusion$mb" "$b" "fusion $mb MB, cycle 1 ms" --fusion-threshold-mb "$mb" --cycle-time-ms 1 -- "${big[@]}"
   done
@@ -108,4 +125,17 @@ for sec, configs in sections.items():
         print(f"| {program} | {label} | {med(lambda r: r['steps_per_sec']):.1f} "
               f"| {med(lambda r: r['bytes_per_sec']) / 1e6:.0f} "
               f"| {med(lambda r: r['step_ms']['median']):.2f} | {fused} |")
+singles = {}
+try:
+    for l in open(f"{out}/single.jsonl"):
+        r = json.loads(l)
+        singles.setdefault(r["label"], []).append(r["time_us"])
+except FileNotFoundError:
+    pass
+if singles:
+    print("\nReference: one collbench allreduce of a step's bytes, same run\n")
+    print("| allreduce | time ms (median over runs) |")
+    print("|---|---:|")
+    for label, ts in singles.items():
+        print(f"| {label} | {statistics.median(ts) / 1e3:.3f} |")
 PY

@@ -48,7 +48,7 @@ fi
 { uname -r; nproc; lscpu | grep 'Model name'; date -u; echo "quic options: $*"; echo "$where"; } > "$out/machine.txt"
 for r in $(seq "$rounds"); do
   echo "round $r/$rounds ($(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$out/load.txt" >&2
-  "$bench" "${sweep[@]}" --transport tcp > "$out/tcp_$r.jsonl"
+  "$bench" "${sweep[@]}" --transport tcp --no-shared-memory > "$out/tcp_$r.jsonl"
   "$bench" "${sweep[@]}" --transport quic "$@" > "$out/quic_$r.jsonl"
   if [[ -n ${QUIC_ENV:-} ]]; then
     env $QUIC_ENV "$bench" "${sweep[@]}" --transport quic "$@" > "$out/quicenv_$r.jsonl"

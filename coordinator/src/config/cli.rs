@@ -119,7 +119,8 @@ pub struct Cli {
         help_heading = "Tuneable parameters"
     )]
     pub fusion_threshold_mb: Option<f64>,
-    /// Milliseconds between negotiation cycles [default: 1].
+    /// Milliseconds an idle engine waits between negotiation rounds; new
+    /// submissions start a round at once [default: 1].
     #[arg(
         long,
         allow_negative_numbers = true,

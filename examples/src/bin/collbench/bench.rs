@@ -17,18 +17,21 @@ use crate::{Args, Collective};
 
 type Result<T> = std::result::Result<T, CollectiveError>;
 
+/// Runs the sweep; `plane` names the data plane in the output ("tcp",
+/// "tcp+shm" when this rank shares memory with peers, "quic").
 pub(crate) async fn run<X: Transport>(
     comm: &Communicator<X>,
     args: &Args,
+    plane: &'static str,
 ) -> std::result::Result<(), String> {
     let failed = match args.dtype {
-        DType::F32 => sweep_sizes::<f32, X>(comm, args).await,
-        DType::F64 => sweep_sizes::<f64, X>(comm, args).await,
-        DType::F16 => sweep_sizes::<f16, X>(comm, args).await,
-        DType::BF16 => sweep_sizes::<bf16, X>(comm, args).await,
-        DType::I32 => sweep_sizes::<i32, X>(comm, args).await,
-        DType::I64 => sweep_sizes::<i64, X>(comm, args).await,
-        DType::U8 => sweep_sizes::<u8, X>(comm, args).await,
+        DType::F32 => sweep_sizes::<f32, X>(comm, args, plane).await,
+        DType::F64 => sweep_sizes::<f64, X>(comm, args, plane).await,
+        DType::F16 => sweep_sizes::<f16, X>(comm, args, plane).await,
+        DType::BF16 => sweep_sizes::<bf16, X>(comm, args, plane).await,
+        DType::I32 => sweep_sizes::<i32, X>(comm, args, plane).await,
+        DType::I64 => sweep_sizes::<i64, X>(comm, args, plane).await,
+        DType::U8 => sweep_sizes::<u8, X>(comm, args, plane).await,
     }
     .map_err(|e| e.to_string())?;
     if failed > 0 {
@@ -41,6 +44,7 @@ pub(crate) async fn run<X: Transport>(
 async fn sweep_sizes<T: Element, X: Transport>(
     comm: &Communicator<X>,
     args: &Args,
+    plane: &'static str,
 ) -> Result<usize> {
     let printing = comm.rank() == 0;
     let o = comm.options();
@@ -51,7 +55,7 @@ async fn sweep_sizes<T: Element, X: Transport>(
             T::DTYPE,
             args.reduce_op,
             comm.size(),
-            args.transport.name(),
+            plane,
             args.bind,
             o.segment_bytes,
             o.small_message_bytes,
@@ -61,7 +65,8 @@ async fn sweep_sizes<T: Element, X: Transport>(
     }
     let mut failed = 0;
     for bytes in sweep(args.min_bytes, args.max_bytes, args.step_factor) {
-        let row = measure::<T, X>(comm, args, bytes).await?;
+        let mut row = measure::<T, X>(comm, args, bytes).await?;
+        row.transport = plane;
         failed += usize::from(row.check == "FAIL");
         if printing {
             let line = if args.json {

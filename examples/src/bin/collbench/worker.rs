@@ -113,7 +113,12 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 .connect(rank, GENERATION, &peers)
                 .await
                 .map_err(|e| e.to_string())?;
-            bench(transport, args).await
+            let plane = if transport.shared_memory_peers().is_empty() {
+                "tcp"
+            } else {
+                "tcp+shm"
+            };
+            bench(transport, args, plane).await
         }
         DataPlane::Quic => {
             let ep = quic_endpoint(args, &secret, rank, listen).await?;
@@ -122,7 +127,7 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 .connect(rank, GENERATION, &peers)
                 .await
                 .map_err(|e| e.to_string())?;
-            bench(transport, args).await
+            bench(transport, args, "quic").await
         }
     }
 }
@@ -199,9 +204,9 @@ async fn exchange(addr: SocketAddr, rank: usize, np: usize) -> Result<Vec<Socket
 }
 
 /// Runs the benchmark over a built mesh, then leaves it cleanly.
-async fn bench<X: Transport>(transport: X, args: &Args) -> Result<(), String> {
+async fn bench<X: Transport>(transport: X, args: &Args, plane: &'static str) -> Result<(), String> {
     let comm = Communicator::new(transport, args.collective_options());
-    crate::bench::run(&comm, args)
+    crate::bench::run(&comm, args, plane)
         .await
         .map_err(|e| e.to_string())?;
     comm.into_transport().shutdown().await;
