@@ -28,10 +28,14 @@ use segment::{Offer, Segment};
 pub struct ShmConfig {
     /// Whether to offer and take shared memory at all. Default on.
     pub enabled: bool,
-    /// Bytes of each direction's ring (rounded up to pages). Default 4 MiB.
+    /// Bytes of each direction's ring (rounded up to pages). Default 1 MiB:
+    /// small enough that what one side writes is still in cache when the
+    /// other reads it (16 MiB allreduces took 4.5 ms with 1 MiB rings, 6.4 ms
+    /// with 4 MiB).
     pub ring_bytes: usize,
     /// How long a side that finds nothing to read (or no room to write)
-    /// spins before it sleeps on the doorbell. Default 50 µs.
+    /// yields and looks again before it sleeps on the doorbell. Default 50 µs
+    /// (zero where the ranks sharing memory outnumber the CPUs).
     pub spin: Duration,
 }
 
@@ -39,7 +43,7 @@ impl Default for ShmConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            ring_bytes: 4 << 20,
+            ring_bytes: 1 << 20,
             spin: Duration::from_micros(50),
         }
     }
