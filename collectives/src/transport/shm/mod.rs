@@ -34,7 +34,7 @@ pub struct ShmConfig {
     /// with 4 MiB).
     pub ring_bytes: usize,
     /// How long a side that finds nothing to read (or no room to write)
-    /// yields and looks again before it sleeps on the doorbell. Default 50 µs
+    /// yields and looks again before it sleeps on the doorbell. Default 100 µs
     /// (zero where the ranks sharing memory outnumber the CPUs).
     pub spin: Duration,
 }
@@ -44,7 +44,7 @@ impl Default for ShmConfig {
         Self {
             enabled: true,
             ring_bytes: 1 << 20,
-            spin: Duration::from_micros(50),
+            spin: Duration::from_micros(100),
         }
     }
 }
