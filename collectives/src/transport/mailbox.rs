@@ -161,6 +161,11 @@ impl<D> Mailbox<D> {
     }
 
     /// Takes the first waiter for (`from`, `tag`) if it asked for direct delivery.
+    /// Whether anyone waits for the next message from `from` with `tag`.
+    pub(crate) fn awaited(&self, from: Rank, tag: Tag) -> bool {
+        matches!(self.lock().slots.get(&(from, tag)), Some(Slot::Waiting(ws)) if !ws.is_empty())
+    }
+
     pub(crate) fn claim_direct(&self, from: Rank, tag: Tag) -> Option<DirectSender<D>> {
         let mut st = self.lock();
         let key = (from, tag);

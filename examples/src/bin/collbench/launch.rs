@@ -9,6 +9,7 @@
 //!                      rank exits when it closes (the launcher died)
 //! ```
 
+use std::io::Write as _;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::time::Duration;
@@ -127,7 +128,12 @@ async fn launch(args: &Args) -> Result<ExitCode, String> {
         .map(|mut lines| {
             tokio::spawn(async move {
                 while let Ok(Some(l)) = lines.next_line().await {
-                    println!("{l}");
+                    // A reader that went away (`collbench | head`) ends
+                    // the forwarding, not the launcher.
+                    let mut out = std::io::stdout().lock();
+                    if writeln!(out, "{l}").is_err() {
+                        break;
+                    }
                 }
             })
         })
