@@ -151,3 +151,24 @@ pub async fn allreduce_while_one_dies<X: Transport>(
 pub async fn shutdown_all<X: Transport>(comms: Vec<Communicator<X>>) {
     join_all(comms.into_iter().map(|c| c.into_transport().shutdown())).await;
 }
+
+/// Asserts that every survivor's result is `PeerLost` of `rank` in `generation`
+/// (not a timeout: the loss was seen, not waited out).
+pub fn assert_lost(
+    res: Vec<collectives::Result<()>>,
+    rank: usize,
+    generation: collectives::Generation,
+) {
+    for r in res {
+        match r {
+            Err(collectives::CollectiveError::Transport(
+                collectives::TransportError::PeerLost {
+                    rank: lost,
+                    generation: g,
+                    ..
+                },
+            )) if lost == rank && g == generation => {}
+            other => panic!("expected PeerLost {{ rank: {rank}, {generation:?} }}, got {other:?}"),
+        }
+    }
+}
