@@ -6,6 +6,9 @@
 //! Flat ring: block-major (block `c` of every tensor, then block `c+1` of
 //! every tensor), the blocks cut as each tensor alone would be cut. Recursive
 //! doubling: plain concatenation (every element takes the same exchanges).
+//! Between two ranks the fused buffer takes the algorithm its whole size
+//! calls for, whatever each tensor alone would take: with two ranks every
+//! path gives the same bits.
 //! Hierarchical: piece by piece, each tensor cut as it would be alone
 //! ([`HierarchicalLayout::even`]: one block per local rank, one piece per host
 //! within each block), piece (c, d) of every tensor followed by piece
@@ -41,9 +44,21 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
         return comm.allreduce(&mut data[0], op).await;
     }
     // The fusion planner groups tensors of one size class, so the first says
-    // which algorithm each of them takes alone.
+    // which algorithm each of them takes alone. Between two ranks every
+    // algorithm combines each element once, the two ranks' values in either
+    // order (which the combine kernels make the same bits, as recursive
+    // doubling needs to agree with itself across ranks), so a fused group of
+    // small tensors may take the algorithm its whole size calls for: the ring
+    // moves and reduces half as much per rank as doubling the whole buffer.
     let bytes0 = std::mem::size_of_val(data.first().map_or(&[][..], Vec::as_slice));
-    let doubling = comm.allreduce_is_doubling(bytes0);
+    let sized_as = if comm.size() == 2 {
+        data.iter()
+            .map(|d| std::mem::size_of_val(d.as_slice()))
+            .sum()
+    } else {
+        bytes0
+    };
+    let doubling = comm.allreduce_is_doubling(sized_as);
     let (ranges, layout) = match comm.options().hierarchical_allreduce.clone() {
         Some(h) => {
             let cross = if doubling {

@@ -159,26 +159,41 @@ const EAGER_IDLE_ROUNDS: u32 = 3;
 /// before it takes a burst of them as complete.
 const SETTLE_YIELDS: u32 = 3;
 
+/// How long no new submission must have come before a burst with work in it
+/// is taken as complete: yields alone end a burst early when the submitting
+/// thread is briefly off its core (a loaded machine split three tensors
+/// submitted together into two rounds).
+const SETTLE_QUIET: Duration = Duration::from_micros(50);
+
 /// Takes every submission of the burst in progress: the engine yields to
-/// the threads submitting and drains its queue until a few yields in a row
-/// bring nothing, so that the tensors a step submits together meet in one
-/// round (and one fused collective) without a timer, whose millisecond
-/// granularity cost more than the whole collective.
+/// the threads submitting and drains its queue until a few yields in a row,
+/// and (when there is work) [`SETTLE_QUIET`], bring nothing, so that the
+/// tensors a step submits together meet in one round (and one fused
+/// collective) without a timer, whose millisecond granularity cost more
+/// than the whole collective.
 async fn settle(
     rx: &mut mpsc::UnboundedReceiver<Command>,
     st: &mut State<impl Collectives<Host>, impl Transport>,
 ) {
+    let mut last = std::time::Instant::now();
     let mut quiet = 0;
-    while quiet < SETTLE_YIELDS {
+    loop {
         let mut got = false;
         while let Ok(c) = rx.try_recv() {
             st.take(c);
             got = true;
         }
-        quiet = if got { 0 } else { quiet + 1 };
-        if quiet < SETTLE_YIELDS {
-            tokio::task::yield_now().await;
+        if got {
+            last = std::time::Instant::now();
+            quiet = 0;
+        } else {
+            quiet += 1;
         }
+        let idle = st.fresh.is_empty() && !st.join_news;
+        if quiet >= SETTLE_YIELDS && (idle || last.elapsed() >= SETTLE_QUIET) {
+            return;
+        }
+        tokio::task::yield_now().await;
     }
 }
 
