@@ -9,16 +9,14 @@
 //!  worker ── TCP ── TLS 1.3 (server: job CA leaf) ── HMAC challenge ── frames
 //! ```
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use rustls_pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_util::either::Either;
 
 use crate::auth::Secret;
 use crate::pki::{JobCa, LeafKey, PkiError};
@@ -100,74 +98,29 @@ impl ControlConnector {
     pub async fn connect(&self, s: TcpStream) -> std::io::Result<ClientStream> {
         let name = ServerName::try_from(COORDINATOR_NAME).map_err(std::io::Error::other)?;
         let tls = self.0.connect(name, s).await?;
-        Ok(ClientStream::Tls(Box::new(tls)))
+        Ok(Either::Right(Box::new(tls)))
     }
 }
 
-/// A worker's control connection: plain TCP, or TLS over it.
-#[derive(Debug)]
-pub enum ClientStream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+/// A worker's control connection: plain TCP (`Left`), or TLS over it
+/// (`Right`).
+pub type ClientStream = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
+
+/// Connects to `addr` (no Nagle) and, with `tls`, runs its handshake.
+pub async fn dial(
+    addr: std::net::SocketAddr,
+    tls: Option<&ControlConnector>,
+) -> std::io::Result<ClientStream> {
+    let s = TcpStream::connect(addr).await?;
+    let _ = s.set_nodelay(true);
+    over(s, tls).await
 }
 
-impl ClientStream {
-    /// Connects to `addr` (no Nagle) and, with `tls`, runs its handshake.
-    pub async fn dial(
-        addr: std::net::SocketAddr,
-        tls: Option<&ControlConnector>,
-    ) -> std::io::Result<Self> {
-        let s = TcpStream::connect(addr).await?;
-        let _ = s.set_nodelay(true);
-        Self::over(s, tls).await
-    }
-
-    /// `s` as is, or with TLS's handshake run on it.
-    pub async fn over(s: TcpStream, tls: Option<&ControlConnector>) -> std::io::Result<Self> {
-        match tls {
-            Some(t) => t.connect(s).await,
-            None => Ok(ClientStream::Plain(s)),
-        }
-    }
-}
-
-impl AsyncRead for ClientStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for ClientStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
+/// `s` as is, or with TLS's handshake run on it.
+pub async fn over(s: TcpStream, tls: Option<&ControlConnector>) -> std::io::Result<ClientStream> {
+    match tls {
+        Some(t) => t.connect(s).await,
+        None => Ok(Either::Left(s)),
     }
 }
 
@@ -204,7 +157,7 @@ mod tests {
             Ok(())
         });
         let connector = ControlConnector::new(client_secret).unwrap();
-        (ClientStream::dial(addr, Some(&connector)).await, server)
+        (dial(addr, Some(&connector)).await, server)
     }
 
     #[tokio::test]
@@ -212,7 +165,7 @@ mod tests {
         let secret = Secret::generate().unwrap();
         let (stream, server) = pair(&secret, &secret).await;
         let stream = stream.unwrap();
-        assert!(matches!(stream, ClientStream::Tls(_)));
+        assert!(matches!(stream, Either::Right(_)));
         let mut link = crate::connect(stream, &secret, LIMIT).await.unwrap();
         let Some(Ok(CoordinatorMsg::Stop { reason })) = link.next().await else {
             panic!("no message over TLS");

@@ -285,7 +285,6 @@ async fn admit(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use control::tls::ClientStream;
     use control::{Generation, PeerAddress};
     use futures::SinkExt;
 
@@ -379,12 +378,12 @@ mod tests {
         assert!(!e.to_string().is_empty());
 
         let other = control::tls::ControlConnector::new(&Secret::generate().unwrap()).unwrap();
-        let e = ClientStream::dial(addr, Some(&other)).await.unwrap_err();
+        let e = control::tls::dial(addr, Some(&other)).await.unwrap_err();
         assert!(e.to_string().contains("certificate"), "{e}");
 
         let ours = control::tls::ControlConnector::new(&secret).unwrap();
-        let s = ClientStream::dial(addr, Some(&ours)).await.unwrap();
-        assert!(matches!(s, ClientStream::Tls(_)));
+        let s = control::tls::dial(addr, Some(&ours)).await.unwrap();
+        assert!(matches!(s, tokio_util::either::Either::Right(_)));
         let mut link = control::connect(s, &secret, limit).await.unwrap();
         link.send(WorkerMsg::Register(registration()))
             .await

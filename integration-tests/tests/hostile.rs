@@ -77,7 +77,7 @@ async fn attack(addr: SocketAddr) {
 /// of its own job).
 async fn attack_tls(addr: SocketAddr) {
     let other = control::tls::ControlConnector::new(&control::Secret::generate().unwrap()).unwrap();
-    let res = tokio::time::timeout(LIMIT, control::tls::ClientStream::dial(addr, Some(&other)))
+    let res = tokio::time::timeout(LIMIT, control::tls::dial(addr, Some(&other)))
         .await
         .expect("a TLS handshake in time");
     let e = res.expect_err("a coordinator of this job was trusted by another job's worker");

@@ -65,7 +65,7 @@ pub(crate) async fn join(
         transport: launch.transport,
         shared_memory: launch.shared_memory,
     };
-    let stream = match tokio::time::timeout_at(deadline, ClientStream::over(stream, tls)).await {
+    let stream = match tokio::time::timeout_at(deadline, control::tls::over(stream, tls)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             return Err(InitError::Control {

@@ -234,7 +234,7 @@ impl Connect for LeaderConn {
         let Some((epoch, addr)) = self.leader() else {
             return Err(std::io::Error::other("no coordinator leads the job now"));
         };
-        let s = ClientStream::dial(addr, self.tls.as_ref()).await?;
+        let s = control::tls::dial(addr, self.tls.as_ref()).await?;
         self.dialled.store(epoch, Ordering::SeqCst);
         Ok(s)
     }

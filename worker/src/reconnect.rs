@@ -71,7 +71,7 @@ impl Connect for Tcp {
     }
 
     async fn connect(&self) -> std::io::Result<ClientStream> {
-        ClientStream::dial(self.addr, self.tls.as_ref()).await
+        control::tls::dial(self.addr, self.tls.as_ref()).await
     }
 
     /// Whether the launcher has exited (this process was handed to another
@@ -261,7 +261,7 @@ mod tests {
         let secret = Secret::generate().unwrap();
         let (worker_end, coordinator_end) = tokio::join!(
             async {
-                let s = ClientStream::dial(addr, None).await.unwrap();
+                let s = control::tls::dial(addr, None).await.unwrap();
                 control::connect(s, &secret, LIMIT).await
             },
             async { control::accept(listener.accept().await.unwrap().0, &secret, LIMIT).await },

@@ -144,6 +144,33 @@ impl Patience {
     }
 }
 
+/// What a half that found nothing to do does before it returns `Pending`:
+/// yields and looks again while `patience` lasts; then registers `waker`,
+/// flags itself waiting in `flag` for the peer to ring, and looks once more
+/// (`ready`), since the peer may have moved the ring before it saw the flag.
+/// Returns whether the peer is gone with nothing ready: nothing will ring.
+fn wait(
+    patience: &mut Patience,
+    cx: &mut Context<'_>,
+    waker: &AtomicWaker,
+    flag: &AtomicU32,
+    sleepers: &Sleepers,
+    ready: impl FnOnce() -> std::io::Result<bool>,
+) -> std::io::Result<bool> {
+    if patience.again() {
+        cx.waker().wake_by_ref();
+        return Ok(false);
+    }
+    waker.register(cx.waker());
+    flag.store(1, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    if ready()? {
+        cx.waker().wake_by_ref();
+        return Ok(false);
+    }
+    Ok(sleepers.gone.load(Ordering::Acquire))
+}
+
 /// The reading half of a shared-memory link.
 #[derive(Debug)]
 pub struct ShmRead {
@@ -214,17 +241,18 @@ impl AsyncRead for ShmRead {
             self.patience.reset();
             return Poll::Ready(Ok(()));
         }
-        if self.patience.again() {
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        let sleepers = &self.bell.sleepers;
-        sleepers.data.register(cx.waker());
-        self.ring.ring().data_waiter().store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if self.ring.available()? > 0 || self.ring.closed() {
-            cx.waker().wake_by_ref();
-        } else if sleepers.gone.load(Ordering::Acquire) {
+        let this = &mut *self;
+        let sleepers = &this.bell.sleepers;
+        let ring = &this.ring;
+        let flag = ring.ring().data_waiter();
+        if wait(
+            &mut this.patience,
+            cx,
+            &sleepers.data,
+            flag,
+            sleepers,
+            || Ok(ring.available()? > 0 || ring.closed()),
+        )? {
             // The peer is gone without closing: end of stream, which the
             // transport reads as a loss unless a goodbye came first.
             return Poll::Ready(Ok(()));
@@ -255,17 +283,18 @@ impl AsyncWrite for ShmWrite {
             self.bell.ring_if(self.ring.ring().data_waiter());
             return Poll::Ready(Ok(n));
         }
-        if self.patience.again() {
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        let sleepers = &self.bell.sleepers;
-        sleepers.space.register(cx.waker());
-        self.ring.ring().space_waiter().store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if self.ring.free()? > 0 {
-            cx.waker().wake_by_ref();
-        } else if sleepers.gone.load(Ordering::Acquire) {
+        let this = &mut *self;
+        let sleepers = &this.bell.sleepers;
+        let ring = &this.ring;
+        let flag = ring.ring().space_waiter();
+        if wait(
+            &mut this.patience,
+            cx,
+            &sleepers.space,
+            flag,
+            sleepers,
+            || Ok(ring.free()? > 0),
+        )? {
             return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
         }
         Poll::Pending

@@ -96,18 +96,23 @@ fn decode(b: &[u8; OFFER_LEN]) -> ([u8; 32], Offer) {
     (host, offer)
 }
 
-/// The dialer's side: offers a segment if it can, and returns it if the
-/// peer took it. Its ring 0 carries the dialer's frames.
-pub(crate) async fn offer(s: &mut TcpStream, cfg: &ShmConfig) -> std::io::Result<Option<Segment>> {
-    let made = match (cfg.enabled, host_key()) {
-        (true, Some(host)) => match Segment::create(cfg.ring_bytes) {
+/// The dialer's side: offers a segment if it can (`host`: this process's
+/// [`host_key`], `None` with shared memory off), and returns it if the peer
+/// took it. Its ring 0 carries the dialer's frames.
+pub(crate) async fn offer(
+    s: &mut TcpStream,
+    cfg: &ShmConfig,
+    host: Option<[u8; 32]>,
+) -> std::io::Result<Option<Segment>> {
+    let made = match host {
+        Some(host) => match Segment::create(cfg.ring_bytes) {
             Ok(seg) => seg.offer().map(|o| (host, o, seg)),
             Err(e) => {
                 tracing::debug!(%e, "no shared-memory segment; staying on TCP");
                 None
             }
         },
-        _ => None,
+        None => None,
     };
     let Some((host, o, mut seg)) = made else {
         s.write_all(&[NO_OFFER]).await?;
@@ -124,9 +129,13 @@ pub(crate) async fn offer(s: &mut TcpStream, cfg: &ShmConfig) -> std::io::Result
     }
 }
 
-/// The acceptor's side: takes the peer's segment if it is on this host and
-/// can be opened. Its ring 1 carries the acceptor's frames.
-pub(crate) async fn answer(s: &mut TcpStream, cfg: &ShmConfig) -> std::io::Result<Option<Segment>> {
+/// The acceptor's side: takes the peer's segment if it is on this host
+/// (`host`, as for [`offer`]) and can be opened. Its ring 1 carries the
+/// acceptor's frames.
+pub(crate) async fn answer(
+    s: &mut TcpStream,
+    host: Option<[u8; 32]>,
+) -> std::io::Result<Option<Segment>> {
     let kind = s.read_u8().await?;
     if kind != AN_OFFER {
         s.write_all(&[DECLINED]).await?;
@@ -134,8 +143,8 @@ pub(crate) async fn answer(s: &mut TcpStream, cfg: &ShmConfig) -> std::io::Resul
     }
     let mut b = [0u8; OFFER_LEN];
     s.read_exact(&mut b).await?;
-    let (host, o) = decode(&b);
-    let taken = if cfg.enabled && host_key() == Some(host) {
+    let (theirs, o) = decode(&b);
+    let taken = if host == Some(theirs) {
         Segment::open(&o)
             .inspect_err(|e| tracing::debug!(%e, "peer's segment refused; staying on TCP"))
             .ok()

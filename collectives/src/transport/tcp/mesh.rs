@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout_at};
+use tokio_util::either::Either;
 
 use control::DataKey;
 
@@ -98,15 +99,15 @@ impl TcpEndpoint {
             accept_all(&self.listener, me, deadline, &self.config)
         )?;
         let shm = self.config.shared_memory;
+        let host = shm.enabled.then(shm::host_key).flatten();
         let mut links = JoinSet::new();
         for (peer, s) in dialed {
-            links.spawn(timeout_at(deadline, link(rank, peer, s, Side::Dialer, shm)));
+            let side = Side::Dialer;
+            links.spawn(timeout_at(deadline, link(rank, peer, s, side, shm, host)));
         }
         for (peer, s) in accepted {
-            links.spawn(timeout_at(
-                deadline,
-                link(rank, peer, s, Side::Acceptor, shm),
-            ));
+            let side = Side::Acceptor;
+            links.spawn(timeout_at(deadline, link(rank, peer, s, side, shm, host)));
         }
         let mut streams: Vec<Option<_>> = (0..size).map(|_| None).collect();
         let mut shared = Vec::new();
@@ -116,7 +117,7 @@ impl TcpEndpoint {
                 Ok(Err(_)) => return Err(setup_timeout(me, &self.config, &streams)),
                 Err(e) => return Err(TransportError::socket(std::io::Error::other(e))),
             };
-            if matches!(r, TcpRead::Shm(_)) {
+            if matches!(r, Either::Right(_)) {
                 shared.push(peer);
             }
             streams[peer] = Some((r, w));
@@ -124,7 +125,7 @@ impl TcpEndpoint {
         shared.sort_unstable();
         if crowded(shared.len() + 1) {
             for (r, w) in streams.iter_mut().flatten() {
-                if let (TcpRead::Shm(r), TcpWrite::Shm(w)) = (r, w) {
+                if let (Either::Right(r), Either::Right(w)) = (r, w) {
                     r.set_spin(Duration::ZERO);
                     w.set_spin(Duration::ZERO);
                 }
@@ -154,13 +155,15 @@ enum Side {
 }
 
 /// Makes a proven connection to `peer` into its link: shared memory when
-/// both sides are on one host and want it, the socket otherwise.
+/// both sides are on one host (`host`: this process's host key, `None` with
+/// shared memory off) and want it, the socket otherwise.
 async fn link(
     rank: Rank,
     peer: Rank,
     mut s: TcpStream,
     side: Side,
     cfg: ShmConfig,
+    host: Option<[u8; 32]>,
 ) -> Result<(Rank, TcpRead, TcpWrite), TransportError> {
     let started = std::time::Instant::now();
     let addr = s.peer_addr().map_err(TransportError::socket)?;
@@ -173,19 +176,19 @@ async fn link(
     };
     s.set_nodelay(true).map_err(failed)?;
     let segment = match side {
-        Side::Dialer => shm::offer(&mut s, &cfg).await,
-        Side::Acceptor => shm::answer(&mut s, &cfg).await,
+        Side::Dialer => shm::offer(&mut s, &cfg, host).await,
+        Side::Acceptor => shm::answer(&mut s, host).await,
     }
     .map_err(failed)?;
     let Some(segment) = segment else {
         let (r, w) = s.into_split();
-        return Ok((peer, TcpRead::Socket(r), TcpWrite::Socket(w)));
+        return Ok((peer, Either::Left(r), Either::Left(w)));
     };
     let tx = if side == Side::Dialer { 0 } else { 1 };
     let (r, w) =
         shm::link::halves(&segment, tx, s, cfg.spin).ok_or_else(|| failed(shm::ring::corrupt()))?;
     tracing::debug!(peer, "data-plane link over shared memory");
-    Ok((peer, TcpRead::Shm(r), TcpWrite::Shm(w)))
+    Ok((peer, Either::Right(r), Either::Right(w)))
 }
 
 /// The error of a set-up whose links were not all made by the deadline.

@@ -10,14 +10,23 @@
 
 use std::time::Duration;
 
-use super::shm::ShmConfig;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio_util::either::Either;
+
+use super::shm::{ShmConfig, ShmRead, ShmWrite};
 use super::stream::StreamTransport;
 
-mod link;
 mod mesh;
 
-pub use link::{TcpRead, TcpWrite};
 pub use mesh::TcpEndpoint;
+
+/// The reading half of a TCP mesh's link to one peer: the socket itself
+/// (`Left`), or, for a peer on the same host, a shared-memory link
+/// ([`crate::transport::shm`]) whose doorbell is that socket (`Right`).
+pub type TcpRead = Either<OwnedReadHalf, ShmRead>;
+
+/// The writing half of a TCP mesh's link to one peer (see [`TcpRead`]).
+pub type TcpWrite = Either<OwnedWriteHalf, ShmWrite>;
 
 /// One rank's end of a TCP mesh. Built by [`TcpEndpoint::connect`].
 pub type TcpTransport = StreamTransport<TcpRead, TcpWrite>;
