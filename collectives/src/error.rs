@@ -154,6 +154,21 @@ pub enum CollectiveError {
     HierarchySize { layout: usize, size: usize },
     #[error("a hierarchical layout was given but no host layout is set in the options")]
     NoHierarchy,
+    /// A collective library that runs its own collectives (NCCL) failed; its
+    /// communicator is unusable and the generation must be rebuilt.
+    #[error("{backend}: {message}")]
+    BackendFailed {
+        backend: &'static str,
+        message: String,
+    },
+    /// A collective library's operation did not finish in time (a peer is
+    /// gone or stuck); its communicator was aborted.
+    #[error("{backend} {op} did not finish within {after:?}; the communicator was aborted")]
+    BackendTimeout {
+        backend: &'static str,
+        op: &'static str,
+        after: std::time::Duration,
+    },
 }
 
 pub type Result<T, E = CollectiveError> = std::result::Result<T, E>;

@@ -82,18 +82,24 @@ async fn sweep_sizes<T: Element, X: Transport>(
 }
 
 /// Buffers of one collective at one size on one rank.
-struct Case<T> {
-    op: Collective,
-    reduce: ReduceOp,
+pub(crate) struct Case<T> {
+    pub(crate) op: Collective,
+    pub(crate) reduce: ReduceOp,
     n: usize,
     rank: usize,
-    input: Vec<T>,
-    buf: Vec<T>,
-    counts: Vec<usize>,
+    pub(crate) input: Vec<T>,
+    pub(crate) buf: Vec<T>,
+    pub(crate) counts: Vec<usize>,
 }
 
 impl<T: Element> Case<T> {
-    fn new(op: Collective, reduce: ReduceOp, n: usize, rank: usize, bytes: usize) -> Self {
+    pub(crate) fn new(
+        op: Collective,
+        reduce: ReduceOp,
+        n: usize,
+        rank: usize,
+        bytes: usize,
+    ) -> Self {
         let count = bytes / std::mem::size_of::<T>();
         let per = count / n;
         let (input, buf, counts) = match op {
@@ -125,11 +131,11 @@ impl<T: Element> Case<T> {
 
     /// Elements the row reports: the buffer for reductions and broadcast, the
     /// gathered output for allgather, what each rank sends for alltoall.
-    fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.buf.len()
     }
 
-    fn fill_pattern(&mut self) {
+    pub(crate) fn fill_pattern(&mut self) {
         let (n, rank, reduce) = (self.n, self.rank, self.reduce);
         match self.op {
             Collective::Allreduce | Collective::Reducescatter => {
@@ -150,7 +156,7 @@ impl<T: Element> Case<T> {
         }
     }
 
-    fn verify(&self) -> bool {
+    pub(crate) fn verify(&self) -> bool {
         let (n, rank, reduce, dt) = (self.n, self.rank, self.reduce, T::DTYPE);
         let ok = |i: usize, want: f64| close(self.buf[i].to_f64(), want, reduce, dt);
         match self.op {

@@ -12,6 +12,7 @@ mod bench;
 #[path = "../../bytes.rs"]
 mod bytes;
 mod check;
+mod device;
 mod launch;
 mod report;
 mod size;
@@ -61,6 +62,17 @@ impl DataPlane {
             DataPlane::Quic => "quic",
         }
     }
+}
+
+/// Where the buffers live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Place {
+    /// Host memory, collectives over the data plane.
+    Host,
+    /// GPU memory (one GPU per rank, `rank % GPUs`), NCCL collectives; the
+    /// data plane carries only NCCL's unique id and the timing barriers.
+    /// Needs a build with `--features cuda` (docs/gpu.md).
+    Cuda,
 }
 
 /// Algorithm choice for allreduce (and broadcast).
@@ -133,6 +145,9 @@ pub(crate) struct Args {
     /// Data plane: tcp, or quic (mutual TLS 1.3).
     #[arg(long, value_enum, default_value_t = DataPlane::Tcp)]
     pub(crate) transport: DataPlane,
+    /// Buffers in host memory, or on GPUs through NCCL.
+    #[arg(long, value_enum, default_value_t = Place::Host)]
+    pub(crate) device: Place,
     /// TCP: keep ranks on one host on their sockets instead of shared memory.
     #[arg(long)]
     pub(crate) no_shared_memory: bool,
@@ -255,6 +270,12 @@ fn main() -> ExitCode {
             p.0.len(),
             args.np
         ));
+        return ExitCode::from(2);
+    }
+    if args.device == Place::Cuda
+        && let Err(e) = gpu::probe()
+    {
+        say(&format!("collbench: --device cuda: {e}"));
         return ExitCode::from(2);
     }
     match args.worker_rank {

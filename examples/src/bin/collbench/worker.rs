@@ -206,9 +206,12 @@ async fn exchange(addr: SocketAddr, rank: usize, np: usize) -> Result<Vec<Socket
 /// Runs the benchmark over a built mesh, then leaves it cleanly.
 async fn bench<X: Transport>(transport: X, args: &Args, plane: &'static str) -> Result<(), String> {
     let comm = Communicator::new(transport, args.collective_options());
-    crate::bench::run(&comm, args, plane)
-        .await
-        .map_err(|e| e.to_string())?;
+    match args.device {
+        crate::Place::Host => crate::bench::run(&comm, args, plane)
+            .await
+            .map_err(|e| e.to_string())?,
+        crate::Place::Cuda => crate::device::run(&comm, args).await?,
+    }
     comm.into_transport().shutdown().await;
     Ok(())
 }

@@ -1,0 +1,136 @@
+//! Device tensors: [`DeviceBuffer`], elements of any [`Element`] type in GPU
+//! memory, and [`Device`], the [`Memory`] whose slices they are.
+//!
+//! A buffer is a cudarc allocation of bytes typed by a marker, so that every
+//! element type of the host path (f16 and bf16 included) has a device form
+//! without cudarc's own trait bounds on it. cudarc orders each use of the
+//! allocation on the stream that uses it (it records and waits on the
+//! buffer's events), so a buffer dropped while NCCL still writes it is freed
+//! only after that write.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use collectives::{Element, Memory};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DriverError};
+
+use crate::error::GpuError;
+
+/// GPU memory: slices and owned buffers are both [`DeviceBuffer`]s.
+#[derive(Debug)]
+pub enum Device {}
+
+impl Memory for Device {
+    type Slice<T: Element> = DeviceBuffer<T>;
+    type Owned<T: Element> = DeviceBuffer<T>;
+}
+
+/// `len` elements of `T` in the memory of one GPU.
+#[derive(Debug)]
+pub struct DeviceBuffer<T> {
+    bytes: CudaSlice<u8>,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+pub(crate) fn cuda(call: &'static str) -> impl FnOnce(DriverError) -> GpuError {
+    move |e| GpuError::Cuda {
+        call,
+        message: e.to_string(),
+    }
+}
+
+impl<T: Element> DeviceBuffer<T> {
+    /// `len` zeroed elements on `stream`'s device.
+    pub fn zeros(stream: &Arc<CudaStream>, len: usize) -> Result<Self, GpuError> {
+        let bytes = stream
+            .alloc_zeros::<u8>(len * std::mem::size_of::<T>())
+            .map_err(cuda("cuMemAlloc"))?;
+        Ok(Self {
+            bytes,
+            len,
+            _t: PhantomData,
+        })
+    }
+
+    /// A copy of `host` on `stream`'s device.
+    pub fn from_host(stream: &Arc<CudaStream>, host: &[T]) -> Result<Self, GpuError> {
+        let bytes = stream
+            .clone_htod(bytemuck::cast_slice::<T, u8>(host))
+            .map_err(cuda("cuMemcpyHtoD"))?;
+        Ok(Self {
+            bytes,
+            len: host.len(),
+            _t: PhantomData,
+        })
+    }
+
+    /// The elements, copied to the host once the buffer's stream has run
+    /// past every use of it (this waits on the stream).
+    pub fn to_host(&self) -> Result<Vec<T>, GpuError> {
+        let stream = self.bytes.stream().clone();
+        let bytes = stream
+            .clone_dtoh(&self.bytes)
+            .map_err(cuda("cuMemcpyDtoH"))?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The stream the buffer was allocated on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        self.bytes.stream()
+    }
+
+    /// Copies `src` into elements `at..at + src.len()` on `stream`.
+    pub(crate) fn copy_in(
+        &mut self,
+        at: usize,
+        src: &DeviceBuffer<T>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), GpuError> {
+        let size = std::mem::size_of::<T>();
+        let mut dst = self.bytes.slice_mut(at * size..(at + src.len) * size);
+        stream
+            .memcpy_dtod(&src.bytes, &mut dst)
+            .map_err(cuda("cuMemcpyDtoD"))
+    }
+
+    /// Copies elements `at..at + dst.len()` into `dst` on `stream`.
+    pub(crate) fn copy_out(
+        &self,
+        at: usize,
+        dst: &mut DeviceBuffer<T>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), GpuError> {
+        let size = std::mem::size_of::<T>();
+        let src = self.bytes.slice(at * size..(at + dst.len) * size);
+        stream
+            .memcpy_dtod(&src, &mut dst.bytes)
+            .map_err(cuda("cuMemcpyDtoD"))
+    }
+
+    /// The device address of element 0 for reading on `stream`; `stream`
+    /// first waits for earlier writes of the buffer, and the returned guard,
+    /// dropped once the read is issued, makes later users wait for it.
+    pub(crate) fn read_ptr<'a>(
+        &'a self,
+        stream: &'a CudaStream,
+    ) -> (u64, cudarc::driver::SyncOnDrop<'a>) {
+        self.bytes.device_ptr(stream)
+    }
+
+    /// Like [`DeviceBuffer::read_ptr`], for writing.
+    pub(crate) fn write_ptr<'a>(
+        &'a mut self,
+        stream: &'a CudaStream,
+    ) -> (u64, cudarc::driver::SyncOnDrop<'a>) {
+        self.bytes.device_ptr_mut(stream)
+    }
+}
