@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what the tests need
 # beyond the Rust toolchain, then runs every test binary (all of them, even
-# after a failure) and fails if any test failed.
+# after a failure), then builds, clippy-checks and tests the GPU path with its
+# feature on, and fails if anything failed.
 #   openssh-server, openssh-client: the ssh launch tests start a throw-away sshd
 #   on 127.0.0.x (integration-tests/tests/ssh.rs, hierarchical.rs) and in
 #   network namespaces.
@@ -59,7 +60,20 @@ export ELASTICRUN_REQUIRE_NETNS=1
 export ELASTICRUN_REQUIRE_ETCD=1
 # pip may put console scripts in ~/.local/bin.
 export PATH="$PATH:$HOME/.local/bin"
+whole=0
 if [ "$#" -eq 0 ]; then
+    whole=1
     set -- --workspace
 fi
-cargo test --no-fail-fast "$@"
+status=0
+cargo test --no-fail-fast "$@" || status=$?
+if [ "$whole" -eq 1 ]; then
+    # The GPU path (cargo feature `cuda`, docs/gpu.md) is built, clippy-checked
+    # and tested too; cudarc loads CUDA and NCCL at run time, so this needs no
+    # CUDA toolkit, and on a machine without a GPU each GPU test prints one
+    # `skipped ...: no CUDA driver` line and passes.
+    cargo clippy -p gpu -p elasticrun-examples --features gpu/cuda,elasticrun-examples/cuda \
+        --all-targets -- -D warnings || status=1
+    cargo test --no-fail-fast -p gpu --features cuda || status=1
+fi
+exit "$status"
