@@ -72,8 +72,9 @@ if [ "$whole" -eq 1 ]; then
     # and tested too; cudarc loads CUDA and NCCL at run time, so this needs no
     # CUDA toolkit, and on a machine without a GPU each GPU test prints one
     # `skipped ...: no CUDA driver` line and passes.
-    cargo clippy -p gpu -p elasticrun-examples --features gpu/cuda,elasticrun-examples/cuda \
-        --all-targets -- -D warnings || status=1
+    cargo clippy -p gpu -p worker -p elasticrun-examples \
+        --features gpu/cuda,worker/cuda,elasticrun-examples/cuda --all-targets -- -D warnings || status=1
     cargo test --no-fail-fast -p gpu --features cuda || status=1
+    cargo test --no-fail-fast -p worker --features cuda --lib --test gpu_engine || status=1
 fi
 exit "$status"

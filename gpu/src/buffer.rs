@@ -11,7 +11,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use collectives::{Element, Memory};
+use collectives::{DType, Element, Memory};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DriverError};
 
 use crate::error::GpuError;
@@ -37,6 +37,56 @@ pub(crate) fn cuda(call: &'static str) -> impl FnOnce(DriverError) -> GpuError {
     move |e| GpuError::Cuda {
         call,
         message: e.to_string(),
+    }
+}
+
+/// A [`DeviceBuffer`] whose element type is known at run time (the engine's
+/// queue holds these, as it holds host buffers).
+#[derive(Debug)]
+pub struct DeviceTensor {
+    dtype: DType,
+    bytes: CudaSlice<u8>,
+    len: usize,
+}
+
+impl DeviceTensor {
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The typed buffer, if it holds `T`; itself back otherwise.
+    pub fn into_typed<T: Element>(self) -> Result<DeviceBuffer<T>, DeviceTensor> {
+        if self.dtype != T::DTYPE {
+            return Err(self);
+        }
+        Ok(DeviceBuffer {
+            bytes: self.bytes,
+            len: self.len,
+            _t: PhantomData,
+        })
+    }
+
+    /// The stream the buffer was allocated on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        self.bytes.stream()
+    }
+}
+
+impl<T: Element> From<DeviceBuffer<T>> for DeviceTensor {
+    fn from(b: DeviceBuffer<T>) -> Self {
+        DeviceTensor {
+            dtype: T::DTYPE,
+            bytes: b.bytes,
+            len: b.len,
+        }
     }
 }
 
@@ -86,6 +136,17 @@ impl<T: Element> DeviceBuffer<T> {
     /// The stream the buffer was allocated on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         self.bytes.stream()
+    }
+
+    /// A new buffer holding elements `range` of this one, copied on `stream`.
+    pub fn copy_range(
+        &self,
+        range: std::ops::Range<usize>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<DeviceBuffer<T>, GpuError> {
+        let mut out = DeviceBuffer::zeros(stream, range.len())?;
+        self.copy_out(range.start, &mut out, stream)?;
+        Ok(out)
     }
 
     /// Copies `src` into elements `at..at + src.len()` on `stream`.

@@ -21,7 +21,7 @@ mod comm;
 mod sys;
 
 #[cfg(feature = "cuda")]
-pub use buffer::{Device, DeviceBuffer};
+pub use buffer::{Device, DeviceBuffer, DeviceTensor};
 #[cfg(feature = "cuda")]
 pub use comm::NcclComm;
 #[cfg(feature = "cuda")]
@@ -110,6 +110,17 @@ pub fn stream_on(ordinal: usize) -> Result<std::sync::Arc<cudarc::driver::CudaSt
     }
     let ctx = cudarc::driver::CudaContext::new(ordinal).map_err(buffer::cuda("cuCtxCreate"))?;
     ctx.new_stream().map_err(buffer::cuda("cuStreamCreate"))
+}
+
+/// A new stream on the GPU that `like` runs on: where a communicator for
+/// buffers allocated on `like` works.
+#[cfg(feature = "cuda")]
+pub fn stream_beside(
+    like: &std::sync::Arc<cudarc::driver::CudaStream>,
+) -> Result<std::sync::Arc<cudarc::driver::CudaStream>, GpuError> {
+    like.context()
+        .new_stream()
+        .map_err(buffer::cuda("cuStreamCreate"))
 }
 
 #[cfg(test)]

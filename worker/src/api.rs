@@ -66,7 +66,7 @@ impl<T: Element> GroupHandle<T> {
 }
 
 impl Worker {
-    fn name(&self, name: Option<&str>, kind: Kind) -> String {
+    pub(crate) fn name(&self, name: Option<&str>, kind: Kind) -> String {
         name.map_or_else(|| self.names.next(prefix(kind)), str::to_owned)
     }
 

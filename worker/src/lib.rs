@@ -18,6 +18,8 @@ pub mod engine;
 mod env;
 mod error;
 mod generation;
+#[cfg(feature = "cuda")]
+mod gpu_api;
 mod hierarchy;
 mod join;
 mod optimizer;
@@ -33,11 +35,15 @@ pub use affinity::AffinityError;
 pub use api::{GroupHandle, MAX_OBJECT_BYTES};
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
 pub use data_plane::DataPlane;
+#[cfg(feature = "cuda")]
+pub use engine::GpuHandle;
 pub use engine::{
     Engine, EngineConfig, EngineError, EngineStats, Handle, Internal, Invalid, Mismatch, Planes,
     Storage, Tensor, TimelineConfig, Tuning, TuningMemory,
 };
 pub use error::{Error, InitError, ObjectError};
+#[cfg(feature = "cuda")]
+pub use gpu::{DeviceBuffer, DeviceTensor, GpuError};
 pub use hierarchy::{CollectivePath, CollectivePaths};
 pub use optimizer::{Compression, DistributedOptimizer, Gradients, OptimizerOptions};
 pub use rejoin::RejoinError;

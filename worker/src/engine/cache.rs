@@ -130,7 +130,7 @@ impl ResponseCache {
 mod tests {
     use collectives::{DType, ReduceOp};
 
-    use super::super::messages::{Kind, Request};
+    use super::super::messages::{Kind, Location, Request};
     use super::*;
 
     fn ready(name: &str) -> Ready {
@@ -140,6 +140,7 @@ mod tests {
             dtype: DType::F32,
             shape: vec![4],
             parts: vec![],
+            place: Location::Host,
         };
         Ready {
             per_rank: vec![r.clone(), r],

@@ -18,7 +18,10 @@ use super::error::{EngineError, Internal, Invalid};
 use super::exec;
 use super::fusion::{FusionPolicy, fused_bytes};
 use super::fusion_buffer::FusionBuffer;
-use super::messages::{Decision, RankMsg, Ready, Request, Tuning, decode_round, round_config};
+use super::gpu_exec::GpuSide;
+use super::messages::{
+    Decision, Location, RankMsg, Ready, Request, Tuning, decode_round, round_config,
+};
 use super::negotiate::Negotiator;
 use super::tensor::Submission;
 use super::timeline::{Phase, Timeline};
@@ -93,6 +96,8 @@ struct State<D, H> {
     hierarchy: Option<Arc<Hierarchy>>,
     /// Where fused groups are packed, kept across cycles.
     fusion: FusionBuffer,
+    /// GPU tensors' communicator and fusion buffers.
+    gpu: GpuSide,
 }
 
 /// Runs the engine until every rank has shut down or the data plane fails;
@@ -251,6 +256,7 @@ impl<D: Collectives<Host>, H: Transport> State<D, H> {
             autotune: cfg.autotune.clone(),
             hierarchy: cfg.hierarchy.clone(),
             fusion: FusionBuffer::default(),
+            gpu: GpuSide::default(),
         };
         if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
             st.start_autotuner(setup, cfg);
@@ -453,11 +459,17 @@ impl<D: Collectives<Host>, H: Transport> State<D, H> {
         let start = std::time::Instant::now();
         let mut marks = FusedPhases::default();
         let active = self.comm.size() - self.joined.len();
-        let at = exec::Fused {
-            buffer: &mut self.fusion,
-            marks: &mut marks,
+        let result = if group[0].place() == Location::Gpu {
+            let gpu = &mut self.gpu;
+            gpu.run(&self.comm, &group, locals, &mut marks, active)
+                .await
+        } else {
+            let at = exec::Fused {
+                buffer: &mut self.fusion,
+                marks: &mut marks,
+            };
+            exec::run(&self.comm, &group, locals, at, active).await
         };
-        let result = exec::run(&self.comm, &group, locals, at, active).await;
         if self.timeline.enabled() {
             let done = std::time::Instant::now();
             let at = Span {

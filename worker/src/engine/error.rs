@@ -23,6 +23,13 @@ pub enum EngineError {
     /// A broken invariant of the engine, or ranks running different builds.
     #[error("internal error: {0}")]
     Internal(#[from] Internal),
+    /// Something this build or this version does not do, and what to do
+    /// instead.
+    #[error("{what} is not supported: {instead}")]
+    Unsupported {
+        what: &'static str,
+        instead: &'static str,
+    },
 }
 
 impl EngineError {

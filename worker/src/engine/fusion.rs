@@ -8,7 +8,7 @@
 //! so that every element meets the same partners in the same order as it
 //! would alone: fused and unfused results are bit-identical.
 
-use super::messages::{Kind, Ready};
+use super::messages::{Kind, Location, Ready};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct FusionPolicy {
@@ -39,13 +39,15 @@ pub(super) fn fused_bytes(t: &Ready) -> usize {
 }
 
 /// Tensors that may share a buffer have equal keys.
-type Key = (Kind, collectives::DType, bool);
+type Key = (Kind, collectives::DType, Location, bool);
 
-/// The key of `t`; `None`: never fused.
+/// The key of `t`; `None`: never fused. Host and GPU tensors never share a
+/// buffer.
 fn key(t: &Ready, p: FusionPolicy) -> Option<Key> {
-    match t.kind() {
-        Kind::Allreduce(_) => Some((t.kind(), t.dtype(), fused_bytes(t) <= p.small_bytes)),
-        Kind::Allgather => Some((t.kind(), t.dtype(), false)),
+    let (kind, dtype, place) = (t.kind(), t.dtype(), t.place());
+    match kind {
+        Kind::Allreduce(_) => Some((kind, dtype, place, fused_bytes(t) <= p.small_bytes)),
+        Kind::Allgather => Some((kind, dtype, place, false)),
         _ => None,
     }
 }
@@ -86,7 +88,7 @@ pub(super) fn plan(ready: Vec<Ready>, p: FusionPolicy) -> Vec<Vec<Ready>> {
 mod tests {
     use collectives::{DType, ReduceOp};
 
-    use super::super::messages::Request;
+    use super::super::messages::{Location, Request};
     use super::*;
 
     fn t(name: &str, kind: Kind, dtype: DType, len: usize) -> Ready {
@@ -96,6 +98,7 @@ mod tests {
             dtype,
             shape: vec![len],
             parts: vec![],
+            place: Location::Host,
         };
         Ready {
             per_rank: vec![r.clone(), r],
@@ -139,6 +142,25 @@ mod tests {
         assert_eq!(
             names(&plan(ready, P)),
             vec![vec!["f"], vec!["a", "e"], vec!["b"], vec!["c"], vec!["d"]]
+        );
+    }
+
+    #[test]
+    fn host_and_gpu_tensors_never_share_a_buffer() {
+        let on_gpu = |name: &str| {
+            let mut r = t(name, SUM, DType::F32, 4);
+            r.per_rank.iter_mut().for_each(|q| q.place = Location::Gpu);
+            r
+        };
+        let ready = vec![
+            t("h1", SUM, DType::F32, 4),
+            on_gpu("g1"),
+            t("h2", SUM, DType::F32, 4),
+            on_gpu("g2"),
+        ];
+        assert_eq!(
+            names(&plan(ready, P)),
+            vec![vec!["h1", "h2"], vec!["g1", "g2"]]
         );
     }
 

@@ -46,6 +46,18 @@ impl Kind {
     }
 }
 
+/// Where a submitted tensor's elements live. Every rank must submit a name's
+/// tensor in the same place: host tensors run on the host data plane, GPU
+/// tensors through NCCL (docs/gpu.md).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub enum Location {
+    #[default]
+    Host,
+    Gpu,
+}
+
 /// One rank's description of a submitted tensor. Ranks must agree on all of it
 /// except where a collective allows per-rank sizes (allgather's first
 /// dimension, alltoall's splits).
@@ -58,6 +70,8 @@ pub struct Request {
     /// Sizes of the members of a grouped submission (they travel as one
     /// tensor); empty otherwise.
     pub parts: Vec<usize>,
+    /// Host or GPU memory.
+    pub place: Location,
 }
 
 impl Request {
@@ -70,7 +84,11 @@ impl Request {
     /// Whether `other` (another rank's request under the same name) can run
     /// in the same collective as this one.
     pub fn agrees_with(&self, other: &Request) -> bool {
-        if self.kind != other.kind || self.dtype != other.dtype || self.parts != other.parts {
+        if self.kind != other.kind
+            || self.dtype != other.dtype
+            || self.parts != other.parts
+            || self.place != other.place
+        {
             return false;
         }
         match self.kind {
@@ -93,11 +111,15 @@ impl Request {
             Kind::Broadcast { root } => format!("broadcast(root {root})"),
             k => k.name().to_owned(),
         };
+        let place = match self.place {
+            Location::Host => "",
+            Location::Gpu => " on a GPU",
+        };
         if self.parts.is_empty() {
-            format!("{kind} {:?} {:?}", self.dtype, self.shape)
+            format!("{kind} {:?} {:?}{place}", self.dtype, self.shape)
         } else {
             format!(
-                "{kind} {:?} {:?} in parts {:?}",
+                "{kind} {:?} {:?} in parts {:?}{place}",
                 self.dtype, self.shape, self.parts
             )
         }
@@ -251,6 +273,9 @@ impl Ready {
     pub(super) fn dtype(&self) -> DType {
         self.per_rank[0].dtype
     }
+    pub(super) fn place(&self) -> Location {
+        self.per_rank[0].place
+    }
 }
 
 /// What every rank does, in the same order, after a round (the [`Kind`]s that
@@ -284,6 +309,7 @@ mod tests {
             dtype: DType::F32,
             shape,
             parts: vec![],
+            place: Location::Host,
         };
         assert!(r(vec![2, 3]).agrees_with(&r(vec![5, 3])));
         assert!(!r(vec![2, 3]).agrees_with(&r(vec![2, 4])));
@@ -293,7 +319,28 @@ mod tests {
             dtype: DType::F32,
             shape,
             parts: vec![],
+            place: Location::Host,
         };
         assert!(!a(vec![4]).agrees_with(&a(vec![5])));
+    }
+
+    #[test]
+    fn a_tensor_on_a_gpu_here_and_in_host_memory_there_disagrees() {
+        let host = Request {
+            name: "w".into(),
+            kind: Kind::Allreduce(ReduceOp::Sum),
+            dtype: DType::F32,
+            shape: vec![4],
+            parts: vec![],
+            place: Location::Host,
+        };
+        let gpu = Request {
+            place: Location::Gpu,
+            ..host.clone()
+        };
+        assert!(!host.agrees_with(&gpu));
+        assert!(gpu.agrees_with(&gpu.clone()));
+        assert_eq!(gpu.describe(), "allreduce(Sum) F32 [4] on a GPU");
+        assert_eq!(host.describe(), "allreduce(Sum) F32 [4]");
     }
 }

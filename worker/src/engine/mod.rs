@@ -17,6 +17,9 @@ mod error;
 mod exec;
 mod fusion;
 mod fusion_buffer;
+mod gpu_exec;
+#[cfg(feature = "cuda")]
+mod gpu_handle;
 mod messages;
 mod negotiate;
 mod pending;
@@ -36,7 +39,9 @@ pub use config::EngineConfig;
 use driver::Command;
 pub use driver::EngineStats;
 pub use error::{EngineError, Internal, Invalid, Mismatch};
-pub use messages::{Kind, Tuning};
+#[cfg(feature = "cuda")]
+pub use gpu_handle::GpuHandle;
+pub use messages::{Kind, Location, Tuning};
 pub use pending::PendingBoard;
 pub use tensor::{Output, Storage, Tensor};
 pub use timeline::TimelineConfig;
@@ -181,6 +186,7 @@ impl Engine {
             dtype: T::DTYPE,
             shape: data.shape,
             parts,
+            place: Location::Host,
         };
         let local = Submission {
             req,

@@ -11,7 +11,9 @@ use testkit::proptest::collection::vec;
 use testkit::proptest::prelude::*;
 
 use super::fusion::{FusionPolicy, fused_bytes};
-use super::messages::{Decision, Kind, RankMsg, Request, Tuning, decode_round, round_config};
+use super::messages::{
+    Decision, Kind, Location, RankMsg, Request, Tuning, decode_round, round_config,
+};
 use super::negotiate::Negotiator;
 
 fn req(name: &str, kind: Kind, dtype: DType, shape: Vec<usize>) -> Request {
@@ -21,6 +23,7 @@ fn req(name: &str, kind: Kind, dtype: DType, shape: Vec<usize>) -> Request {
         dtype,
         shape,
         parts: vec![],
+        place: Location::Host,
     }
 }
 
@@ -39,6 +42,7 @@ fn messages() -> Vec<RankMsg> {
                 req("grad.1", Kind::Allgather, DType::F16, vec![2, 8]),
                 Request {
                     parts: vec![3, 5],
+                    place: Location::Host,
                     ..req("group.0", sum, DType::F64, vec![8])
                 },
             ],

@@ -30,13 +30,15 @@ impl<T> Tensor<T> {
     }
 }
 
-/// Where a submitted tensor's elements are: host memory today; a device
-/// buffer joins as a variant when tensors can live on a GPU, and the engine
-/// runs each on the backend for its memory.
+/// Where a submitted tensor's elements are: host memory, or (with the
+/// `cuda` feature) a GPU's; the engine runs each on the backend for its
+/// memory.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Storage {
     Host(HostBuffer),
+    #[cfg(feature = "cuda")]
+    Gpu(gpu::DeviceTensor),
 }
 
 impl Storage {
@@ -45,12 +47,26 @@ impl Storage {
     pub fn into_host<T: Element>(self) -> Result<Vec<T>, Storage> {
         match self {
             Storage::Host(b) => b.into_vec().map_err(Storage::Host),
+            #[cfg(feature = "cuda")]
+            g @ Storage::Gpu(_) => Err(g),
+        }
+    }
+
+    /// The elements as a GPU buffer of `T`, if that is what this holds;
+    /// itself back otherwise.
+    #[cfg(feature = "cuda")]
+    pub fn into_gpu<T: Element>(self) -> Result<gpu::DeviceBuffer<T>, Storage> {
+        match self {
+            Storage::Gpu(t) => t.into_typed().map_err(Storage::Gpu),
+            h @ Storage::Host(_) => Err(h),
         }
     }
 
     pub fn dtype(&self) -> DType {
         match self {
             Storage::Host(b) => b.dtype(),
+            #[cfg(feature = "cuda")]
+            Storage::Gpu(t) => t.dtype(),
         }
     }
 }
@@ -102,11 +118,30 @@ impl Submission {
     }
 
     pub(crate) fn finish<T: Element>(self, data: Vec<T>, shape: Vec<usize>, splits: Vec<usize>) {
+        self.answer(data.into(), shape, splits);
+    }
+
+    pub(crate) fn answer(self, data: Storage, shape: Vec<usize>, splits: Vec<usize>) {
         let _ = self.reply.send(Ok(Output {
-            data: data.into(),
+            data,
             shape,
             splits,
         }));
+    }
+
+    /// The GPU elements, leaving an empty host buffer in their place.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn take_gpu<T: Element>(&mut self) -> Result<gpu::DeviceBuffer<T>, EngineError> {
+        let data = std::mem::replace(&mut self.data, Vec::<T>::new().into());
+        data.into_gpu::<T>().map_err(|held| {
+            let e = Internal::ElementType {
+                name: self.req.name.clone(),
+                held: held.dtype(),
+                wanted: T::DTYPE,
+            };
+            self.data = held;
+            e.into()
+        })
     }
 
     /// What a rank that has joined contributes to `req`: zeros of its shape

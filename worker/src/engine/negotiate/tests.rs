@@ -4,7 +4,7 @@ use rand::{RngExt, SeedableRng};
 
 use super::*;
 use crate::engine::error::Mismatch;
-use crate::engine::messages::Kind;
+use crate::engine::messages::{Kind, Location};
 
 const SUM: Kind = Kind::Allreduce(ReduceOp::Sum);
 const FUSE: FusionPolicy = FusionPolicy {
@@ -19,6 +19,7 @@ fn req(name: &str, len: usize) -> Request {
         dtype: DType::F32,
         shape: vec![len],
         parts: vec![],
+        place: Location::Host,
     }
 }
 
@@ -180,6 +181,35 @@ fn disagreeing_ranks_fail_the_tensor_everywhere_naming_each_view() {
             run_names(d).contains(&"good".to_owned()),
             "the next tensor still runs"
         );
+    }
+}
+
+#[test]
+fn a_tensor_on_a_gpu_on_one_rank_and_on_the_host_on_another_fails_naming_both() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut rs = ranks(2, 16);
+    for r in &mut rs {
+        let mut w = req("w", 4);
+        if r.id == 1 {
+            w.place = Location::Gpu;
+        }
+        r.queue = vec![w, req("next", 4)];
+    }
+    let (decisions, _) = run(&mut rs, &mut rng);
+    for d in &decisions {
+        let why = d
+            .iter()
+            .find_map(|x| match x {
+                Decision::Fail { name, why } if name == "w" => Some(why.to_string()),
+                _ => None,
+            })
+            .expect("the placement mismatch failed the tensor");
+        assert!(why.contains("rank 0: allreduce(Sum) F32 [4]"), "{why}");
+        assert!(
+            why.contains("rank 1: allreduce(Sum) F32 [4] on a GPU"),
+            "{why}"
+        );
+        assert!(run_names(d).contains(&"next".to_owned()));
     }
 }
 

@@ -1,0 +1,100 @@
+//! Submitting GPU tensors (feature `cuda`): the same negotiation, cache,
+//! fusion and errors as host tensors, run through NCCL (docs/gpu.md).
+
+use std::marker::PhantomData;
+
+use collectives::Element;
+use gpu::DeviceBuffer;
+use tokio::sync::oneshot;
+
+use super::Engine;
+use super::driver::Command;
+use super::error::{EngineError, Internal};
+use super::messages::{Kind, Location, Request};
+use super::tensor::{Output, Submission};
+
+/// A submitted collective on a GPU tensor: [`GpuHandle::poll`] says whether
+/// it is done, [`GpuHandle::wait`] blocks for the result, which stays on the
+/// GPU.
+#[derive(Debug)]
+pub struct GpuHandle<T> {
+    rx: Option<oneshot::Receiver<Result<Output, EngineError>>>,
+    got: Option<Result<Output, EngineError>>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: Element> GpuHandle<T> {
+    /// Whether the result is ready (then [`GpuHandle::wait`] does not block).
+    pub fn poll(&mut self) -> bool {
+        if self.got.is_none()
+            && let Some(rx) = self.rx.as_mut()
+        {
+            match rx.try_recv() {
+                Ok(r) => self.got = Some(r),
+                Err(oneshot::error::TryRecvError::Empty) => return false,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    self.got = Some(Err(EngineError::ShutDown))
+                }
+            }
+        }
+        true
+    }
+
+    /// Blocks until the collective completes; returns the result and its
+    /// shape. Must not be called from inside an async runtime.
+    pub fn wait(self) -> Result<(DeviceBuffer<T>, Vec<usize>), EngineError> {
+        let out = match (self.got, self.rx) {
+            (Some(r), _) => r,
+            (None, Some(rx)) => rx.blocking_recv().unwrap_or(Err(EngineError::ShutDown)),
+            (None, None) => Err(EngineError::ShutDown),
+        }?;
+        let data = out
+            .data
+            .into_gpu::<T>()
+            .map_err(|held| Internal::ElementType {
+                name: String::from("(a result)"),
+                held: held.dtype(),
+                wanted: T::DTYPE,
+            })?;
+        Ok((data, out.shape))
+    }
+}
+
+impl Engine {
+    /// Submits GPU tensor `data` of `shape` for `kind` under `name`.
+    pub fn submit_gpu<T: Element>(
+        &self,
+        name: String,
+        kind: Kind,
+        data: DeviceBuffer<T>,
+        shape: Vec<usize>,
+    ) -> GpuHandle<T> {
+        let (reply, rx) = oneshot::channel();
+        let entry = self.pending.enter(&name, std::time::Instant::now());
+        let req = Request {
+            name,
+            kind,
+            dtype: T::DTYPE,
+            shape,
+            parts: Vec::new(),
+            place: Location::Gpu,
+        };
+        let local = Submission {
+            req,
+            data: super::Storage::Gpu(data.into()),
+            splits: Vec::new(),
+            reply,
+            submitted: std::time::Instant::now(),
+            _pending: entry,
+        };
+        let rx = match self.tx.send(Command::Submit(local)) {
+            Ok(()) => Some(rx),
+            Err(_) => None,
+        };
+        GpuHandle {
+            got: rx.is_none().then_some(Err(EngineError::ShutDown)),
+            rx,
+            _t: PhantomData,
+        }
+    }
+}

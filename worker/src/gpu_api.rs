@@ -1,0 +1,82 @@
+//! Collectives on GPU tensors (feature `cuda`, docs/gpu.md): the host API's
+//! names with `_gpu`, on [`gpu::DeviceBuffer`]s, through the same engine
+//! (names, negotiation, response cache, fusion, mismatch errors, timeline)
+//! and NCCL. Each tensor is one-dimensional here; the result stays on the GPU.
+
+use collectives::{Element, ReduceOp};
+use gpu::DeviceBuffer;
+
+use crate::engine::{GpuHandle, Invalid, Kind};
+use crate::{Error, Worker};
+
+impl Worker {
+    fn submit_gpu<T: Element>(
+        &self,
+        name: Option<&str>,
+        kind: Kind,
+        data: DeviceBuffer<T>,
+    ) -> GpuHandle<T> {
+        let name = self.name(name, kind);
+        let shape = vec![data.len()];
+        self.engine.submit_gpu(name, kind, data, shape)
+    }
+
+    /// Starts reducing GPU tensor `data` over all ranks (NCCL; `Average` is
+    /// NCCL's own).
+    pub fn allreduce_gpu_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        data: DeviceBuffer<T>,
+        op: ReduceOp,
+    ) -> GpuHandle<T> {
+        self.submit_gpu(name, Kind::Allreduce(op), data)
+    }
+
+    /// Starts gathering every rank's GPU tensor (lengths may differ) in rank
+    /// order.
+    pub fn allgather_gpu_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        data: DeviceBuffer<T>,
+    ) -> GpuHandle<T> {
+        self.submit_gpu(name, Kind::Allgather, data)
+    }
+
+    /// Starts copying `root`'s GPU tensor to every rank.
+    pub fn broadcast_gpu_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        data: DeviceBuffer<T>,
+        root: usize,
+    ) -> Result<GpuHandle<T>, Error> {
+        match u32::try_from(root) {
+            Ok(r) if root < self.size() => {
+                Ok(self.submit_gpu(name, Kind::Broadcast { root: r }, data))
+            }
+            _ => Err(Invalid::Root {
+                root,
+                size: self.size(),
+            }
+            .into()),
+        }
+    }
+
+    /// Starts reducing GPU tensor `data` and keeping this rank's even share.
+    pub fn reducescatter_gpu_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        data: DeviceBuffer<T>,
+        op: ReduceOp,
+    ) -> GpuHandle<T> {
+        self.submit_gpu(name, Kind::Reducescatter(op), data)
+    }
+
+    /// Reduces GPU tensor `data` over all ranks and returns the result.
+    pub fn allreduce_gpu<T: Element>(
+        &self,
+        data: DeviceBuffer<T>,
+        op: ReduceOp,
+    ) -> Result<DeviceBuffer<T>, Error> {
+        Ok(self.allreduce_gpu_async(None, data, op).wait()?.0)
+    }
+}
