@@ -15,6 +15,7 @@ use crate::schedule::{
 use crate::tag::Rank;
 use crate::topology::Hierarchy;
 use crate::transport::Transport;
+use crate::transport::group::GroupView;
 
 /// Allreduce algorithm.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -433,6 +434,64 @@ impl<X: Transport> Communicator<X> {
             tokio::try_join!(o.send::<u8>(to, k, &[]), o.recv::<u8>(from, k, 0))?;
         }
         Ok(())
+    }
+
+    /// The view of `members` (world ranks, in that order) for one operation:
+    /// its own op id, so every rank must call it at the same point, each with
+    /// the group it belongs to.
+    fn among(&self, members: &[Rank]) -> Result<(GroupView<'_, X>, u64)> {
+        let id = self.op().id;
+        let view = GroupView::new(&self.transport, members.to_vec()).ok_or_else(|| {
+            CollectiveError::NotAMember {
+                rank: self.rank(),
+                members: members.to_vec(),
+            }
+        })?;
+        Ok((view, id))
+    }
+
+    /// Reduces `buf` over the world ranks `members` only (this rank one of
+    /// them). Every rank of the world calls it at the same point, each with
+    /// its own group (disjoint groups run side by side), as the cross-host
+    /// step of a two-level collective does. An average divides by the
+    /// group's size.
+    pub async fn allreduce_among<T: Element>(
+        &self,
+        members: &[Rank],
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (view, id) = self.among(members)?;
+        let o = Op { tr: &view, id };
+        let n = members.len();
+        let post = prepare_scaling(buf, op, Scaling::default(), n)?;
+        if self.allreduce_is_doubling(std::mem::size_of_val(buf)) {
+            algorithms::doubling_allreduce(&o, buf, op.combine()).await?;
+        } else {
+            let counts = crate::schedule::even_counts(buf.len(), n);
+            let steps = allreduce_ring(n, view.rank());
+            algorithms::ring_pass(&o, buf, &counts, &steps, self.seg::<T>(), op.combine()).await?;
+        }
+        finish_scaling(buf, op, post, n);
+        Ok(())
+    }
+
+    /// Copies `buf` of `members[root]` to every rank of `members`, under the
+    /// same rules as [`Communicator::allreduce_among`].
+    pub async fn broadcast_among<T: Element>(
+        &self,
+        members: &[Rank],
+        buf: &mut [T],
+        root: usize,
+    ) -> Result<()> {
+        let (view, id) = self.among(members)?;
+        let n = members.len();
+        if root >= n {
+            return Err(CollectiveError::InvalidRoot { root, size: n });
+        }
+        let o = Op { tr: &view, id };
+        let links = binomial_tree(n, root, view.rank());
+        algorithms::pipeline_broadcast(&o, buf, &links, buf.len().max(1)).await
     }
 
     fn check_len(&self, what: &'static str, got: usize) -> Result<()> {

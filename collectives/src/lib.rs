@@ -33,7 +33,7 @@ mod tag;
 mod topology;
 mod transport;
 
-pub use backend::{Collectives, FusedPhases, Host, Memory};
+pub use backend::{Collectives, FusedPhases, GroupCollectives, Host, Memory};
 pub use buffer::HostBuffer;
 pub use comm::{
     AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, Layout, OpSpace,

@@ -131,3 +131,75 @@ async fn communicators_in_two_op_spaces_share_one_transport() {
         }
     }
 }
+
+/// The columns of a 2 x 3 grid: ranks {0, 3}, {1, 4}, {2, 5}.
+fn column(rank: usize) -> Vec<usize> {
+    vec![rank % 3, rank % 3 + 3]
+}
+
+#[tokio::test]
+async fn group_collectives_run_side_by_side_in_disjoint_groups() {
+    for opts in [
+        CollectiveOptions::default(),
+        CollectiveOptions {
+            small_message_bytes: 0,
+            segment_bytes: 64,
+            ..CollectiveOptions::default()
+        },
+    ] {
+        let comms = world(6, &opts);
+        let len = 1001;
+        let res = on_every_rank(&comms, |c| async move {
+            let me = c.rank();
+            let mut sum: Vec<i64> = (0..len).map(|i| (me * 1000 + i) as i64).collect();
+            c.allreduce_among(&column(me), &mut sum, ReduceOp::Sum)
+                .await?;
+            let mut avg: Vec<f32> = vec![me as f32; 5];
+            c.allreduce_among(&column(me), &mut avg, ReduceOp::Average)
+                .await?;
+            let mut b: Vec<u8> = vec![me as u8; 7];
+            c.broadcast_among(&column(me), &mut b, 1).await?;
+            // The world's own collectives stay in step afterwards.
+            c.barrier().await?;
+            Ok::<_, collectives::CollectiveError>((sum, avg, b))
+        })
+        .await;
+        for (rank, r) in res.into_iter().enumerate() {
+            let (sum, avg, b) = r.unwrap();
+            let col = column(rank);
+            let want: Vec<i64> = (0..len)
+                .map(|i| col.iter().map(|&m| (m * 1000 + i) as i64).sum())
+                .collect();
+            assert_eq!(sum, want, "rank {rank}");
+            assert_eq!(avg, vec![(col[0] + col[1]) as f32 / 2.0; 5], "rank {rank}");
+            assert_eq!(b, vec![col[1] as u8; 7], "rank {rank}");
+        }
+        shutdown_all(comms).await;
+    }
+}
+
+#[tokio::test]
+async fn a_group_collective_outside_its_group_is_refused() {
+    let comms = world(2, &CollectiveOptions::default());
+    let mut buf = vec![1.0f32; 4];
+    let err = comms[0]
+        .allreduce_among(&[1], &mut buf, ReduceOp::Sum)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            collectives::CollectiveError::NotAMember { rank: 0, .. }
+        ),
+        "{err}"
+    );
+    let err = comms[1]
+        .broadcast_among(&[1], &mut buf, 3)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, collectives::CollectiveError::InvalidRoot { .. }),
+        "{err}"
+    );
+    shutdown_all(comms).await;
+}

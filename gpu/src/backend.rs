@@ -293,6 +293,30 @@ impl Collectives<Device> for NcclComm {
 }
 
 impl NcclComm {
+    /// Block `rank` of `buf` (cut by `counts`) holds this rank's part;
+    /// afterwards every block holds its owner's.
+    pub(crate) async fn allgather_in_place<T: Element>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+        counts: &[usize],
+    ) -> Result<(), CollectiveError> {
+        check_counts("allgather counts", counts, self.size(), buf.len())?;
+        let first = starts(counts);
+        let event = {
+            let (p, _g) = buf.write_ptr(&self.stream);
+            let calls: Vec<Call> = (0..self.size())
+                .map(|r| Call::Broadcast {
+                    send: p + off::<T>(first[r]),
+                    recv: p + off::<T>(first[r]),
+                    count: counts[r],
+                    root: r,
+                })
+                .collect();
+            self.issue("allgather", &calls, nccl_dtype(T::DTYPE))?
+        };
+        Ok(self.complete("allgather", event).await?)
+    }
+
     /// What every rank sends this one: an allgather of the split lists.
     async fn exchange_splits(&self, splits: &[usize]) -> Result<Vec<usize>, GpuError> {
         let n = self.size();

@@ -138,6 +138,30 @@ impl<T: Element> DeviceBuffer<T> {
         self.bytes.stream()
     }
 
+    /// Elements `range`, copied to the host once the buffer's stream has run
+    /// past every use of it (this waits on the stream).
+    pub fn range_to_host(&self, range: std::ops::Range<usize>) -> Result<Vec<T>, GpuError> {
+        let size = std::mem::size_of::<T>();
+        let stream = self.bytes.stream().clone();
+        let view = self.bytes.slice(range.start * size..range.end * size);
+        let bytes = stream.clone_dtoh(&view).map_err(cuda("cuMemcpyDtoH"))?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// Copies `host` into elements `at..at + host.len()` on `stream`.
+    pub fn write_from_host(
+        &mut self,
+        at: usize,
+        host: &[T],
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), GpuError> {
+        let size = std::mem::size_of::<T>();
+        let mut dst = self.bytes.slice_mut(at * size..(at + host.len()) * size);
+        stream
+            .memcpy_htod(bytemuck::cast_slice::<T, u8>(host), &mut dst)
+            .map_err(cuda("cuMemcpyHtoD"))
+    }
+
     /// A new buffer holding elements `range` of this one, copied on `stream`.
     pub fn copy_range(
         &self,
@@ -150,7 +174,7 @@ impl<T: Element> DeviceBuffer<T> {
     }
 
     /// Copies `src` into elements `at..at + src.len()` on `stream`.
-    pub(crate) fn copy_in(
+    pub fn copy_in(
         &mut self,
         at: usize,
         src: &DeviceBuffer<T>,
@@ -164,7 +188,7 @@ impl<T: Element> DeviceBuffer<T> {
     }
 
     /// Copies elements `at..at + dst.len()` into `dst` on `stream`.
-    pub(crate) fn copy_out(
+    pub fn copy_out(
         &self,
         at: usize,
         dst: &mut DeviceBuffer<T>,

@@ -73,7 +73,7 @@ impl NcclComm {
         Self::init(stream, 0, 1, &id, timeout).await
     }
 
-    async fn init(
+    pub(crate) async fn init(
         stream: Arc<CudaStream>,
         rank: usize,
         size: usize,

@@ -19,6 +19,8 @@ mod comm;
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
 mod sys;
+#[cfg(feature = "cuda")]
+mod two_level;
 
 #[cfg(feature = "cuda")]
 pub use buffer::{Device, DeviceBuffer, DeviceTensor};
@@ -26,6 +28,8 @@ pub use buffer::{Device, DeviceBuffer, DeviceTensor};
 pub use comm::NcclComm;
 #[cfg(feature = "cuda")]
 pub use cudarc;
+#[cfg(feature = "cuda")]
+pub use two_level::TwoLevel;
 
 /// What this machine offers the GPU path.
 #[derive(Clone, Debug, PartialEq, Eq)]

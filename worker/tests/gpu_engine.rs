@@ -83,3 +83,48 @@ fn gpu_tensors_sum_exactly_with_fusion_on_and_off_and_agree_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn two_ranks_on_one_gpu_act_as_two_hosts_through_the_two_level_allreduce() {
+    if gpu_ranks("two-level GPU allreduce").is_none() {
+        return;
+    }
+    let hosts = collectives::Topology::from_hosts(&["a", "b"]);
+    let h = std::sync::Arc::new(hosts.hierarchy().unwrap());
+    let setup = move |_| {
+        let opts = collectives::CollectiveOptions {
+            hierarchical_allreduce: Some(h.clone()),
+            ..collectives::CollectiveOptions::default()
+        };
+        (opts, EngineConfig::default())
+    };
+    let lens = [5usize, 3000, 70_000];
+    let out = common::on_ranks(2, setup, move |rank, e| {
+        // Both ranks on GPU 0: one-rank NCCL communicators, the host data
+        // plane between them.
+        let stream = gpu::stream_on(0).unwrap();
+        let mut handles = Vec::new();
+        for (t, &n) in lens.iter().enumerate() {
+            for op in [ReduceOp::Sum, ReduceOp::Average] {
+                let host: Vec<f32> = (0..n).map(|i| value(rank, t, i)).collect();
+                let buf = DeviceBuffer::from_host(&stream, &host).unwrap();
+                let name = format!("t{t}.{op:?}");
+                handles.push(e.submit_gpu(name, Kind::Allreduce(op), buf, vec![n]));
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| h.wait().unwrap().0.to_host().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (rank, (got, _)) in out.iter().enumerate() {
+        let mut k = 0;
+        for (t, &n) in lens.iter().enumerate() {
+            let sum: Vec<f32> = (0..n).map(|i| value(0, t, i) + value(1, t, i)).collect();
+            let avg: Vec<f32> = sum.iter().map(|s| s / 2.0).collect();
+            assert_eq!(got[k], sum, "rank {rank} tensor {t} sum");
+            assert_eq!(got[k + 1], avg, "rank {rank} tensor {t} average");
+            k += 2;
+        }
+    }
+}

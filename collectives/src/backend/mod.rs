@@ -121,6 +121,49 @@ pub trait Collectives<M: Memory>: Send + Sync {
     fn barrier(&self) -> impl Future<Output = Result<()>> + Send;
 }
 
+/// Collectives among a group of the world's ranks, for the cross-host step
+/// of a two-level path: every rank of the world calls each one at the same
+/// point, each with the group it belongs to (disjoint groups run side by
+/// side).
+pub trait GroupCollectives<M: Memory>: Collectives<M> {
+    /// Reduces `buf` over the world ranks `members` (this rank one of them);
+    /// an average divides by the group's size.
+    fn allreduce_among<T: Element>(
+        &self,
+        members: &[Rank],
+        buf: &mut M::Slice<T>,
+        op: ReduceOp,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Copies `members[root]`'s `buf` to every rank of `members`.
+    fn broadcast_among<T: Element>(
+        &self,
+        members: &[Rank],
+        buf: &mut M::Slice<T>,
+        root: usize,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+impl<X: Transport> GroupCollectives<Host> for Communicator<X> {
+    async fn allreduce_among<T: Element>(
+        &self,
+        members: &[Rank],
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        Communicator::allreduce_among(self, members, buf, op).await
+    }
+
+    async fn broadcast_among<T: Element>(
+        &self,
+        members: &[Rank],
+        buf: &mut [T],
+        root: usize,
+    ) -> Result<()> {
+        Communicator::broadcast_among(self, members, buf, root).await
+    }
+}
+
 impl<X: Transport> Collectives<Host> for Communicator<X> {
     fn rank(&self) -> Rank {
         Communicator::rank(self)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use autotune::SampleRecord;
-use collectives::{Collectives, Communicator, FusedPhases, Hierarchy, Host, Transport};
+use collectives::{Communicator, FusedPhases, GroupCollectives, Hierarchy, Host, Transport};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -102,7 +102,7 @@ struct State<D, H> {
 
 /// Runs the engine until every rank has shut down or the data plane fails;
 /// returns the communicator (to shut its transport down) and the counters.
-pub(super) async fn run<D: Collectives<Host>, H: Transport>(
+pub(super) async fn run<D: GroupCollectives<Host>, H: Transport>(
     planes: Planes<D, H>,
     cfg: EngineConfig,
     mut rx: mpsc::UnboundedReceiver<Command>,
@@ -178,7 +178,7 @@ const SETTLE_QUIET: Duration = Duration::from_micros(50);
 /// than the whole collective.
 async fn settle(
     rx: &mut mpsc::UnboundedReceiver<Command>,
-    st: &mut State<impl Collectives<Host>, impl Transport>,
+    st: &mut State<impl GroupCollectives<Host>, impl Transport>,
 ) {
     let mut last = std::time::Instant::now();
     let mut quiet = 0;
@@ -217,7 +217,7 @@ async fn drain_after_failure(rx: &mut mpsc::UnboundedReceiver<Command>, e: &Engi
     }
 }
 
-impl<D: Collectives<Host>, H: Transport> State<D, H> {
+impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
     /// The state an engine starts in; rank 0 of an autotuned job starts
     /// (or resumes) tuning.
     fn new(planes: Planes<D, H>, cfg: &EngineConfig) -> Self {

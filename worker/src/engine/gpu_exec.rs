@@ -9,7 +9,7 @@
 //! A fused group is packed into a GPU buffer kept across cycles, one per
 //! element type, copied in and out on the communicator's stream.
 
-use collectives::{Collectives, FusedPhases, Host};
+use collectives::{FusedPhases, GroupCollectives, Host};
 
 use super::error::EngineError;
 use super::messages::Ready;
@@ -23,6 +23,9 @@ type Failed = (EngineError, Vec<Submission>);
 pub(super) struct GpuSide {
     #[cfg(feature = "cuda")]
     comm: Option<gpu::NcclComm>,
+    /// The host's communicator of the two-level allreduce.
+    #[cfg(feature = "cuda")]
+    two_level: Option<gpu::TwoLevel>,
     #[cfg(feature = "cuda")]
     scratch: std::collections::HashMap<collectives::DType, gpu::DeviceTensor>,
 }
@@ -44,7 +47,7 @@ impl GpuSide {
     /// Runs `group` (GPU tensors, one kind and element type) with this
     /// rank's submissions `locals`; `host` carries NCCL's unique id when the
     /// communicator is made.
-    pub(super) async fn run<B: Collectives<Host>>(
+    pub(super) async fn run<B: GroupCollectives<Host>>(
         &mut self,
         host: &B,
         group: &[Ready],
@@ -80,8 +83,8 @@ mod cuda {
     use std::time::Instant;
 
     use collectives::schedule::even_counts;
-    use collectives::{Collectives, Element, FusedPhases, Host};
-    use gpu::{Device, DeviceBuffer, NcclComm};
+    use collectives::{Collectives, Element, FusedPhases, GroupCollectives, Host};
+    use gpu::{Device, DeviceBuffer, NcclComm, TwoLevel};
 
     use super::{Failed, GpuSide, NCCL_TIMEOUT};
     use crate::engine::error::EngineError;
@@ -95,7 +98,7 @@ mod cuda {
 
     impl GpuSide {
         /// The generation's communicator, made on the GPU of `like`'s stream.
-        async fn comm<B: Collectives<Host>>(
+        async fn comm<B: GroupCollectives<Host>>(
             &mut self,
             host: &B,
             like: &std::sync::Arc<gpu::cudarc::driver::CudaStream>,
@@ -113,7 +116,7 @@ mod cuda {
             }
         }
 
-        pub(super) async fn run_typed<T: Element, B: Collectives<Host>>(
+        pub(super) async fn run_typed<T: Element, B: GroupCollectives<Host>>(
             &mut self,
             host: &B,
             group: &[Ready],
@@ -138,7 +141,7 @@ mod cuda {
             Ok(())
         }
 
-        async fn collective<T: Element, B: Collectives<Host>>(
+        async fn collective<T: Element, B: GroupCollectives<Host>>(
             &mut self,
             host: &B,
             group: &[Ready],
@@ -148,6 +151,12 @@ mod cuda {
             let Some(like) = data.first().map(|d| d.stream().clone()) else {
                 return Err(crate::engine::error::Internal::EmptyGroup.into());
             };
+            if let (Kind::Allreduce(op), Some(h)) = (
+                group[0].kind(),
+                host.options().hierarchical_allreduce.clone(),
+            ) {
+                return self.two_level(host, h, &like, data, op, marks).await;
+            }
             let mut scratch = self.scratch.remove(&T::DTYPE);
             let comm = self.comm(host, &like).await?;
             let result = match group[0].kind() {
@@ -195,6 +204,62 @@ mod cuda {
                 self.scratch.insert(T::DTYPE, s);
             }
             result
+        }
+    }
+
+    impl GpuSide {
+        /// Allreduce in two levels (`--hierarchical-allreduce`): NCCL on the
+        /// host, the host data plane across hosts; a fused group is packed
+        /// into the GPU fusion buffer first.
+        async fn two_level<T: Element, B: GroupCollectives<Host>>(
+            &mut self,
+            host: &B,
+            hierarchy: std::sync::Arc<collectives::Hierarchy>,
+            like: &std::sync::Arc<gpu::cudarc::driver::CudaStream>,
+            mut data: Vec<DeviceBuffer<T>>,
+            op: collectives::ReduceOp,
+            marks: &mut FusedPhases,
+        ) -> Result<Vec<Out<T>>> {
+            if self.two_level.is_none() {
+                let stream = gpu::stream_beside(like).map_err(into_engine)?;
+                let t = TwoLevel::connect(host, hierarchy, stream, NCCL_TIMEOUT)
+                    .await
+                    .map_err(into_engine)?;
+                self.two_level = Some(t);
+            }
+            let Some(two) = &self.two_level else {
+                return Err(into_engine(gpu::GpuError::Aborted { op: "connect" }));
+            };
+            if let [one] = &mut data[..] {
+                two.allreduce(host, one, op).await?;
+                return Ok(plain(data));
+            }
+            let stream = two.local().stream().clone();
+            let total: usize = data.iter().map(DeviceBuffer::len).sum();
+            let mut buf = match self
+                .scratch
+                .remove(&T::DTYPE)
+                .map(gpu::DeviceTensor::into_typed::<T>)
+            {
+                Some(Ok(b)) if b.len() == total => b,
+                _ => DeviceBuffer::zeros(&stream, total).map_err(into_engine)?,
+            };
+            let mut at = 0;
+            for d in &data {
+                buf.copy_in(at, d, &stream).map_err(into_engine)?;
+                at += d.len();
+            }
+            marks.packed = Some(Instant::now());
+            let r = two.allreduce(host, &mut buf, op).await;
+            marks.reduced = Some(Instant::now());
+            let mut at = 0;
+            for d in &mut data {
+                buf.copy_out(at, d, &stream).map_err(into_engine)?;
+                at += d.len();
+            }
+            self.scratch.insert(T::DTYPE, buf.into());
+            r?;
+            Ok(plain(data))
         }
     }
 

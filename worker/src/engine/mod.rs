@@ -30,7 +30,7 @@ mod timeline;
 
 use std::marker::PhantomData;
 
-use collectives::{Collectives, Communicator, Element, Host, ReduceOp, Transport};
+use collectives::{Communicator, Element, GroupCollectives, Host, ReduceOp, Transport};
 use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use autotune::tuned_knob;
@@ -146,7 +146,7 @@ impl Engine {
         on_finish: F,
     ) -> Engine
     where
-        D: Collectives<Host> + 'static,
+        D: GroupCollectives<Host> + 'static,
         H: Transport + 'static,
         F: FnOnce(Planes<D, H>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send,
