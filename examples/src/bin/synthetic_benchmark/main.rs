@@ -8,11 +8,14 @@
 //! elasticrun -np 2 synthetic_benchmark                       # ResNet-50's 161 tensors
 //! elasticrun -np 2 synthetic_benchmark --num-tensors 100 --tensor-bytes 16K
 //! elasticrun -np 2 synthetic_benchmark --compute-ms 50       # overlap with "backward"
+//! elasticrun -np 2 synthetic_benchmark --device cuda         # GPU gradients, NCCL
 //! ```
 
 #[path = "../../bytes.rs"]
 mod bytes;
 mod check;
+#[cfg(feature = "cuda")]
+mod on_gpu;
 mod model;
 mod plan;
 mod report;
@@ -54,6 +57,16 @@ struct Args {
     /// --fp16-allreduce does.
     #[arg(long)]
     fp16_allreduce: bool,
+    /// Where the gradients live: host memory, or a GPU per rank (NCCL; needs
+    /// a build with `--features cuda`, docs/gpu.md).
+    #[arg(long, value_enum, default_value_t = Device::Host)]
+    device: Device,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Device {
+    Host,
+    Cuda,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +77,8 @@ enum BenchError {
     Collective(#[from] worker::Error),
     #[error(transparent)]
     Wrong(#[from] WrongResult),
+    #[error("GPU: {0}")]
+    Gpu(String),
 }
 
 fn main() -> ExitCode {
@@ -73,7 +88,13 @@ fn main() -> ExitCode {
         // A usage error, reported (exit code 2) as clap reports its own.
         Err(e) => Args::command().error(ErrorKind::ValueValidation, e).exit(),
     };
-    match run(&plan) {
+    if args.device == Device::Cuda
+        && let Err(e) = gpu::probe()
+    {
+        eprintln!("synthetic_benchmark: --device cuda: {e}");
+        return ExitCode::from(2);
+    }
+    match run(&plan, args.device) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("synthetic_benchmark: {e}");
@@ -102,7 +123,7 @@ fn make_plan(args: &Args) -> Result<Plan, PlanError> {
     )
 }
 
-fn run(plan: &Plan) -> Result<(), BenchError> {
+fn run(plan: &Plan, device: Device) -> Result<(), BenchError> {
     let w = worker::init()?;
     let (rank, size) = (w.rank(), w.size());
     if rank == 0 {
@@ -117,9 +138,10 @@ fn run(plan: &Plan) -> Result<(), BenchError> {
             plan.steps,
         );
     }
-    let step_times = match plan.precision {
-        Precision::F32 => steps::<f32>(&w, plan)?,
-        Precision::F16 => steps::<f16>(&w, plan)?,
+    let step_times = match (device, plan.precision) {
+        (Device::Host, Precision::F32) => steps::<f32>(&w, plan)?,
+        (Device::Host, Precision::F16) => steps::<f16>(&w, plan)?,
+        (Device::Cuda, precision) => gpu_steps(&w, plan, precision)?,
     };
     let knobs = report::knobs(&w);
     let engine = w.shutdown();
@@ -134,6 +156,19 @@ fn run(plan: &Plan) -> Result<(), BenchError> {
         println!("{}", report::summary(&outcome));
     }
     Ok(())
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_steps(w: &Worker, plan: &Plan, p: Precision) -> Result<Vec<Duration>, BenchError> {
+    match p {
+        Precision::F32 => on_gpu::steps::<f32>(w, plan),
+        Precision::F16 => on_gpu::steps::<f16>(w, plan),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_steps(_: &Worker, _: &Plan, _: Precision) -> Result<Vec<Duration>, BenchError> {
+    Err(BenchError::Gpu(gpu::GpuError::NotBuilt.to_string()))
 }
 
 /// Runs the warm-up and the timed steps; returns the timed steps' times. The
