@@ -14,9 +14,9 @@
 #[path = "../../bytes.rs"]
 mod bytes;
 mod check;
+mod model;
 #[cfg(feature = "cuda")]
 mod on_gpu;
-mod model;
 mod plan;
 mod report;
 mod step;

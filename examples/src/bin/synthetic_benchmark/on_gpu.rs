@@ -25,7 +25,9 @@ pub(crate) fn steps<T: Element>(w: &Worker, plan: &Plan) -> Result<Vec<Duration>
     let mut grads: Vec<Option<DeviceBuffer<T>>> = Vec::with_capacity(plan.tensors.len());
     for t in &plan.tensors {
         let host = vec![fill; t.elements()];
-        grads.push(Some(DeviceBuffer::from_host(&stream, &host).map_err(gpu_err)?));
+        grads.push(Some(
+            DeviceBuffer::from_host(&stream, &host).map_err(gpu_err)?,
+        ));
     }
     let release = crate::step::release_times(plan.tensors.len(), plan.compute);
     let want = check::expected(size);
@@ -71,7 +73,10 @@ fn step<T: Element>(
             return Err(BenchError::Gpu(format!("gradient {i} was lost")));
         };
         let name = &plan.tensors[i].name;
-        handles.push((i, w.allreduce_gpu_async(Some(name), data, ReduceOp::Average)));
+        handles.push((
+            i,
+            w.allreduce_gpu_async(Some(name), data, ReduceOp::Average),
+        ));
     }
     for (i, h) in handles {
         grads[i] = Some(h.wait()?.0);
