@@ -193,18 +193,60 @@ impl NcclComm {
         if let Err(e) = self.stream.context().bind_to_thread() {
             return Err(cuda("cuCtxSetCurrent")(e));
         }
-        if let Err(code) = sys::enqueue(raw, calls, dtype, self.stream.cu_stream()) {
-            let e = GpuError::Nccl { call: op, code };
-            return Err(if code.is_fatal() {
-                self.abort_with(&mut g, e)
-            } else {
-                e
-            });
+        match sys::enqueue(raw, calls, dtype, self.stream.cu_stream()) {
+            Ok(Progress::Done) => {}
+            // Non-blocking: the kernels may not be on the stream yet, and
+            // the event below must come after them.
+            Ok(Progress::Running) => self.launched(op, &mut g)?,
+            Err(code) => {
+                let e = GpuError::Nccl { call: op, code };
+                return Err(if code.is_fatal() {
+                    self.abort_with(&mut g, e)
+                } else {
+                    e
+                });
+            }
         }
         drop(g);
         self.stream
             .record_event(None)
             .map_err(cuda("cuEventRecord"))
+    }
+
+    /// Waits, holding the communicator, until NCCL has put a non-blocking
+    /// call's kernels on the stream (it says so through the asynchronous
+    /// state), within the timeout. A host-side launch: short.
+    fn launched(
+        &self,
+        op: &'static str,
+        g: &mut MutexGuard<'_, Option<RawComm>>,
+    ) -> Result<(), GpuError> {
+        let since = Instant::now();
+        loop {
+            let Some(raw) = g.as_ref() else {
+                return Err(GpuError::Aborted { op });
+            };
+            match sys::async_error(raw) {
+                Ok(Progress::Done) => return Ok(()),
+                Ok(Progress::Running) if since.elapsed() < self.timeout => {
+                    std::thread::yield_now();
+                }
+                Ok(Progress::Running) => {
+                    let e = GpuError::Timeout {
+                        op,
+                        after: self.timeout,
+                    };
+                    return Err(self.abort_with(g, e));
+                }
+                Err(code) => {
+                    let e = GpuError::Nccl {
+                        call: "ncclCommGetAsyncError",
+                        code,
+                    };
+                    return Err(self.abort_with(g, e));
+                }
+            }
+        }
     }
 
     /// Waits for `event` (recorded after an op's calls), looking at the
