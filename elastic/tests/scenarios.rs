@@ -36,7 +36,8 @@
 //!
 //! Output lines: `spawn a/2`, `stop a/2: why`, `reset 2`, `hosts-updated 2`,
 //! `assign 2: a/0 a/1`, `leave b/0`, `blacklisted b until=70s` (or `forever`),
-//! `readmitted b`, `finish`, `fail <the JobFailure message>`.
+//! `readmitted b`, `without-runtime after=30s`, `finish`, `fail <the JobFailure
+//! message>`.
 //!
 //! `ELASTIC_BLESS=1 cargo test -p elastic --test scenarios` rewrites the expected
 //! outputs with the actual ones; read the diff before keeping it.
@@ -146,6 +147,7 @@ fn render(c: &Command) -> String {
             None => format!("blacklisted {host} forever"),
         },
         Command::Readmitted { host } => format!("readmitted {host}"),
+        Command::WithoutRuntime { after } => format!("without-runtime after={}", fmt_secs(*after)),
         Command::Finish => "finish".to_owned(),
         Command::Fail(f) => format!("fail {f}"),
     }

@@ -63,7 +63,7 @@ pub struct Cli {
         help_heading = "Launching"
     )]
     pub hostfile: Option<PathBuf>,
-    /// Seconds to wait for every worker to start and register [default: 30].
+    /// Seconds to wait for every worker to start and register [default: 30]. In a static job where no worker registers by then, the program is taken for one that does not use the runtime and supervised until it exits.
     #[arg(
         long,
         allow_negative_numbers = true,

@@ -92,6 +92,11 @@ impl Driver {
                 self.say
                     .line(format_args!("host {host} is back from the blacklist"));
             }
+            Command::WithoutRuntime { after } => self.say.line(format_args!(
+                "no worker registered within {} (--start-timeout): the program does not use \
+                 elasticrun's runtime; supervising its processes until they exit",
+                elastic::membership::fmt_secs(after)
+            )),
             Command::Finish => self.ending = Some(Ending::Success),
             Command::Fail(f) => {
                 self.say.line(format_args!("{f}; stopping every worker"));

@@ -28,6 +28,7 @@ use crate::config::{ElasticConfig, JobConfig};
 use crate::launch::Launcher;
 use crate::launch::address::{control_addresses, is_this_machine};
 use crate::launch::output;
+use crate::launch::program_env::{self, StaticLayout};
 use crate::launch::start::ProcessLauncher;
 use crate::layout::place;
 use crate::server::{Arrivals, Server};
@@ -74,6 +75,8 @@ struct Setup {
     policy: Policy,
     bind: IpAddr,
     hosts: Hosts,
+    /// A static job's layout (its workers' torchrun and Horovod variables).
+    layout: Option<StaticLayout>,
 }
 
 /// Checks before any worker starts that the job's output directory and,
@@ -105,18 +108,30 @@ async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
                 timeout: e.discovery_timeout,
                 slots_per_host: e.slots_per_host,
             }),
+            layout: None,
         });
     }
     let (hosts, np) = hosts_and_np(cfg).await?;
-    place(&hosts, np)?;
-    check_files(cfg, hosts.first().is_some_and(|h| is_this_machine(&h.host)))?;
+    let placements = place(&hosts, np)?;
+    let rank0_here = hosts.first().is_some_and(|h| is_this_machine(&h.host));
+    check_files(cfg, rank0_here)?;
     let names: Vec<&str> = hosts.iter().map(|h| h.host.as_str()).collect();
     let addresses = control_addresses(&names, cfg.network_interface.as_deref())?;
+    let layout = StaticLayout {
+        hosts: hosts.clone(),
+        placements,
+        master_port: if rank0_here {
+            program_env::free_port()
+        } else {
+            program_env::TORCHRUN_PORT
+        },
+    };
     Ok(Setup {
         mode: Mode::Static,
         policy: Policy::fixed(np, cfg.start_timeout),
         bind: addresses.bind,
         hosts: Hosts::Fixed(hosts),
+        layout: Some(layout),
     })
 }
 
@@ -188,6 +203,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         policy,
         bind,
         hosts,
+        layout,
     } = setup(&cfg).await?;
     let secret = job_secret()?;
     let ca = job_ca(&secret)?;
@@ -201,7 +217,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     };
     let knobs = knobs(&cfg);
     let seams = Seams {
-        launcher: Box::new(ProcessLauncher::new(cfg, secret, listening)),
+        launcher: Box::new(ProcessLauncher::new(cfg, secret, listening).with_layout(layout)),
         arrivals: server.into_arrivals(),
         hosts: feed(hosts, say.clone()),
         store: Box::new(MemoryStore::new()),

@@ -6,6 +6,7 @@ pub mod address;
 mod launcher;
 pub mod output;
 pub mod process;
+pub mod program_env;
 pub mod ssh;
 pub mod start;
 

@@ -14,6 +14,7 @@ use super::address::{control_addresses, is_this_machine};
 use super::launcher::{LaunchError, Launcher, Started};
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
+use super::program_env::{StaticLayout, program_env};
 use super::ssh::{self, SshOptions};
 use crate::config::JobConfig;
 
@@ -89,6 +90,9 @@ pub struct WorkerStart<'a> {
     pub coordinator: SocketAddr,
     /// The job may span hosts (see [`control::env::DATA_ALL_INTERFACES`]).
     pub spans_hosts: bool,
+    /// A static job's torchrun and Horovod variables for this worker
+    /// ([`super::program_env`]); empty in an elastic job.
+    pub program_env: Vec<(String, String)>,
 }
 
 /// Starts one worker, with its output forwarded by the returned tasks.
@@ -103,7 +107,8 @@ pub async fn start_one(
         identity_file: cfg.ssh_identity_file.clone(),
     };
     let host = one.host;
-    let mut env = job_env(cfg, one);
+    let mut env = one.program_env.clone();
+    env.append(&mut job_env(cfg, one));
     let (argv, stdin_line) = if is_this_machine(host) {
         // In the environment, never on a command line: not visible in ps.
         env.push((control::env::SECRET.into(), secret.to_hex()));
@@ -168,6 +173,9 @@ pub struct ProcessLauncher {
     /// machine may take part.
     spans_hosts: bool,
     forwarders: Vec<JoinHandle<std::io::Result<()>>>,
+    /// A static job's layout: its workers get torchrun's and Horovod's
+    /// variables.
+    layout: Option<StaticLayout>,
 }
 
 impl ProcessLauncher {
@@ -179,7 +187,40 @@ impl ProcessLauncher {
             port: coordinator.port(),
             spans_hosts: coordinator.ip().is_unspecified(),
             forwarders: Vec::new(),
+            layout: None,
         }
+    }
+
+    /// Gives a static job's workers their places as torchrun and Horovod
+    /// name them.
+    pub fn with_layout(mut self, layout: Option<StaticLayout>) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// torchrun's and Horovod's variables for the worker on `slot`, which
+    /// dials the coordinator at `ip`.
+    fn program_env(&self, slot: &SlotId, ip: IpAddr) -> Vec<(String, String)> {
+        let Some(l) = &self.layout else {
+            return Vec::new();
+        };
+        let (Some(p), Some(rank0)) = (l.placement(&slot.host, slot.slot), l.rank0_host()) else {
+            return Vec::new();
+        };
+        // Rank 0 on this machine: reachable where the coordinator is.
+        let master = match (is_this_machine(rank0), is_this_machine(&slot.host)) {
+            (true, true) => Ipv4Addr::LOCALHOST.to_string(),
+            (true, false) => ip.to_string(),
+            (false, _) => rank0.to_owned(),
+        };
+        let size = l.placements.len();
+        let hosts = l
+            .placements
+            .iter()
+            .map(|q| q.host)
+            .max()
+            .map_or(0, |m| m + 1);
+        program_env(p, size, hosts, &slot.host, &master, l.master_port)
     }
 
     async fn start_process(
@@ -200,6 +241,7 @@ impl ProcessLauncher {
             slot: slot.slot,
             coordinator: SocketAddr::new(ip, self.port),
             spans_hosts: self.spans_hosts,
+            program_env: self.program_env(slot, ip),
         };
         let (process, mut forwarders) = start_one(&self.cfg, &self.secret, &one).await?;
         self.forwarders.append(&mut forwarders);
@@ -249,6 +291,7 @@ mod tests {
             slot,
             coordinator: "127.0.0.1:9".parse().unwrap(),
             spans_hosts: false,
+            program_env: Vec::new(),
         };
         job_env(cfg, &one)
     }

@@ -35,6 +35,12 @@ pub struct Membership {
     pub(super) next_order: u64,
     /// Members of a resumed job whose workers have not reconnected yet.
     pub(super) detached: Detached,
+    /// Some worker has registered (the program links the runtime).
+    pub(super) runtime_seen: bool,
+    /// A static job whose start timeout passed with no worker registered:
+    /// its program does not use the runtime, and its processes are
+    /// supervised until they exit, with no start timeout.
+    pub(super) without_runtime: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +118,8 @@ impl Membership {
             resets: 0,
             next_order: 0,
             detached: Detached::new(),
+            runtime_seen: false,
+            without_runtime: false,
         }
     }
 
@@ -193,6 +201,7 @@ impl Membership {
             return out;
         }
         w.state = WorkerState::Registered;
+        self.runtime_seen = true;
         if matches!(self.phase, Phase::Stable) {
             self.begin_gathering(now, Cause::HostsChanged, &mut out);
         }

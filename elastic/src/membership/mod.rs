@@ -161,6 +161,11 @@ pub enum Command {
     },
     /// `host`'s cooldown ran out; it is usable again while discovered.
     Readmitted { host: String },
+    /// A static job's start timeout (`after`) passed with no worker
+    /// registered: the program does not use the runtime (a plain script,
+    /// torch.distributed), so its processes are supervised until they exit,
+    /// the job succeeding when every one has exited 0, like torchrun's.
+    WithoutRuntime { after: Duration },
     /// Every member finished: the job succeeded.
     Finish,
     /// End the job with this error.

@@ -17,6 +17,15 @@ impl Membership {
             return out;
         }
         let mut vacated = self.start_timeouts(now);
+        if !vacated.is_empty() && self.policy.on_failure == OnFailure::EndJob && !self.runtime_seen
+        {
+            // Nobody registered: a program that does not use the runtime.
+            self.without_runtime = true;
+            out.push(Command::WithoutRuntime {
+                after: self.policy.start_timeout,
+            });
+            vacated.clear();
+        }
         if !vacated.is_empty() && self.policy.on_failure == OnFailure::EndJob {
             let failure = JobFailure::StartTimeout {
                 after: self.policy.start_timeout,
@@ -53,6 +62,9 @@ impl Membership {
     }
 
     fn start_timeouts(&self, now: Duration) -> Vec<(SlotId, String)> {
+        if self.without_runtime {
+            return Vec::new();
+        }
         let limit = self.policy.start_timeout;
         let why = format!("did not register within {}", fmt_secs(limit));
         self.pending_spawns()
@@ -117,6 +129,7 @@ impl Membership {
         let p = &self.policy;
         let spawns = self
             .pending_spawns()
+            .filter(|_| !self.without_runtime)
             .map(|(_, since)| since.saturating_add(p.start_timeout));
         let mut gathering = Vec::new();
         if let Phase::Gathering(g) = &self.phase {
@@ -131,10 +144,13 @@ impl Membership {
                 gathering.push(s.saturating_add(p.elastic_timeout));
             }
         }
+        // A timeout of Duration::MAX (a static job's elastic timeout) never
+        // comes.
         spawns
             .chain(gathering)
             .chain(self.next_reattach_deadline())
             .chain(self.blacklist.next_expiry())
+            .filter(|&d| d != Duration::MAX)
             .min()
     }
 }
