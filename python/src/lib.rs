@@ -1,0 +1,151 @@
+//! `elasticrun._elasticrun`: the worker runtime for Python. One [`Worker`]
+//! per process, joined with `init()` (the job's environment, as any
+//! elasticrun worker), and collectives on numpy arrays through its engine:
+//! negotiation, response cache, fusion, timeline, stall check and autotune
+//! as for Rust programs. Every wait happens with the interpreter released,
+//! so other Python threads run meanwhile; errors are `ElasticrunError`s
+//! whose text names the tensor and the ranks.
+
+mod arrays;
+mod handle;
+
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use worker::{ReduceOp, Worker};
+
+use handle::{GroupHandle, Handle};
+
+create_exception!(
+    _elasticrun,
+    ElasticrunError,
+    PyRuntimeError,
+    "A collective failed, or the job could not be joined."
+);
+
+/// This process's worker, once `init()` has joined the job.
+static WORKER: RwLock<Option<Worker>> = RwLock::new(None);
+
+fn worker() -> PyResult<RwLockReadGuard<'static, Option<Worker>>> {
+    let g = WORKER.read().unwrap_or_else(PoisonError::into_inner);
+    if g.is_none() {
+        return Err(ElasticrunError::new_err(
+            "elasticrun is not initialized: call init() first",
+        ));
+    }
+    Ok(g)
+}
+
+/// Runs `f` on the worker, with the interpreter released.
+pub(crate) fn with_worker<R: Send>(
+    py: Python<'_>,
+    f: impl FnOnce(&Worker) -> R + Send,
+) -> PyResult<R> {
+    let g = worker()?;
+    let w = g.as_ref().ok_or_else(|| ElasticrunError::new_err("not initialized"))?;
+    Ok(py.detach(|| f(w)))
+}
+
+pub(crate) fn engine_err(e: impl std::fmt::Display) -> PyErr {
+    ElasticrunError::new_err(e.to_string())
+}
+
+/// Horovod's reduction codes: Average 0, Sum 1, Adasum 2, Min 3, Max 4,
+/// Product 5.
+pub(crate) fn reduce_op(code: i32) -> PyResult<ReduceOp> {
+    match code {
+        0 => Ok(ReduceOp::Average),
+        1 => Ok(ReduceOp::Sum),
+        2 => Err(PyValueError::new_err(
+            "Adasum is not supported by elasticrun; use Average (or Sum) instead",
+        )),
+        3 => Ok(ReduceOp::Min),
+        4 => Ok(ReduceOp::Max),
+        5 => Ok(ReduceOp::Product),
+        c => Err(PyValueError::new_err(format!(
+            "unknown reduction op {c}: expected Average, Sum, Min, Max or Product"
+        ))),
+    }
+}
+
+/// Joins the job this process was started in (by `elasticrun`). Calling it
+/// again does nothing.
+#[pyfunction]
+fn init(py: Python<'_>) -> PyResult<()> {
+    let mut g = WORKER.write().unwrap_or_else(PoisonError::into_inner);
+    if g.is_none() {
+        let w = py.detach(worker::init).map_err(engine_err)?;
+        *g = Some(w);
+    }
+    Ok(())
+}
+
+/// Leaves the job cleanly; `init()` may be called again afterwards only in
+/// a new process.
+#[pyfunction]
+fn shutdown(py: Python<'_>) {
+    let taken = WORKER
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(w) = taken {
+        py.detach(move || {
+            let _ = w.shutdown();
+        });
+    }
+}
+
+#[pyfunction]
+fn is_initialized() -> bool {
+    WORKER
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_some()
+}
+
+macro_rules! place_getter {
+    ($($name:ident),*) => {$(
+        #[pyfunction]
+        fn $name() -> PyResult<usize> {
+            let g = worker()?;
+            Ok(g.as_ref().map_or(0, Worker::$name))
+        }
+    )*};
+}
+place_getter!(rank, size, local_rank, local_size, cross_rank, cross_size);
+
+/// Waits until every rank has called it.
+#[pyfunction]
+fn barrier(py: Python<'_>) -> PyResult<()> {
+    with_worker(py, |w| w.barrier())?.map_err(engine_err)
+}
+
+/// Says this rank has no more data; takes part in the others' allreduces and
+/// allgathers (as zeros, as no rows) until every rank has joined. Returns
+/// the rank that joined last.
+#[pyfunction]
+fn join(py: Python<'_>) -> PyResult<usize> {
+    with_worker(py, |w| w.join())?.map_err(engine_err)
+}
+
+#[pymodule]
+fn _elasticrun(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("ElasticrunError", m.py().get_type::<ElasticrunError>())?;
+    m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(is_initialized, m)?)?;
+    m.add_function(wrap_pyfunction!(rank, m)?)?;
+    m.add_function(wrap_pyfunction!(size, m)?)?;
+    m.add_function(wrap_pyfunction!(local_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(local_size, m)?)?;
+    m.add_function(wrap_pyfunction!(cross_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(cross_size, m)?)?;
+    m.add_function(wrap_pyfunction!(barrier, m)?)?;
+    m.add_function(wrap_pyfunction!(join, m)?)?;
+    m.add_class::<Handle>()?;
+    m.add_class::<GroupHandle>()?;
+    handle::register(m)?;
+    Ok(())
+}
