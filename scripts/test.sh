@@ -76,5 +76,8 @@ if [ "$whole" -eq 1 ]; then
         --features gpu/cuda,worker/cuda,elasticrun-examples/cuda --all-targets -- -D warnings || status=1
     cargo test --no-fail-fast -p gpu --features cuda || status=1
     cargo test --no-fail-fast -p worker --features cuda --lib --test gpu_engine || status=1
+    # The Python package (python/, docs/python.md): built with maturin into a
+    # virtual environment under target/, its tests run as elasticrun jobs.
+    python/tests/run.sh || status=1
 fi
 exit "$status"

@@ -10,6 +10,8 @@ released while it waits). The blocking forms submit and wait. Results are new
 arrays; inputs are not modified unless a function's name ends in ``_``.
 """
 
+import atexit as _atexit
+
 import numpy as _np
 
 from . import _elasticrun as _native
@@ -62,6 +64,10 @@ __all__ = [
     "poll",
     "synchronize",
 ]
+
+# A script that never calls shutdown() leaves cleanly at exit, as Horovod's
+# do; its peers then see it leave, not crash.
+_atexit.register(_native.shutdown)
 
 # Horovod's reduction codes.
 Average = 0

@@ -66,7 +66,9 @@ fn finish<T: Element + numpy::Element>(
     h: worker::Handle<T>,
     out: &Out,
 ) -> PyResult<Py<PyAny>> {
-    let (t, splits) = py.detach(move || h.wait_with_splits()).map_err(engine_err)?;
+    let (t, splits) = py
+        .detach(move || h.wait_with_splits())
+        .map_err(engine_err)?;
     let Out::Rows {
         row,
         trailing,
@@ -148,9 +150,10 @@ fn allreduce_async(
     let op = reduce_op(op)?;
     let (data, shape) = from_numpy(array)?;
     let n = name.as_deref();
-    let typed = with_worker(py, |w: &Worker| {
-        submit!(data, v => w.allreduce_async(n, tensor(v, shape), op))
-    })?;
+    let typed = with_worker(
+        py,
+        |w: &Worker| submit!(data, v => w.allreduce_async(n, tensor(v, shape), op)),
+    )?;
     Ok(handle(typed, Out::Engine))
 }
 
@@ -164,9 +167,10 @@ fn allgather_async(
 ) -> PyResult<Handle> {
     let (data, shape) = from_numpy(array)?;
     let n = name.as_deref();
-    let typed = with_worker(py, |w: &Worker| {
-        submit!(data, v => w.allgather_async(n, tensor(v, shape)))
-    })?;
+    let typed = with_worker(
+        py,
+        |w: &Worker| submit!(data, v => w.allgather_async(n, tensor(v, shape))),
+    )?;
     Ok(handle(typed, Out::Engine))
 }
 
@@ -181,9 +185,10 @@ fn broadcast_async(
 ) -> PyResult<Handle> {
     let (data, shape) = from_numpy(array)?;
     let n = name.as_deref();
-    let typed = with_worker(py, |w: &Worker| {
-        submit!(data, v => w.broadcast_async(n, tensor(v, shape), root))
-    })?;
+    let typed = with_worker(
+        py,
+        |w: &Worker| submit!(data, v => w.broadcast_async(n, tensor(v, shape), root)),
+    )?;
     Ok(handle(typed, Out::Engine))
 }
 
@@ -208,9 +213,10 @@ fn reducescatter_async(
         )));
     }
     let n = name.as_deref();
-    let typed = with_worker(py, |w: &Worker| {
-        submit!(data, v => w.reducescatter_async(n, tensor(v, shape), op))
-    })?;
+    let typed = with_worker(
+        py,
+        |w: &Worker| submit!(data, v => w.reducescatter_async(n, tensor(v, shape), op)),
+    )?;
     let out = Out::Rows {
         row,
         trailing,
@@ -244,9 +250,10 @@ fn alltoall_async(
     };
     let elements: Vec<usize> = splits.iter().map(|s| s * row).collect();
     let n = name.as_deref();
-    let typed = with_worker(py, |w: &Worker| {
-        submit!(data, v => w.alltoall_async(n, v, elements.clone()))
-    })?;
+    let typed = with_worker(
+        py,
+        |w: &Worker| submit!(data, v => w.alltoall_async(n, v, elements.clone())),
+    )?;
     let out = Out::Rows {
         row,
         trailing,
@@ -280,7 +287,12 @@ impl GroupHandle {
         for shape in &self.shapes {
             let n: usize = shape.iter().product();
             let part = all
-                .get_item(pyo3::types::PySlice::new(py, at as isize, (at + n) as isize, 1))?
+                .get_item(pyo3::types::PySlice::new(
+                    py,
+                    at as isize,
+                    (at + n) as isize,
+                    1,
+                ))?
                 .call_method1("reshape", (shape.clone(),))?;
             out.push(part);
             at += n;
@@ -321,7 +333,9 @@ fn grouped_allreduce_async(
 /// The members' elements one after another; they must share a type.
 fn concat(parts: Vec<Data>) -> PyResult<Data> {
     let Some(first) = parts.first() else {
-        return Err(PyValueError::new_err("a grouped allreduce needs at least one array"));
+        return Err(PyValueError::new_err(
+            "a grouped allreduce needs at least one array",
+        ));
     };
     let want = first.dtype();
     macro_rules! join {
@@ -334,7 +348,7 @@ fn concat(parts: Vec<Data>) -> PyResult<Data> {
                         return Err(PyTypeError::new_err(format!(
                             "a grouped allreduce's arrays must share one dtype: {want} and {}",
                             other.dtype()
-                        )))
+                        )));
                     }
                 }
             }

@@ -44,7 +44,9 @@ pub(crate) fn with_worker<R: Send>(
     f: impl FnOnce(&Worker) -> R + Send,
 ) -> PyResult<R> {
     let g = worker()?;
-    let w = g.as_ref().ok_or_else(|| ElasticrunError::new_err("not initialized"))?;
+    let w = g
+        .as_ref()
+        .ok_or_else(|| ElasticrunError::new_err("not initialized"))?;
     Ok(py.detach(|| f(w)))
 }
 

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the elasticrun Python package into a virtual environment
+# (target/pyenv, made if missing, with maturin, numpy and pytest from PyPI)
+# and runs its tests, which start elasticrun jobs (target/debug/elasticrun,
+# built here). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+venv="$PWD/target/pyenv"
+if [ ! -x "$venv/bin/python" ]; then
+    if ! python3 -m venv "$venv" 2>/dev/null; then
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        echo "python/tests/run.sh: installing python3-venv" >&2
+        $SUDO apt-get update -q
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends python3-venv
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+    fi
+fi
+"$venv/bin/pip" install -q --disable-pip-version-check "maturin==1.16.0" "numpy>=1.21" pytest
+(cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop -q)
+cargo build -q -p coordinator --bin elasticrun
+ELASTICRUN_BIN="$PWD/target/debug/elasticrun" "$venv/bin/python" -m pytest -q python/tests "$@"

@@ -1,0 +1,30 @@
+import pytest
+
+from conftest import rank_lines, run_job
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3, 4])
+def test_every_collective_op_and_dtype_matches_numpy(np_):
+    out, _ = run_job(np_, "grid.py")
+    for r in range(np_):
+        lines = rank_lines(out, r)
+        assert any(l.startswith(f"OK {r} ") for l in lines), out
+
+
+def test_async_handles_complete_in_any_order():
+    out, _ = run_job(3, "handles.py")
+    for r in range(3):
+        assert f"OK {r}" in rank_lines(out, r), out
+
+
+def test_a_mismatch_fails_the_tensor_on_every_rank_naming_both_and_the_job_goes_on():
+    out, _ = run_job(2, "mismatch.py")
+    for r in range(2):
+        lines = rank_lines(out, r)
+        assert any("rank 0: allreduce(Average) F32 [3]" in l and "rank 1: allreduce(Average) F32 [4]" in l for l in lines), out
+        assert f"OK {r}" in lines, out
+
+
+def test_bad_arguments_raise_python_errors_that_say_what_to_do():
+    out, _ = run_job(1, "errors.py")
+    assert "OK 0" in rank_lines(out, 0), out
