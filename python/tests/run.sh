@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the elasticrun Python package into a virtual environment
-# (target/pyenv, made if missing, with maturin, numpy and pytest from PyPI)
-# and runs its tests, which start elasticrun jobs (target/debug/elasticrun,
-# built here). Extra arguments go to pytest.
+# (target/pyenv, made if missing, with maturin, numpy, pytest and PyTorch
+# from PyPI: about 5 GB, PyPI's torch wheel bringing CUDA's libraries) and
+# runs its tests, which start elasticrun jobs (target/debug/elasticrun, built
+# here). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv="$PWD/target/pyenv"
@@ -17,7 +18,7 @@ if [ ! -x "$venv/bin/python" ]; then
         python3 -m venv "$venv"
     fi
 fi
-"$venv/bin/pip" install -q --disable-pip-version-check "maturin==1.16.0" "numpy>=1.21" pytest
+"$venv/bin/pip" install -q --disable-pip-version-check "maturin==1.16.0" "numpy>=1.21" pytest "torch>=2.1"
 (cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop -q)
 cargo build -q -p coordinator --bin elasticrun
 ELASTICRUN_BIN="$PWD/target/debug/elasticrun" "$venv/bin/python" -m pytest -q python/tests "$@"

@@ -1,0 +1,310 @@
+"""``horovod.torch``'s API on elasticrun: change ``import horovod.torch as
+hvd`` to ``import elasticrun.torch as hvd``. CPU tensors only for now (a GPU
+tensor raises an error that says so); docs/python.md lists every name beside
+Horovod's.
+
+Tensors cross into the engine through ``Tensor.numpy()``, which shares their
+memory, and results come back through ``torch.from_numpy``. In-place forms
+(``allreduce_``, ``broadcast_``) copy the result into the tensor given.
+"""
+
+import pickle
+
+import numpy as _np
+import torch as _torch
+
+import elasticrun as _er
+from elasticrun import (
+    Adasum,
+    Average,
+    ElasticrunError,
+    Max,
+    Min,
+    Product,
+    Sum,
+    barrier,
+    cross_rank,
+    cross_size,
+    init,
+    is_initialized,
+    join,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+)
+
+from .compression import Compression
+from .optimizer import DistributedOptimizer
+from .sync_batch_norm import SyncBatchNorm
+
+__all__ = [
+    "Adasum", "Average", "Compression", "DistributedOptimizer", "ElasticrunError", "Max", "Min",
+    "Product", "Sum", "SyncBatchNorm", "allgather", "allgather_async", "allgather_object",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall", "alltoall_async",
+    "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
+    "broadcast_optimizer_state", "broadcast_parameters", "ccl_built", "cross_rank", "cross_size",
+    "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "init",
+    "is_initialized", "join", "local_rank", "local_size", "mpi_built", "mpi_enabled", "nccl_built",
+    "poll", "rank", "reducescatter", "reducescatter_async", "rocm_built", "shutdown", "size",
+    "synchronize",
+]
+
+
+def _host(tensor):
+    """``tensor`` as a numpy array sharing its memory (CPU tensors only)."""
+    if not isinstance(tensor, _torch.Tensor):
+        return _np.asarray(tensor)
+    if tensor.device.type != "cpu":
+        raise ValueError(
+            f"elasticrun.torch runs collectives on CPU tensors only; this one is on {tensor.device}: "
+            "copy it with .cpu() (GPU tensors go through the Rust API's NCCL path, docs/gpu.md)"
+        )
+    if tensor.dtype == _torch.bfloat16:
+        raise TypeError("bfloat16 tensors are not supported yet: convert them with .float()")
+    return tensor.detach().contiguous().numpy()
+
+
+def _op(average, op):
+    """Horovod's rule: ``average`` (deprecated) or ``op``, Average by default."""
+    if average is not None and op is not None:
+        raise ValueError("give either average= or op=, not both")
+    if op is None:
+        return Sum if average is False else Average
+    return op
+
+
+class _Handle:
+    """A collective in flight; ``synchronize`` turns its result into a tensor
+    (and, for in-place forms, into the tensor given)."""
+
+    def __init__(self, native, finish):
+        self._native = native
+        self._finish = finish
+
+    def poll(self):
+        return self._native.poll()
+
+    def wait(self):
+        return self._finish(self._native.wait())
+
+
+def _like(result, tensor):
+    return _torch.from_numpy(_np.ascontiguousarray(result)).to(tensor.dtype)
+
+
+def _into(result, tensor):
+    with _torch.no_grad():
+        tensor.copy_(_torch.from_numpy(_np.ascontiguousarray(result)).reshape(tensor.shape))
+    return tensor
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=None):
+    _no_process_set(process_set)
+    h = _er.allreduce_async(_host(tensor), name, _op(average, op), prescale_factor, postscale_factor)
+    return _Handle(h, lambda r: _like(r, tensor))
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None):
+    _no_process_set(process_set)
+    h = _er.allreduce_async(_host(tensor), name, _op(average, op), prescale_factor, postscale_factor)
+    return _Handle(h, lambda r: _into(r, tensor))
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    compressed, ctx = compression.compress(tensor)
+    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
+                                      postscale_factor, process_set))
+    return compression.decompress(out, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, process_set=None):
+    _no_process_set(process_set)
+    h = _er.grouped_allreduce_async([_host(t) for t in tensors], name, _op(average, op))
+    return _Handle(h, lambda rs: [_like(r, t) for r, t in zip(rs, tensors)])
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, process_set=None):
+    _no_process_set(process_set)
+    h = _er.grouped_allreduce_async([_host(t) for t in tensors], name, _op(average, op))
+    return _Handle(h, lambda rs: [_into(r, t) for r, t in zip(rs, tensors)])
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      process_set=None):
+    pairs = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_allreduce_async([p[0] for p in pairs], average, name, op, process_set))
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, process_set=None):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, process_set))
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    _no_process_set(process_set)
+    return _Handle(_er.allgather_async(_host(tensor), name), lambda r: _like(r, tensor))
+
+
+def allgather(tensor, name=None, process_set=None):
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    _no_process_set(process_set)
+    return _Handle(_er.broadcast_async(_host(tensor), root_rank, name), lambda r: _like(r, tensor))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    _no_process_set(process_set)
+    return _Handle(_er.broadcast_async(_host(tensor), root_rank, name), lambda r: _into(r, tensor))
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    _no_process_set(process_set)
+    given = splits is not None
+    if given and isinstance(splits, _torch.Tensor):
+        splits = splits.tolist()
+
+    def finish(r):
+        out, received = r
+        out = _like(out, tensor)
+        return (out, _torch.tensor(received, dtype=_torch.int32)) if given else out
+
+    return _Handle(_er.alltoall_async(_host(tensor), splits, name), finish)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=None):
+    _no_process_set(process_set)
+    return _Handle(_er.reducescatter_async(_host(tensor), name, op), lambda r: _like(r, tensor))
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=None):
+    compressed, ctx = compression.compress(tensor)
+    out = synchronize(reducescatter_async(compressed, name, op, process_set))
+    return compression.decompress(out, ctx)
+
+
+def poll(handle):
+    return handle.poll()
+
+
+def synchronize(handle):
+    return handle.wait()
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """``obj`` of ``root_rank``, pickled there and unpickled everywhere."""
+    _no_process_set(process_set)
+    name = name or type(obj).__name__
+    data = _np.frombuffer(pickle.dumps(obj), dtype=_np.uint8) if rank() == root_rank else _np.zeros(0, _np.uint8)
+    length = _er.broadcast(_np.array([data.size], _np.int64), root_rank, f"bcast_object.{name}.len")
+    buf = data if rank() == root_rank else _np.zeros(int(length[0]), _np.uint8)
+    buf = _er.broadcast(buf, root_rank, f"bcast_object.{name}.data")
+    return pickle.loads(buf.tobytes())
+
+
+def allgather_object(obj, name=None, process_set=None):
+    """Every rank's ``obj``, in rank order."""
+    _no_process_set(process_set)
+    name = name or type(obj).__name__
+    data = _np.frombuffer(pickle.dumps(obj), dtype=_np.uint8)
+    sizes = _er.allgather(_np.array([data.size], _np.int64), f"allgather_object.{name}.len")
+    blob = _er.allgather(data, f"allgather_object.{name}.data")
+    out, at = [], 0
+    for n in sizes.tolist():
+        out.append(pickle.loads(blob[at:at + n].tobytes()))
+        at += n
+    return out
+
+
+def broadcast_parameters(params, root_rank):
+    """Copies ``root_rank``'s parameters (a ``state_dict()``, or
+    ``named_parameters()``) into every rank's, in place."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    else:
+        items = list(params)
+        if items and not isinstance(items[0], tuple):
+            items = [(f"param.{i}", p) for i, p in enumerate(items)]
+    handles = [broadcast_async_(p, root_rank, name=f"broadcast.{n}") for n, p in items
+               if isinstance(p, _torch.Tensor)]
+    for h in handles:
+        synchronize(h)
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Gives every rank ``root_rank``'s optimizer state (pickled, unlike
+    Horovod's tensor-by-tensor broadcast; the result is the same)."""
+    state = broadcast_object(optimizer.state_dict(), root_rank, name="optimizer_state")
+    optimizer.load_state_dict(state)
+
+
+def _no_process_set(process_set):
+    if process_set is not None:
+        raise NotImplementedError(
+            "process sets are not supported by elasticrun: every collective spans the job "
+            "(run separate jobs for separate groups)"
+        )
+
+
+# What this build has, answered truthfully: elasticrun moves data on its own
+# TCP/QUIC rings and shared memory, not through Gloo, MPI or NCCL, and this
+# package runs on CPU tensors.
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def nccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
