@@ -11,6 +11,7 @@ arrays; inputs are not modified unless a function's name ends in ``_``.
 """
 
 import atexit as _atexit
+import sys as _sys
 
 import numpy as _np
 
@@ -66,8 +67,26 @@ __all__ = [
 ]
 
 # A script that never calls shutdown() leaves cleanly at exit, as Horovod's
-# do; its peers then see it leave, not crash.
-_atexit.register(_native.shutdown)
+# do; its peers then see it leave, not crash. One that dies of an uncaught
+# exception does not: that is a failure, for its peers and for elasticrun.
+_uncaught = []
+_previous_hook = _sys.excepthook
+
+
+def _note_uncaught(kind, value, tb):
+    _uncaught.append(kind)
+    _previous_hook(kind, value, tb)
+
+
+_sys.excepthook = _note_uncaught
+
+
+def _leave_at_exit():
+    if not _uncaught:
+        _native.shutdown()
+
+
+_atexit.register(_leave_at_exit)
 
 # Horovod's reduction codes.
 Average = 0

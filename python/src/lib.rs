@@ -24,6 +24,19 @@ create_exception!(
     PyRuntimeError,
     "A collective failed, or the job could not be joined."
 );
+create_exception!(
+    _elasticrun,
+    WorkersFailed,
+    ElasticrunError,
+    "A collective failed because workers failed (Horovod's HorovodInternalError): \
+     an elastic run restores its last commit and goes on in the next generation."
+);
+create_exception!(
+    _elasticrun,
+    LeftJob,
+    ElasticrunError,
+    "This worker has no place in the job any more (its host was removed): exit cleanly."
+);
 
 /// This process's worker, once `init()` has joined the job.
 static WORKER: RwLock<Option<Worker>> = RwLock::new(None);
@@ -50,8 +63,13 @@ pub(crate) fn with_worker<R: Send>(
     Ok(py.detach(|| f(w)))
 }
 
-pub(crate) fn engine_err(e: impl std::fmt::Display) -> PyErr {
-    ElasticrunError::new_err(e.to_string())
+/// An engine error as Python's: `WorkersFailed` when the data plane broke
+/// (an elastic run recovers from it), `ElasticrunError` otherwise.
+pub(crate) fn engine_err(e: worker::Error) -> PyErr {
+    match worker::elastic::Interrupt::from(e) {
+        worker::elastic::Interrupt::WorkersFailed(f) => WorkersFailed::new_err(f.why),
+        other => ElasticrunError::new_err(other.to_string()),
+    }
 }
 
 /// Horovod's reduction codes: Average 0, Sum 1, Adasum 2, Min 3, Max 4,
@@ -78,7 +96,9 @@ pub(crate) fn reduce_op(code: i32) -> PyResult<ReduceOp> {
 fn init(py: Python<'_>) -> PyResult<()> {
     let mut g = WORKER.write().unwrap_or_else(PoisonError::into_inner);
     if g.is_none() {
-        let w = py.detach(worker::init).map_err(engine_err)?;
+        let w = py
+            .detach(worker::init)
+            .map_err(|e| ElasticrunError::new_err(e.to_string()))?;
         *g = Some(w);
     }
     Ok(())
@@ -132,9 +152,54 @@ fn join(py: Python<'_>) -> PyResult<usize> {
     with_worker(py, |w| w.join())?.map_err(engine_err)
 }
 
+/// Whether this job is elastic (workers may fail and hosts come and go).
+#[pyfunction]
+fn is_elastic() -> PyResult<bool> {
+    Ok(worker()?.as_ref().is_some_and(Worker::is_elastic))
+}
+
+/// Whether the coordinator announced a host update to this rank (ranks
+/// agree on it at their next commit).
+#[pyfunction]
+fn hosts_updated() -> PyResult<bool> {
+    Ok(worker()?.as_ref().is_some_and(Worker::hosts_updated))
+}
+
+/// Leaves this generation and joins the next (rank and size may change).
+/// Raises `LeftJob` when this worker has no place in it.
+#[pyfunction]
+fn rejoin(py: Python<'_>) -> PyResult<()> {
+    let mut g = WORKER.write().unwrap_or_else(PoisonError::into_inner);
+    let Some(w) = g.as_mut() else {
+        return Err(ElasticrunError::new_err(
+            "elasticrun is not initialized: call init() first",
+        ));
+    };
+    py.detach(|| worker::elastic::rejoin(w))
+        .map_err(|e| match e {
+            worker::elastic::ElasticError::Left(why) => LeftJob::new_err(why),
+            e => ElasticrunError::new_err(e.to_string()),
+        })
+}
+
+/// Tells the coordinator that this worker runs in its generation.
+#[pyfunction]
+fn report_running() -> PyResult<()> {
+    if let Some(w) = worker()?.as_ref() {
+        w.report_running(None);
+    }
+    Ok(())
+}
+
 #[pymodule]
 fn _elasticrun(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ElasticrunError", m.py().get_type::<ElasticrunError>())?;
+    m.add("WorkersFailed", m.py().get_type::<WorkersFailed>())?;
+    m.add("LeftJob", m.py().get_type::<LeftJob>())?;
+    m.add_function(wrap_pyfunction!(is_elastic, m)?)?;
+    m.add_function(wrap_pyfunction!(hosts_updated, m)?)?;
+    m.add_function(wrap_pyfunction!(rejoin, m)?)?;
+    m.add_function(wrap_pyfunction!(report_running, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(is_initialized, m)?)?;

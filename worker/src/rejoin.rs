@@ -102,7 +102,7 @@ impl Worker {
     /// its current step, having reached `reached` in the one it left
     /// ([`WorkerMsg::Running`]). Nothing when it runs alone; a full queue
     /// drops the news, which only feeds a log line.
-    pub(crate) fn report_running(&self, reached: Option<u64>) {
+    pub fn report_running(&self, reached: Option<u64>) {
         let Some(link) = &self.link else { return };
         let msg = WorkerMsg::Running {
             generation: collectives::Generation(self.place.generation),

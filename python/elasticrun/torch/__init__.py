@@ -35,6 +35,7 @@ from elasticrun import (
     size,
 )
 
+from . import elastic
 from .compression import Compression
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm

@@ -76,13 +76,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
                     self._submit(p)
-        for p, (h, ctx) in list(self._handles.items()):
-            out = torch.from_numpy(h.wait())
-            out = self._compression.decompress(out, ctx)
-            with torch.no_grad():
-                p.grad.copy_(out.reshape(p.grad.shape))
-            self._delay[p] = self.backward_passes_per_step
+        try:
+            for p, (h, ctx) in list(self._handles.items()):
+                out = torch.from_numpy(h.wait())
+                out = self._compression.decompress(out, ctx)
+                with torch.no_grad():
+                    p.grad.copy_(out.reshape(p.grad.shape))
+        finally:
+            # Also after a failure: the next step starts afresh (an elastic
+            # run restores the state and goes on in a new generation).
+            self._reset_handles()
+
+    def _reset_handles(self):
         self._handles.clear()
+        for p in self._delay:
+            self._delay[p] = self.backward_passes_per_step
 
     @contextlib.contextmanager
     def skip_synchronize(self):

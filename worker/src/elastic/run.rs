@@ -82,8 +82,10 @@ where
 }
 
 /// Joins the next generation, again as long as its data plane fails to come
-/// up (a peer failing in between makes the coordinator start another).
-fn rejoin(w: &mut Worker) -> Result<(), ElasticError> {
+/// up (a peer failing in between makes the coordinator start another): what
+/// [`run`] does between two attempts, for run loops written elsewhere (the
+/// Python package's `elastic.run`).
+pub fn rejoin(w: &mut Worker) -> Result<(), ElasticError> {
     loop {
         match w.rejoin() {
             Ok(()) => return Ok(()),

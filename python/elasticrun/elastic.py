@@ -1,0 +1,152 @@
+"""Elastic training in Python, as Horovod's ``hvd.elastic``: a ``State`` to
+commit, restore and sync, and ``run`` to wrap the training function.
+
+When a collective fails because workers failed (``WorkersFailed``, Horovod's
+``HorovodInternalError``), ``run`` restores the last commit, joins the next
+generation and calls the function again after syncing the state from rank 0.
+When hosts were added or removed, ``State.commit()`` raises
+``HostsUpdatedInterrupt`` on every rank at the same commit, and ``run``
+joins the next generation without rolling back.
+"""
+
+import copy
+import functools
+
+import numpy as _np
+
+from . import _elasticrun as _native
+from ._elasticrun import LeftJob, WorkersFailed
+
+HorovodInternalError = WorkersFailed
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Hosts were added or removed: go on in the next generation from here."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("hosts were updated")
+        self.skip_sync = skip_sync
+
+
+class State:
+    """What training needs to survive membership changes; subclasses say how
+    to save, restore and sync it."""
+
+    def __init__(self):
+        self._reset_callbacks = []
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions called after every move to a new generation (rank and
+        size may have changed: rescale the learning rate, re-shard data)."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        for cb in self._reset_callbacks:
+            cb()
+
+    def commit(self):
+        """Keeps the current state as the one to come back to, then checks
+        for host updates (every rank decides the same)."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        if not _native.is_elastic():
+            return
+        from . import allreduce, Max
+
+        flag = _np.array([1 if _native.hosts_updated() else 0], _np.uint8)
+        if allreduce(flag, name="elastic.host_updates", op=Max)[0]:
+            raise HostsUpdatedInterrupt()
+
+    def save(self):
+        raise NotImplementedError
+
+    def restore(self):
+        raise NotImplementedError
+
+    def sync(self):
+        raise NotImplementedError
+
+
+class ObjectState(State):
+    """State held in attributes (``ObjectState(epoch=0, batch=0)``): any
+    picklable values, synced from rank 0."""
+
+    def __init__(self, **kwargs):
+        super().__init__()
+        self._keys = list(kwargs)
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+        self._saved = {}
+        self.save()
+
+    def _values(self):
+        """Each attribute's value; an object with ``state_dict()`` (a data
+        sampler) by its state."""
+        return {k: _state_of(getattr(self, k)) for k in self._keys}
+
+    def _set(self, values):
+        for k, v in values.items():
+            current = getattr(self, k, None)
+            if _stateful(current):
+                current.load_state_dict(v)
+            else:
+                setattr(self, k, v)
+
+    def save(self):
+        self._saved = copy.deepcopy(self._values())
+
+    def restore(self):
+        self._set(copy.deepcopy(self._saved))
+
+    def sync(self):
+        from . import broadcast
+
+        import pickle
+
+        from . import rank
+
+        blob = _np.frombuffer(pickle.dumps(self._values()), _np.uint8) if rank() == 0 else _np.zeros(0, _np.uint8)
+        n = broadcast(_np.array([blob.size], _np.int64), 0, name="elastic.state.len")
+        buf = blob if rank() == 0 else _np.zeros(int(n[0]), _np.uint8)
+        self._set(pickle.loads(broadcast(buf, 0, name="elastic.state.data").tobytes()))
+        self.save()
+
+
+def _stateful(v):
+    return hasattr(v, "state_dict") and hasattr(v, "load_state_dict") and not isinstance(v, type)
+
+
+def _state_of(v):
+    return v.state_dict() if _stateful(v) else v
+
+
+def run(func):
+    """Wraps ``func(state, ...)`` so that it survives workers failing and
+    hosts coming and going (see the module's docs)."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        reset = False
+        while True:
+            if reset:
+                _native.rejoin()
+                state.on_reset()
+            try:
+                state.sync()
+                _native.report_running()
+                return func(state, *args, **kwargs)
+            except WorkersFailed:
+                if not _native.is_elastic():
+                    raise
+                state.restore()
+                reset = True
+            except HostsUpdatedInterrupt:
+                reset = True
+
+    return wrapper
+
+
+__all__ = ["HorovodInternalError", "HostsUpdatedInterrupt", "LeftJob", "ObjectState", "State",
+           "WorkersFailed", "run"]
