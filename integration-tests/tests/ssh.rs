@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use integration_tests::sshd::TestSshd;
-use integration_tests::{Running, assert_all_gone, descendants, env_of, launch, train, workers};
+use integration_tests::{
+    Running, assert_all_gone, descendants, env_of, launch, train, wait_for, workers,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -166,14 +168,15 @@ fn sigterm_stops_remote_workers() {
 }
 
 /// A remote program that never joins (it does not link the worker runtime)
-/// is stopped on its host when elasticrun gives up on it.
+/// is supervised past the start timeout, and stopped on its host when the
+/// job is stopped.
 #[test]
 fn remote_programs_that_never_join_are_stopped_on_their_host() {
     let Some(sshd) = TestSshd::start_or_skip(&["127.0.0.7"]) else {
         return;
     };
     let hosts = format!("{}:2", sshd.host);
-    let mut args = vec!["-H".to_owned(), hosts, "--start-timeout".into(), "3".into()];
+    let mut args = vec!["-H".to_owned(), hosts, "--start-timeout".into(), "1".into()];
     args.extend(sshd.ssh_args());
     args.extend(["sleep".to_owned(), "60".to_owned()]);
     let job = launch(&args.iter().map(String::as_str).collect::<Vec<_>>());
@@ -181,13 +184,18 @@ fn remote_programs_that_never_join_are_stopped_on_their_host() {
         .into_iter()
         .collect();
     let all: BTreeSet<i32> = descendants(sshd.pid()).into_iter().chain(pids).collect();
-    let run = job.finish(Duration::from_secs(30));
-    run.expect_code(1);
-    assert!(
-        run.stderr.contains("127.0.0.7 slot 0") && run.stderr.contains("127.0.0.7 slot 1"),
-        "{}",
-        run.stderr
+    wait_for(
+        "elasticrun to take the program for one without the runtime",
+        Duration::from_secs(30),
+        || {
+            job.stderr_so_far()
+                .contains("no worker registered within 1s")
+                .then_some(())
+        },
     );
+    kill(Pid::from_raw(job.pid()), Signal::SIGTERM).unwrap();
+    let run = job.finish(Duration::from_secs(30));
+    run.expect_code(143);
     assert_all_gone(&all, Duration::from_secs(10));
 }
 
