@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the elasticrun Python package into a virtual environment
-# (target/pyenv, made if missing, with maturin, numpy, pytest and PyTorch
-# from PyPI: about 5 GB, PyPI's torch wheel bringing CUDA's libraries) and
+# (target/pyenv, made if missing, with maturin, numpy, pytest, scikit-learn
+# and PyTorch from PyPI: about 5 GB, PyPI's torch wheel bringing CUDA's
+# libraries) and
 # runs its tests, which start elasticrun jobs (target/debug/elasticrun, built
 # here). Extra arguments go to pytest.
 set -euo pipefail
@@ -18,7 +19,7 @@ if [ ! -x "$venv/bin/python" ]; then
         python3 -m venv "$venv"
     fi
 fi
-"$venv/bin/pip" install -q --disable-pip-version-check "maturin==1.16.0" "numpy>=1.21" pytest "torch>=2.1"
+"$venv/bin/pip" install -q --disable-pip-version-check "maturin==1.16.0" "numpy>=1.21" pytest "torch>=2.1" scikit-learn
 (cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop -q)
 cargo build -q -p coordinator --bin elasticrun
 ELASTICRUN_BIN="$PWD/target/debug/elasticrun" "$venv/bin/python" -m pytest -q python/tests "$@"
