@@ -32,7 +32,12 @@ impl Data {
 
 fn elements<T: numpy::Element + Copy>(a: &Bound<'_, PyArrayDyn<T>>) -> (Vec<T>, Vec<usize>) {
     let ro = a.readonly();
-    let v = ro.as_array().iter().copied().collect();
+    // One copy of contiguous memory where the layout allows; element by
+    // element in C order otherwise.
+    let v = match ro.as_slice() {
+        Ok(s) => s.to_vec(),
+        Err(_) => ro.as_array().iter().copied().collect(),
+    };
     (v, ro.shape().to_vec())
 }
 

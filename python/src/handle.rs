@@ -9,7 +9,7 @@ use pyo3::types::PyList;
 use worker::{Element, Tensor, Worker};
 
 use crate::arrays::{Data, from_numpy, to_numpy};
-use crate::{ElasticrunError, engine_err, reduce_op, with_worker};
+use crate::{ElasticrunError, engine_err, reduce_op};
 
 /// A submitted collective of one element type.
 #[derive(Debug)]
@@ -121,6 +121,16 @@ impl Handle {
     }
 }
 
+/// Runs a submission on the worker. Submitting only queues the tensor for
+/// the engine, so the interpreter is not released for it.
+fn on_worker<R>(f: impl FnOnce(&Worker) -> R) -> PyResult<R> {
+    let g = crate::worker()?;
+    let w = g
+        .as_ref()
+        .ok_or_else(|| ElasticrunError::new_err("not initialized"))?;
+    Ok(f(w))
+}
+
 fn handle(typed: Typed, out: Out) -> Handle {
     Handle {
         typed: Some(typed),
@@ -141,36 +151,21 @@ fn tensor<T>(v: Vec<T>, shape: Vec<usize>) -> Tensor<T> {
 /// Starts reducing `array` over all ranks (Horovod's op codes).
 #[pyfunction]
 #[pyo3(signature = (array, name=None, op=0))]
-fn allreduce_async(
-    py: Python<'_>,
-    array: &Bound<'_, PyAny>,
-    name: Option<String>,
-    op: i32,
-) -> PyResult<Handle> {
+fn allreduce_async(array: &Bound<'_, PyAny>, name: Option<String>, op: i32) -> PyResult<Handle> {
     let op = reduce_op(op)?;
     let (data, shape) = from_numpy(array)?;
     let n = name.as_deref();
-    let typed = with_worker(
-        py,
-        |w: &Worker| submit!(data, v => w.allreduce_async(n, tensor(v, shape), op)),
-    )?;
+    let typed = on_worker(|w| submit!(data, v => w.allreduce_async(n, tensor(v, shape), op)))?;
     Ok(handle(typed, Out::Engine))
 }
 
 /// Starts gathering every rank's `array` along its first dimension.
 #[pyfunction]
 #[pyo3(signature = (array, name=None))]
-fn allgather_async(
-    py: Python<'_>,
-    array: &Bound<'_, PyAny>,
-    name: Option<String>,
-) -> PyResult<Handle> {
+fn allgather_async(array: &Bound<'_, PyAny>, name: Option<String>) -> PyResult<Handle> {
     let (data, shape) = from_numpy(array)?;
     let n = name.as_deref();
-    let typed = with_worker(
-        py,
-        |w: &Worker| submit!(data, v => w.allgather_async(n, tensor(v, shape))),
-    )?;
+    let typed = on_worker(|w| submit!(data, v => w.allgather_async(n, tensor(v, shape))))?;
     Ok(handle(typed, Out::Engine))
 }
 
@@ -178,17 +173,13 @@ fn allgather_async(
 #[pyfunction]
 #[pyo3(signature = (array, root, name=None))]
 fn broadcast_async(
-    py: Python<'_>,
     array: &Bound<'_, PyAny>,
     root: usize,
     name: Option<String>,
 ) -> PyResult<Handle> {
     let (data, shape) = from_numpy(array)?;
     let n = name.as_deref();
-    let typed = with_worker(
-        py,
-        |w: &Worker| submit!(data, v => w.broadcast_async(n, tensor(v, shape), root)),
-    )?;
+    let typed = on_worker(|w| submit!(data, v => w.broadcast_async(n, tensor(v, shape), root)))?;
     Ok(handle(typed, Out::Engine))
 }
 
@@ -197,7 +188,6 @@ fn broadcast_async(
 #[pyfunction]
 #[pyo3(signature = (array, name=None, op=0))]
 fn reducescatter_async(
-    py: Python<'_>,
     array: &Bound<'_, PyAny>,
     name: Option<String>,
     op: i32,
@@ -206,17 +196,14 @@ fn reducescatter_async(
     let (data, shape) = from_numpy(array)?;
     let (row, trailing) = rows_of(&shape);
     let rows = shape.first().copied().unwrap_or(1);
-    let size = with_worker(py, Worker::size)?;
+    let size = on_worker(Worker::size)?;
     if shape.len() > 1 && rows % size != 0 {
         return Err(PyValueError::new_err(format!(
             "reducescatter of {rows} rows over {size} ranks: the rows must divide evenly"
         )));
     }
     let n = name.as_deref();
-    let typed = with_worker(
-        py,
-        |w: &Worker| submit!(data, v => w.reducescatter_async(n, tensor(v, shape), op)),
-    )?;
+    let typed = on_worker(|w| submit!(data, v => w.reducescatter_async(n, tensor(v, shape), op)))?;
     let out = Out::Rows {
         row,
         trailing,
@@ -230,7 +217,6 @@ fn reducescatter_async(
 #[pyfunction]
 #[pyo3(signature = (array, splits=None, name=None))]
 fn alltoall_async(
-    py: Python<'_>,
     array: &Bound<'_, PyAny>,
     splits: Option<Vec<usize>>,
     name: Option<String>,
@@ -238,7 +224,7 @@ fn alltoall_async(
     let (data, shape) = from_numpy(array)?;
     let (row, trailing) = rows_of(&shape);
     let rows = shape.first().copied().unwrap_or(1);
-    let size = with_worker(py, Worker::size)?;
+    let size = on_worker(Worker::size)?;
     let splits = match splits {
         Some(s) => s,
         None if rows % size == 0 => vec![rows / size; size],
@@ -250,10 +236,7 @@ fn alltoall_async(
     };
     let elements: Vec<usize> = splits.iter().map(|s| s * row).collect();
     let n = name.as_deref();
-    let typed = with_worker(
-        py,
-        |w: &Worker| submit!(data, v => w.alltoall_async(n, v, elements.clone())),
-    )?;
+    let typed = on_worker(|w| submit!(data, v => w.alltoall_async(n, v, elements.clone())))?;
     let out = Out::Rows {
         row,
         trailing,
@@ -305,7 +288,6 @@ impl GroupHandle {
 #[pyfunction]
 #[pyo3(signature = (arrays, name=None, op=0))]
 fn grouped_allreduce_async(
-    py: Python<'_>,
     arrays: Vec<Bound<'_, PyAny>>,
     name: Option<String>,
     op: i32,
@@ -321,7 +303,7 @@ fn grouped_allreduce_async(
     let data = concat(parts)?;
     let total = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
     let inner = Handle {
-        typed: Some(with_worker(py, |w: &Worker| {
+        typed: Some(on_worker(|w| {
             let n = name.as_deref();
             submit!(data, v => w.allreduce_async(n, tensor(v, vec![total]), op))
         })?),

@@ -41,7 +41,7 @@ create_exception!(
 /// This process's worker, once `init()` has joined the job.
 static WORKER: RwLock<Option<Worker>> = RwLock::new(None);
 
-fn worker() -> PyResult<RwLockReadGuard<'static, Option<Worker>>> {
+pub(crate) fn worker() -> PyResult<RwLockReadGuard<'static, Option<Worker>>> {
     let g = WORKER.read().unwrap_or_else(PoisonError::into_inner);
     if g.is_none() {
         return Err(ElasticrunError::new_err(
