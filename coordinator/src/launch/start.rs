@@ -14,7 +14,7 @@ use super::address::{control_addresses, is_this_machine};
 use super::launcher::{LaunchError, Launcher, Started};
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
-use super::program_env::{StaticLayout, program_env};
+use super::program_env::{StaticLayout, omp_threads, program_env};
 use super::ssh::{self, SshOptions};
 use crate::config::JobConfig;
 
@@ -220,7 +220,10 @@ impl ProcessLauncher {
             .map(|q| q.host)
             .max()
             .map_or(0, |m| m + 1);
-        program_env(p, size, hosts, &slot.host, &master, l.master_port)
+        let mut env = program_env(p, size, hosts, &slot.host, &master, l.master_port);
+        let inherited = std::env::var_os("OMP_NUM_THREADS").is_some();
+        env.extend(omp_threads(p, inherited));
+        env
     }
 
     async fn start_process(

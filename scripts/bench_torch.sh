@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Horovod's synthetic-benchmark loop (scripts/torch_synthetic.py: a
+# torchvision model on fixed random data) under elasticrun with
+# elasticrun.torch, beside DistributedDataParallel over Gloo under torchrun,
+# NP ranks on this machine, rounds interleaved; prints total img/s of each.
+#
+#   scripts/bench_torch.sh [ROUNDS] [-- extra torch_synthetic.py arguments]
+#
+# Environment: NP (2), VENV (with torch, torchvision, numpy and the elasticrun
+# package; default target/pyenv, see python/tests/run.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+shift || true
+[ "${1:-}" = "--" ] && shift
+np=${NP:-2}
+venv=${VENV:-$PWD/target/pyenv}
+cargo build --release -q -p coordinator --bin elasticrun
+"$venv/bin/python" -c 'import torchvision' 2>/dev/null || "$venv/bin/pip" install -q torchvision
+(cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --release -q)
+rate() { grep -o '"img_per_s": [0-9.]*' | awk '{print $2}'; }
+for r in $(seq 1 "$rounds"); do
+    a=$(target/release/elasticrun -np "$np" "$venv/bin/python" scripts/torch_synthetic.py --api elasticrun "$@" 2>/dev/null | rate)
+    b=$("$venv/bin/torchrun" --nproc-per-node "$np" scripts/torch_synthetic.py --api ddp "$@" 2>/dev/null | rate)
+    echo "round $r: elasticrun.torch $a img/s, DDP under torchrun $b img/s"
+done

@@ -1,0 +1,59 @@
+"""Horovod's synthetic benchmark loop (a torchvision model on fixed random
+data, SGD, img/s over timed iterations) in two forms, for the same run:
+
+    elasticrun -np 2 python scripts/torch_synthetic.py --api elasticrun   # elasticrun.torch
+    torchrun --nproc-per-node 2 scripts/torch_synthetic.py --api ddp      # DistributedDataParallel over Gloo
+
+Rank 0 prints one JSON line: total img/s (the median iteration's, times the
+world size).
+"""
+
+import argparse
+import json
+import statistics
+import timeit
+
+import torch
+import torch.nn.functional as F
+from torchvision import models
+
+p = argparse.ArgumentParser()
+p.add_argument("--api", choices=["elasticrun", "ddp"], required=True)
+p.add_argument("--model", default="resnet18")
+p.add_argument("--batch-size", type=int, default=8)
+p.add_argument("--num-warmup-batches", type=int, default=2)
+p.add_argument("--num-batches-per-iter", type=int, default=3)
+p.add_argument("--num-iters", type=int, default=5)
+args = p.parse_args()
+torch.manual_seed(0)
+model = getattr(models, args.model)()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+if args.api == "elasticrun":
+    import elasticrun.torch as hvd
+
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+else:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    model = torch.nn.parallel.DistributedDataParallel(model)
+data = torch.randn(args.batch_size, 3, 224, 224)
+target = torch.randint(0, 1000, (args.batch_size,))
+
+
+def step():
+    opt.zero_grad()
+    F.cross_entropy(model(data), target).backward()
+    opt.step()
+
+
+timeit.timeit(step, number=args.num_warmup_batches)
+rates = [args.batch_size * args.num_batches_per_iter / timeit.timeit(step, number=args.num_batches_per_iter)
+         for _ in range(args.num_iters)]
+if rank == 0:
+    print(json.dumps({"api": args.api, "model": args.model, "world_size": size,
+                      "img_per_s": size * statistics.median(rates)}), flush=True)
