@@ -28,3 +28,10 @@ def test_a_mismatch_fails_the_tensor_on_every_rank_naming_both_and_the_job_goes_
 def test_bad_arguments_raise_python_errors_that_say_what_to_do():
     out, _ = run_job(1, "errors.py")
     assert "OK 0" in rank_lines(out, 0), out
+
+
+def test_a_worker_that_fails_after_leaving_cleanly_fails_the_job():
+    # It said it finished and closed its control connection 1.5 s before its
+    # exit status came: the exit status still decides.
+    _, err = run_job(2, "late_failure.py", expect=1)
+    assert "rank 1 on localhost exited with code 4" in err, err

@@ -33,6 +33,11 @@ use crate::store::{JobState, Revision, Store, StoreError};
 /// How long a closed control connection waits for its process's exit status
 /// (a better description of the failure) before counting as the failure.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long a worker that said it finished and closed its control
+/// connection gets to exit before it counts as finished: a process still
+/// tearing down (an interpreter unloading its libraries) may yet exit
+/// non-zero, and that is a failure.
+const FINISHED_EXIT_GRACE: Duration = Duration::from_secs(10);
 /// How long a static job holds a worker's failed exit without a signal
 /// before reporting it: the worker may have exited on losing a peer that was
 /// killed, whose own exit (over ssh, later) names the cause.
@@ -404,17 +409,20 @@ impl Driver {
         }
         // A pod's exit status is its key vanishing (a lease later): no use
         // waiting for it.
-        let grace = if self.launcher.self_started() {
-            Duration::ZERO
-        } else {
-            EXIT_GRACE
-        };
+        let self_started = self.launcher.self_started();
         let overdue: Vec<(SlotId, usize, bool, String)> = self
             .workers
             .iter()
             .filter_map(|(slot, live)| {
                 let (at, why) = live.link_ended.as_ref()?;
                 let (id, leaving) = (live.id, live.leaving || live.finished);
+                let grace = match (self_started, live.finished) {
+                    (true, _) => Duration::ZERO,
+                    // It said it finished: its exit status, when it comes,
+                    // says whether its end went well too.
+                    (false, true) => FINISHED_EXIT_GRACE,
+                    (false, false) => EXIT_GRACE,
+                };
                 (at.elapsed() >= grace).then(|| (slot.clone(), id, leaving, why.clone()))
             })
             .collect();
