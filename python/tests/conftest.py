@@ -5,8 +5,12 @@ its output."""
 
 import os
 import pathlib
+import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -39,3 +43,31 @@ def rank_lines(stdout, rank):
     """What rank ``rank`` printed, without elasticrun's prefix."""
     prefix = f"[{rank}]<stdout>:"
     return [l[len(prefix):] for l in stdout.splitlines() if l.startswith(prefix)]
+
+
+def run_and_kill(cmd, victim, trigger, timeout=300):
+    """Runs ``cmd`` (an elasticrun command line), and once its output has
+    matched both ``victim`` (a pattern whose group 1 is a pid) and
+    ``trigger``, kills that pid with SIGKILL; waits for the job, within
+    ``timeout`` seconds. Returns (exit code, stdout, stderr, whether the
+    kill happened)."""
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines, errs = [], []
+    readers = [threading.Thread(target=lambda: lines.extend(job.stdout), daemon=True),
+               threading.Thread(target=lambda: errs.extend(job.stderr), daemon=True)]
+    for t in readers:
+        t.start()
+    killed, deadline = False, time.monotonic() + timeout
+    while job.poll() is None:
+        out = "".join(lines)
+        m = re.search(victim, out)
+        if m and not killed and re.search(trigger, out):
+            os.kill(int(m.group(1)), signal.SIGKILL)
+            killed = True
+        if time.monotonic() > deadline:
+            job.kill()
+            pytest.fail("the job did not finish in time:\n" + out + "".join(errs))
+        time.sleep(0.01)
+    for t in readers:
+        t.join(10)
+    return job.returncode, "".join(lines), "".join(errs), killed

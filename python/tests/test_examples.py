@@ -2,17 +2,12 @@
 elastic with a worker killed, and as the torch.distributed variant."""
 
 import json
-import os
 import pathlib
-import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
-from conftest import ROOT, elasticrun, rank_lines
+from conftest import ROOT, elasticrun, rank_lines, run_and_kill
 
 EXAMPLES = ROOT / "examples" / "python"
 STATED = 0.95
@@ -51,27 +46,8 @@ def test_elastic_digits_survive_a_killed_worker_and_reach_the_stated_accuracy():
         cmd = [elasticrun(), "-np", "2", "--min-np", "1", "--max-np", "2",
                "--host-discovery-script", str(hosts), sys.executable,
                str(EXAMPLES / "digits.py"), "--elastic", "--log", "--epochs", "20"]
-        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lines, errs = [], []
-        readers = [threading.Thread(target=lambda: lines.extend(job.stdout), daemon=True),
-                   threading.Thread(target=lambda: errs.extend(job.stderr), daemon=True)]
-        for t in readers:
-            t.start()
-        killed, deadline = False, time.monotonic() + 300
-        while job.poll() is None:
-            out = "".join(lines)
-            m = re.search(r"\[1\]<stdout>:pid 1 (\d+)", out)
-            if m and not killed and re.search(r"<stdout>:epoch 3 ", out):
-                os.kill(int(m.group(1)), signal.SIGKILL)
-                killed = True
-            if time.monotonic() > deadline:
-                job.kill()
-                raise AssertionError("the job did not finish in time:\n" + out + "".join(errs))
-            time.sleep(0.01)
-        for t in readers:
-            t.join(10)
-        out, err = "".join(lines), "".join(errs)
-    assert killed and job.returncode == 0, out + err
+        code, out, err, killed = run_and_kill(cmd, r"\[1\]<stdout>:pid 1 (\d+)", r"<stdout>:epoch 3 ")
+    assert killed and code == 0, out + err
     assert "was killed by signal 9 (SIGKILL)" in err, err
     r = result(out)
     assert r["accuracy"] >= STATED and r["epochs"] == 20, r
