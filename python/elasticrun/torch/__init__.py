@@ -14,6 +14,7 @@ import numpy as _np
 import torch as _torch
 
 import elasticrun as _er
+from elasticrun import _elasticrun as _native
 from elasticrun import (
     Adasum,
     Average,
@@ -65,7 +66,10 @@ def _host(tensor):
         )
     if tensor.dtype == _torch.bfloat16:
         raise TypeError("bfloat16 tensors are not supported yet: convert them with .float()")
-    return tensor.detach().contiguous().numpy()
+    t = tensor.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.numpy()
 
 
 def _op(average, op):
@@ -93,7 +97,9 @@ class _Handle:
 
 
 def _like(result, tensor):
-    return _torch.from_numpy(_np.ascontiguousarray(result)).to(tensor.dtype)
+    # Results are new C-order arrays of the tensor's type.
+    out = _torch.from_numpy(result)
+    return out if out.dtype == tensor.dtype else out.to(tensor.dtype)
 
 
 def _into(result, tensor):
@@ -105,7 +111,10 @@ def _into(result, tensor):
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=None):
     _no_process_set(process_set)
-    h = _er.allreduce_async(_host(tensor), name, _op(average, op), prescale_factor, postscale_factor)
+    if prescale_factor == 1.0 and postscale_factor == 1.0:
+        h = _native.allreduce_async(_host(tensor), name, _op(average, op))
+    else:
+        h = _er.allreduce_async(_host(tensor), name, _op(average, op), prescale_factor, postscale_factor)
     return _Handle(h, lambda r: _like(r, tensor))
 
 

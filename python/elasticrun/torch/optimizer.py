@@ -9,6 +9,7 @@ import contextlib
 import torch
 
 import elasticrun as _er
+from elasticrun import _elasticrun as _native
 
 from .compression import Compression
 
@@ -54,7 +55,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             h = _er.allreduce_async(grad.detach().numpy(), name, _er.Sum,
                                     1.0 / self._predivide, self._predivide / _er.size())
         else:
-            h = _er.allreduce_async(grad.detach().numpy(), name, self._op)
+            h = _native.allreduce_async(grad.detach().numpy(), name, self._op)
         self._handles[p] = (h, ctx)
 
     def _hook(self, p):
