@@ -7,47 +7,31 @@ use collectives::Element;
 use gpu::DeviceBuffer;
 use tokio::sync::oneshot;
 
-use super::Engine;
 use super::driver::Command;
 use super::error::{EngineError, Internal};
 use super::messages::{Kind, Location, Request};
-use super::tensor::{Output, Submission};
+use super::tensor::Submission;
+use super::{Engine, Reply};
 
 /// A submitted collective on a GPU tensor: [`GpuHandle::poll`] says whether
 /// it is done, [`GpuHandle::wait`] blocks for the result, which stays on the
 /// GPU.
 #[derive(Debug)]
 pub struct GpuHandle<T> {
-    rx: Option<oneshot::Receiver<Result<Output, EngineError>>>,
-    got: Option<Result<Output, EngineError>>,
+    reply: Reply,
     _t: PhantomData<fn() -> T>,
 }
 
 impl<T: Element> GpuHandle<T> {
     /// Whether the result is ready (then [`GpuHandle::wait`] does not block).
     pub fn poll(&mut self) -> bool {
-        if self.got.is_none()
-            && let Some(rx) = self.rx.as_mut()
-        {
-            match rx.try_recv() {
-                Ok(r) => self.got = Some(r),
-                Err(oneshot::error::TryRecvError::Empty) => return false,
-                Err(oneshot::error::TryRecvError::Closed) => {
-                    self.got = Some(Err(EngineError::ShutDown))
-                }
-            }
-        }
-        true
+        self.reply.poll()
     }
 
     /// Blocks until the collective completes; returns the result and its
     /// shape. Must not be called from inside an async runtime.
     pub fn wait(self) -> Result<(DeviceBuffer<T>, Vec<usize>), EngineError> {
-        let out = match (self.got, self.rx) {
-            (Some(r), _) => r,
-            (None, Some(rx)) => rx.blocking_recv().unwrap_or(Err(EngineError::ShutDown)),
-            (None, None) => Err(EngineError::ShutDown),
-        }?;
+        let out = self.reply.wait()?;
         let data = out
             .data
             .into_gpu::<T>()
@@ -87,13 +71,12 @@ impl Engine {
             submitted: std::time::Instant::now(),
             _pending: entry,
         };
-        let rx = match self.tx.send(Command::Submit(local)) {
-            Ok(()) => Some(rx),
-            Err(_) => None,
+        let reply = match self.tx.send(Command::Submit(local)) {
+            Ok(()) => Reply::waiting(rx),
+            Err(_) => Reply::known(Err(EngineError::ShutDown)),
         };
         GpuHandle {
-            got: rx.is_none().then_some(Err(EngineError::ShutDown)),
-            rx,
+            reply,
             _t: PhantomData,
         }
     }

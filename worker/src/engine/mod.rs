@@ -49,27 +49,32 @@ pub use timeline::TimelineConfig;
 use messages::Request;
 use tensor::Submission;
 
-/// A submitted collective: [`Handle::poll`] says whether it is done,
-/// [`Handle::wait`] blocks for the result.
+/// A submission's answer, as it arrives: what [`Handle`] and the GPU handle
+/// poll and wait on.
 #[derive(Debug)]
-pub struct Handle<T> {
+pub(crate) struct Reply {
     rx: Option<oneshot::Receiver<Result<Output, EngineError>>>,
     got: Option<Result<Output, EngineError>>,
-    _t: PhantomData<fn() -> T>,
 }
 
-/// A handle whose result is already known (a submission refused up front).
-fn failed<T>(e: EngineError) -> Handle<T> {
-    Handle {
-        rx: None,
-        got: Some(Err(e)),
-        _t: PhantomData,
+impl Reply {
+    fn waiting(rx: oneshot::Receiver<Result<Output, EngineError>>) -> Self {
+        Reply {
+            rx: Some(rx),
+            got: None,
+        }
     }
-}
 
-impl<T: Element> Handle<T> {
-    /// Whether the result is ready (then [`Handle::wait`] does not block).
-    pub fn poll(&mut self) -> bool {
+    /// An answer already known (a submission refused up front).
+    fn known(r: Result<Output, EngineError>) -> Self {
+        Reply {
+            rx: None,
+            got: Some(r),
+        }
+    }
+
+    /// Whether the answer is there (then [`Reply::wait`] does not block).
+    pub(crate) fn poll(&mut self) -> bool {
         if self.got.is_none()
             && let Some(rx) = self.rx.as_mut()
         {
@@ -84,6 +89,38 @@ impl<T: Element> Handle<T> {
         true
     }
 
+    /// Blocks for the answer; not from inside an async runtime.
+    pub(crate) fn wait(self) -> Result<Output, EngineError> {
+        match (self.got, self.rx) {
+            (Some(r), _) => r,
+            (None, Some(rx)) => rx.blocking_recv().unwrap_or(Err(EngineError::ShutDown)),
+            (None, None) => Err(EngineError::ShutDown),
+        }
+    }
+}
+
+/// A submitted collective: [`Handle::poll`] says whether it is done,
+/// [`Handle::wait`] blocks for the result.
+#[derive(Debug)]
+pub struct Handle<T> {
+    reply: Reply,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// A handle whose result is already known (a submission refused up front).
+fn failed<T>(e: EngineError) -> Handle<T> {
+    Handle {
+        reply: Reply::known(Err(e)),
+        _t: PhantomData,
+    }
+}
+
+impl<T: Element> Handle<T> {
+    /// Whether the result is ready (then [`Handle::wait`] does not block).
+    pub fn poll(&mut self) -> bool {
+        self.reply.poll()
+    }
+
     /// Blocks until the collective completes. Must not be called from inside
     /// an async runtime (use [`Handle::poll`] there).
     pub fn wait(self) -> Result<Tensor<T>, EngineError> {
@@ -93,11 +130,7 @@ impl<T: Element> Handle<T> {
     /// [`Handle::wait`], also returning how many elements each rank sent
     /// (alltoall).
     pub fn wait_with_splits(self) -> Result<(Tensor<T>, Vec<usize>), EngineError> {
-        let out = match (self.got, self.rx) {
-            (Some(r), _) => r,
-            (None, Some(rx)) => rx.blocking_recv().unwrap_or(Err(EngineError::ShutDown)),
-            (None, None) => Err(EngineError::ShutDown),
-        }?;
+        let out = self.reply.wait()?;
         let data = out
             .data
             .into_host::<T>()
@@ -198,8 +231,7 @@ impl Engine {
         };
         match self.tx.send(Command::Submit(local)) {
             Ok(()) => Handle {
-                rx: Some(rx),
-                got: None,
+                reply: Reply::waiting(rx),
                 _t: PhantomData,
             },
             Err(_) => failed(EngineError::ShutDown),

@@ -105,8 +105,17 @@ pub(crate) struct Submission {
 impl Submission {
     /// The host elements, leaving an empty buffer in their place.
     pub(crate) fn take<T: Element>(&mut self) -> Result<Vec<T>, EngineError> {
+        self.take_as::<T, _>(Storage::into_host::<T>)
+    }
+
+    /// The elements as `as_t` makes them of the storage (left empty), or,
+    /// when it holds another kind, an error with the storage kept.
+    fn take_as<T: Element, U>(
+        &mut self,
+        as_t: impl FnOnce(Storage) -> Result<U, Storage>,
+    ) -> Result<U, EngineError> {
         let data = std::mem::replace(&mut self.data, Vec::<T>::new().into());
-        data.into_host::<T>().map_err(|held| {
+        as_t(data).map_err(|held| {
             let e = Internal::ElementType {
                 name: self.req.name.clone(),
                 held: held.dtype(),
@@ -132,16 +141,7 @@ impl Submission {
     /// The GPU elements, leaving an empty host buffer in their place.
     #[cfg(feature = "cuda")]
     pub(crate) fn take_gpu<T: Element>(&mut self) -> Result<gpu::DeviceBuffer<T>, EngineError> {
-        let data = std::mem::replace(&mut self.data, Vec::<T>::new().into());
-        data.into_gpu::<T>().map_err(|held| {
-            let e = Internal::ElementType {
-                name: self.req.name.clone(),
-                held: held.dtype(),
-                wanted: T::DTYPE,
-            };
-            self.data = held;
-            e.into()
-        })
+        self.take_as::<T, _>(Storage::into_gpu::<T>)
     }
 
     /// What a rank that has joined contributes to `req`: zeros of its shape
