@@ -2,7 +2,6 @@
 //! started together after a barrier; the time of an iteration is the slowest
 //! rank's, and the row reports the median.
 
-use std::io::Write;
 use std::time::Instant;
 
 use collectives::{
@@ -69,13 +68,7 @@ async fn sweep_sizes<T: Element, X: Transport>(
         row.transport = plane;
         failed += usize::from(row.check == "FAIL");
         if printing {
-            let line = if args.json {
-                serde_json::to_string(&row).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-            } else {
-                row.text()
-            };
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+            row.print(args.json);
         }
     }
     Ok(failed)

@@ -17,7 +17,6 @@ pub(crate) use cuda::run;
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use std::io::Write;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -82,13 +81,7 @@ mod cuda {
             let row = measure::<T, X>(host, nccl, args, bytes).await?;
             failed += usize::from(row.check == "FAIL");
             if printing {
-                let line = if args.json {
-                    serde_json::to_string(&row).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-                } else {
-                    row.text()
-                };
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+                row.print(args.json);
             }
         }
         Ok(failed)

@@ -2,6 +2,8 @@
 //! algbw = bytes / time; busbw = algbw x the op's bus factor, which makes figures
 //! comparable across world sizes (it is the rate each link must sustain).
 
+use std::io::Write;
+
 use serde::Serialize;
 
 use crate::Collective;
@@ -43,6 +45,17 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 }
 
 impl Row {
+    /// Prints the row on stdout, as JSON or as text, in one write.
+    pub(crate) fn print(&self, json: bool) {
+        let line = if json {
+            serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        } else {
+            self.text()
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+    }
+
     pub(crate) fn header() -> String {
         format!(
             "{:>14} {:>12} {:>6} {:>13} {:>13} {:>11} {:>11} {:>6}  {}",
