@@ -3,8 +3,8 @@
 //! into new arrays of the same shape.
 
 use half::f16;
-use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
-use pyo3::exceptions::PyTypeError;
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 /// A tensor's elements, of the type the array had.
@@ -31,14 +31,82 @@ impl Data {
 }
 
 fn elements<T: numpy::Element + Copy>(a: &Bound<'_, PyArrayDyn<T>>) -> (Vec<T>, Vec<usize>) {
+    let mut v = Vec::new();
+    let shape = append(a, &mut v);
+    (v, shape)
+}
+
+/// Appends `a`'s elements to `out` in C order; returns `a`'s shape.
+fn append<T: numpy::Element + Copy>(a: &Bound<'_, PyArrayDyn<T>>, out: &mut Vec<T>) -> Vec<usize> {
     let ro = a.readonly();
-    // One copy of contiguous memory where the layout allows; element by
-    // element in C order otherwise.
-    let v = match ro.as_slice() {
-        Ok(s) => s.to_vec(),
-        Err(_) => ro.as_array().iter().copied().collect(),
+    // One copy of memory in C order where the array is laid out so; element
+    // by element in C order otherwise (`as_slice` also takes a Fortran-order
+    // array, whose memory is the transpose).
+    match ro.as_slice() {
+        Ok(s) if ro.is_c_contiguous() => out.extend_from_slice(s),
+        _ => out.extend(ro.as_array().iter().copied()),
+    }
+    ro.shape().to_vec()
+}
+
+/// Several arrays' elements one after another, and each one's shape.
+type Gathered<T> = (Vec<T>, Vec<Vec<usize>>);
+
+/// The elements of `arrays`, all of element type `T`, one after another in
+/// one allocation, and each one's shape; `None` when the first is not `T`.
+fn gather<T: numpy::Element + Copy>(
+    arrays: &[Bound<'_, PyAny>],
+    total: usize,
+) -> Option<PyResult<Gathered<T>>> {
+    let first = arrays.first()?.cast::<PyArrayDyn<T>>().ok()?;
+    let mut all = Vec::with_capacity(total);
+    let mut shapes = vec![append(first, &mut all)];
+    for a in &arrays[1..] {
+        match a.cast::<PyArrayDyn<T>>() {
+            Ok(arr) => shapes.push(append(arr, &mut all)),
+            Err(_) => {
+                let want = first.dtype().to_string();
+                return Some(Err(match from_numpy(a) {
+                    Ok((other, _)) => PyTypeError::new_err(format!(
+                        "a grouped allreduce's arrays must share one dtype: {want} and {}",
+                        other.dtype()
+                    )),
+                    Err(e) => e,
+                }));
+            }
+        }
+    }
+    Some(Ok((all, shapes)))
+}
+
+/// Arrays of one element type as one tensor: their elements one after
+/// another (copied once, into one allocation) and each one's shape.
+pub(crate) fn concat_numpy(arrays: &[Bound<'_, PyAny>]) -> PyResult<(Data, Vec<Vec<usize>>)> {
+    let Some(first) = arrays.first() else {
+        return Err(PyValueError::new_err(
+            "a grouped allreduce needs at least one array",
+        ));
     };
-    (v, ro.shape().to_vec())
+    let mut total = 0usize;
+    for a in arrays {
+        total += a.cast::<PyUntypedArray>().map_or(0, |u| u.len());
+    }
+    macro_rules! try_type {
+        ($t:ty, $variant:ident) => {
+            if let Some(r) = gather::<$t>(arrays, total) {
+                let (v, shapes) = r?;
+                return Ok((Data::$variant(v), shapes));
+            }
+        };
+    }
+    try_type!(f32, F32);
+    try_type!(f64, F64);
+    try_type!(f16, F16);
+    try_type!(i32, I32);
+    try_type!(i64, I64);
+    try_type!(u8, U8);
+    // The first is no array elasticrun reduces: its own error.
+    from_numpy(first).map(|(d, s)| (d, vec![s]))
 }
 
 /// The elements and shape of numpy array `a`.

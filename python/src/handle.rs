@@ -3,12 +3,12 @@
 //! forms in the Python package are `*_async(...).wait()`.
 
 use half::f16;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use worker::{Element, Tensor, Worker};
 
-use crate::arrays::{Data, from_numpy, to_numpy};
+use crate::arrays::{Data, concat_numpy, from_numpy, to_numpy};
 use crate::{ElasticrunError, engine_err, reduce_op};
 
 /// A submitted collective of one element type.
@@ -293,14 +293,7 @@ fn grouped_allreduce_async(
     op: i32,
 ) -> PyResult<GroupHandle> {
     let op = reduce_op(op)?;
-    let mut shapes = Vec::with_capacity(arrays.len());
-    let mut parts = Vec::with_capacity(arrays.len());
-    for a in &arrays {
-        let (d, s) = from_numpy(a)?;
-        shapes.push(s);
-        parts.push(d);
-    }
-    let data = concat(parts)?;
+    let (data, shapes) = concat_numpy(&arrays)?;
     let total = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
     let inner = Handle {
         typed: Some(on_worker(|w| {
@@ -310,41 +303,6 @@ fn grouped_allreduce_async(
         out: Out::Engine,
     };
     Ok(GroupHandle { inner, shapes })
-}
-
-/// The members' elements one after another; they must share a type.
-fn concat(parts: Vec<Data>) -> PyResult<Data> {
-    let Some(first) = parts.first() else {
-        return Err(PyValueError::new_err(
-            "a grouped allreduce needs at least one array",
-        ));
-    };
-    let want = first.dtype();
-    macro_rules! join {
-        ($variant:ident) => {{
-            let mut all = Vec::new();
-            for p in parts {
-                match p {
-                    Data::$variant(v) => all.extend(v),
-                    other => {
-                        return Err(PyTypeError::new_err(format!(
-                            "a grouped allreduce's arrays must share one dtype: {want} and {}",
-                            other.dtype()
-                        )));
-                    }
-                }
-            }
-            Ok(Data::$variant(all))
-        }};
-    }
-    match first {
-        Data::F32(_) => join!(F32),
-        Data::F64(_) => join!(F64),
-        Data::F16(_) => join!(F16),
-        Data::I32(_) => join!(I32),
-        Data::I64(_) => join!(I64),
-        Data::U8(_) => join!(U8),
-    }
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -17,6 +17,9 @@ for bad, kind, words in [
     (lambda: er.allreduce(np.ones(2, np.complex64)), TypeError, "complex64"),
     (lambda: er.allreduce(np.ones(2, np.int32), postscale_factor=2.0), ValueError, "floating-point"),
     (lambda: er.grouped_allreduce([np.ones(1, np.float32), np.ones(1, np.float64)]), TypeError, "one dtype"),
+    (lambda: er.grouped_allreduce([np.ones(1, np.float32), np.ones(1, np.complex64)]), TypeError, "complex64"),
+    (lambda: er.grouped_allreduce([np.ones(1, np.complex64), np.ones(1, np.float32)]), TypeError, "complex64"),
+    (lambda: er.grouped_allreduce([]), ValueError, "at least one array"),
 ]:
     try:
         bad()

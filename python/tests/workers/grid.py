@@ -59,6 +59,20 @@ for dt in DTYPES:
     want = np.concatenate([np.full((r + 1, 3), 10 * k + r, dtype=dt) for k in range(n)])
     assert splits == [r + 1] * n and np.array_equal(got, want), (got, splits)
     checks += 1
+    # grouped allreduce: members of several shapes, one not contiguous,
+    # each member's result its own reduction.
+    shapes = [(3,), (2, 4), (1,)]
+    parts = [inputs(r + 10 * i, dt, s, er.Sum) for i, s in enumerate(shapes)]
+    parts[1] = np.asfortranarray(parts[1])
+    got = er.grouped_allreduce(parts, name=f"group.{dt.__name__}", op=er.Sum)
+    for i, s in enumerate(shapes):
+        want = sum(inputs(k + 10 * i, dt, s, er.Sum).astype(np.float64) for k in range(n)).astype(dt)
+        assert got[i].dtype == dt and got[i].shape == s and np.array_equal(got[i], want), (i, got[i], want)
+    checks += 1
+    # A Fortran-order array is reduced as the array it is, not its memory.
+    got = er.allreduce(np.asfortranarray(inputs(r, dt, (2, 3), er.Sum)), name=f"fortran.{dt.__name__}", op=er.Sum)
+    assert np.array_equal(got, reference(dt, (2, 3), er.Sum)), got
+    checks += 1
     rows = 2 * n
     got = er.reducescatter(np.full((rows, 2), r + 1, dtype=dt), name=f"rs.{dt.__name__}", op=er.Sum)
     assert got.shape == (2, 2) and np.all(got == sum(k + 1 for k in range(n))), got
