@@ -5,8 +5,10 @@ their last commit and go on) beside torchrun (its agent restarts every worker,
 which reload the last checkpoint). Kills a random non-zero rank KILLS times,
 waiting for training to resume in between; prints median and max per launcher.
 
-Usage: scripts/bench_recovery.py [--np 4] [--kills 10] [--delay-ms 10]
-       (torchrun from $PEERS_VENV, see ../shared/peers; skipped when unset)
+Usage: scripts/bench_recovery.py [--np 4] [--kills 10] [--delay-ms 10] [--python-venv VENV]
+       (torchrun from $PEERS_VENV, see ../shared/peers; skipped when unset;
+       --python-venv adds the same job written with elasticrun.torch,
+       scripts/torch_elastic_worker.py)
 Build first: cargo build --release --bins"""
 import argparse
 import json
@@ -90,20 +92,21 @@ def comm(pid):
         return ""
 
 
-def wait_steps(job, t, n, limit):
+def wait_steps(job, t, n, limit, world_size=None):
+    """n steps logged at or after t (on `world_size` ranks, when given)."""
     deadline = time.time() + limit
     while time.time() < deadline:
-        s = job.steps(t)
+        s = [x for x in job.steps(t) if world_size is None or x[3] in (None, world_size)]
         if len(s) >= n:
             return s
         time.sleep(0.005)
     raise SystemExit(f"no training progress within {limit}s:\n" + "\n".join(l[2] for l in job.lines[-20:]))
 
 
-def measure(job, is_worker, resumed, kills, rng):
+def measure(job, is_worker, resumed, kills, rng, np):
     """Kills a random non-zero rank `kills` times; seconds until training resumed."""
     times = []
-    wait_steps(job, 0, 20, 120)
+    wait_steps(job, 0, 20, 120, world_size=np)
     for _ in range(kills):
         t0 = time.time()
         rank0 = wait_steps(job, t0, 1, 30)[-1][2]
@@ -120,22 +123,22 @@ def measure(job, is_worker, resumed, kills, rng):
             if time.time() > deadline:
                 raise SystemExit("training did not resume within 120 s")
             time.sleep(0.002)
-        wait_steps(job, time.time(), 20, 60)  # let it settle before the next kill
+        # Let it settle before the next kill: 20 steps with every worker back
+        # (a replacement that joins after the survivors went on is no member
+        # yet, and killing it would time its late join, not a recovery).
+        wait_steps(job, time.time(), 20, 60, world_size=np)
     return times
 
 
-def elasticrun(args, rng):
+def elasticrun(args, rng, worker, is_worker):
     tmp = tempfile.mkdtemp(prefix="bench-recovery-")
     hosts = os.path.join(tmp, "hosts.txt")
     with open(hosts, "w") as f:
         f.write(f"localhost:{args.np}\n")
-    rel = os.path.join(ROOT, "target", "release")
     job = Job([
-        os.path.join(rel, "elasticrun"), "--min-np", "2", "--max-np", str(args.np),
+        os.path.join(ROOT, "target", "release", "elasticrun"), "--min-np", "2", "--max-np", str(args.np),
         "--host-discovery-script", f"{ROOT}/discovery-scripts/hosts-from-file.sh {hosts}",
-        os.path.join(rel, "train"), "--epochs", "100000", "--samples", "4096",
-        "--step-delay-ms", str(args.delay_ms), "--commit-every", "10", "--log-steps",
-    ])
+    ] + worker)
 
     def resumed(job, t_kill, _rank0):
         # The first step completed in a generation assigned after the kill.
@@ -146,9 +149,23 @@ def elasticrun(args, rng):
         return s[0][0] if s else None
 
     try:
-        return measure(job, lambda p: comm(p).startswith(os.path.join(rel, "train")), resumed, args.kills, rng)
+        return measure(job, is_worker, resumed, args.kills, rng, args.np)
     finally:
         job.stop()
+
+
+def elasticrun_rust(args, rng):
+    train = os.path.join(ROOT, "target", "release", "train")
+    worker = [train, "--epochs", "100000", "--samples", "4096", "--step-delay-ms", str(args.delay_ms),
+              "--commit-every", "10", "--log-steps"]
+    return elasticrun(args, rng, worker, lambda p: comm(p).startswith(train))
+
+
+def elasticrun_python(args, rng):
+    """The same job in Python with elasticrun.torch (hvd.elastic.run, TorchState)."""
+    script = os.path.join(ROOT, "scripts", "torch_elastic_worker.py")
+    worker = [os.path.join(args.python_venv, "bin", "python"), script, "100000000", str(args.delay_ms)]
+    return elasticrun(args, rng, worker, lambda p: script in comm(p))
 
 
 def torchrun(args, rng):
@@ -171,7 +188,7 @@ def torchrun(args, rng):
 
     try:
         return measure(job, lambda p: "torchrun_elastic_peer.py" in comm(p) and "torchrun " not in comm(p)
-                       and "/torchrun" not in comm(p).split(" ")[0], resumed, args.kills, rng)
+                       and "/torchrun" not in comm(p).split(" ")[0], resumed, args.kills, rng, args.np)
     finally:
         job.stop()
 
@@ -188,14 +205,21 @@ def main():
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--delay-ms", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--python-venv", help="also the elasticrun.torch worker, from this venv (with torch and elasticrun)")
     args = p.parse_args()
     rng = random.Random(args.seed)
-    ours = elasticrun(args, rng)
-    report(f"elasticrun -np {args.np}", ours)
+    ours = elasticrun_rust(args, rng)
+    report(f"elasticrun -np {args.np}, Rust worker", ours)
+    if args.python_venv:
+        py = elasticrun_python(args, rng)
+        report(f"elasticrun -np {args.np}, elasticrun.torch worker", py)
     theirs = torchrun(args, rng)
     if theirs:
         report(f"torchrun --nproc-per-node {args.np}", theirs)
-        print(f"median ratio torchrun/elasticrun: {statistics.median(theirs) / statistics.median(ours):.1f}")
+        print(f"median ratio torchrun/elasticrun (Rust worker): {statistics.median(theirs) / statistics.median(ours):.1f}")
+        if args.python_venv:
+            print(f"median ratio torchrun/elasticrun (elasticrun.torch worker): "
+                  f"{statistics.median(theirs) / statistics.median(py):.1f}")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Horovod's synthetic-benchmark loop (scripts/torch_synthetic.py: a
 # torchvision model on fixed random data) under elasticrun with
-# elasticrun.torch, beside DistributedDataParallel over Gloo under torchrun,
-# NP ranks on this machine, rounds interleaved; prints total img/s of each.
+# elasticrun.torch, beside DistributedDataParallel over Gloo under torchrun
+# and, when HVD_VENV is set, Horovod itself under horovodrun (Gloo), NP ranks
+# on this machine, rounds interleaved; prints total img/s of each.
 #
 #   scripts/bench_torch.sh [ROUNDS] [-- extra torch_synthetic.py arguments]
 #
 # Environment: NP (2), VENV (with torch, torchvision, numpy and the elasticrun
-# package; default target/pyenv, see python/tests/run.sh).
+# package; default target/pyenv, see python/tests/run.sh), HVD_VENV (a venv
+# with Horovod 0.28.1 and torchvision: ../shared/peers/hvd_build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -22,5 +24,13 @@ rate() { grep -o '"img_per_s": [0-9.]*' | awk '{print $2}'; }
 for r in $(seq 1 "$rounds"); do
     a=$(target/release/elasticrun -np "$np" "$venv/bin/python" scripts/torch_synthetic.py --api elasticrun "$@" 2>/dev/null | rate)
     b=$("$venv/bin/torchrun" --nproc-per-node "$np" scripts/torch_synthetic.py --api ddp "$@" 2>/dev/null | rate)
-    echo "round $r: elasticrun.torch $a img/s, DDP under torchrun $b img/s"
+    c=
+    if [ -n "${HVD_VENV:-}" ]; then
+        # horovodrun sets no OMP_NUM_THREADS; the other two launchers set 1.
+        c=$(OMP_NUM_THREADS=1 PATH="$HVD_VENV/bin:$PATH" "$HVD_VENV/bin/horovodrun" --gloo -np "$np" -H "localhost:$np" \
+            --network-interface lo "$HVD_VENV/bin/python" scripts/torch_synthetic.py --api horovod "$@" 2>/dev/null |
+            sed 's/^\[[0-9]*\]<stdout>://' | rate)
+        c=", Horovod under horovodrun $c img/s"
+    fi
+    echo "round $r: elasticrun.torch $a img/s, DDP under torchrun $b img/s$c"
 done

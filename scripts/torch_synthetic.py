@@ -2,7 +2,10 @@
 data, SGD, img/s over timed iterations) in two forms, for the same run:
 
     elasticrun -np 2 python scripts/torch_synthetic.py --api elasticrun   # elasticrun.torch
+    horovodrun --gloo -np 2 -H localhost:2 python scripts/torch_synthetic.py --api horovod
     torchrun --nproc-per-node 2 scripts/torch_synthetic.py --api ddp      # DistributedDataParallel over Gloo
+
+The elasticrun and horovod forms are one code path: only the import differs.
 
 Rank 0 prints one JSON line: total img/s (the median iteration's, times the
 world size).
@@ -18,7 +21,7 @@ import torch.nn.functional as F
 from torchvision import models
 
 p = argparse.ArgumentParser()
-p.add_argument("--api", choices=["elasticrun", "ddp"], required=True)
+p.add_argument("--api", choices=["elasticrun", "horovod", "ddp"], required=True)
 p.add_argument("--model", default="resnet18")
 p.add_argument("--batch-size", type=int, default=8)
 p.add_argument("--num-warmup-batches", type=int, default=2)
@@ -28,8 +31,11 @@ args = p.parse_args()
 torch.manual_seed(0)
 model = getattr(models, args.model)()
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-if args.api == "elasticrun":
-    import elasticrun.torch as hvd
+if args.api in ("elasticrun", "horovod"):
+    if args.api == "elasticrun":
+        import elasticrun.torch as hvd
+    else:
+        import horovod.torch as hvd
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()

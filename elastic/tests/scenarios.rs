@@ -17,7 +17,8 @@
 //!
 //! Input lines:
 //! - `policy np=4 min=2 max=4 timeout=600s reset-limit=3 failures=3 window=60s
-//!   cooldown=10s..60s start-timeout=30s rejoin-timeout=60s`: a new job; every key is
+//!   cooldown=10s..60s start-timeout=30s rejoin-timeout=60s replacement-wait=500ms`:
+//!   a new job; every key is
 //!   optional (defaults: `np=1 min=1 max=np`, the rest as in `Policy::new`).
 //!   `policy start-timeout=30s static=4` is a static job of 4 (`Policy::fixed`, with
 //!   the start timeout given before it).
@@ -172,6 +173,7 @@ fn policy(args: &[String]) -> Policy {
             }
             "start-timeout" => p.start_timeout = duration(v),
             "rejoin-timeout" => p.rejoin_timeout = duration(v),
+            "replacement-wait" => p.replacement_wait = duration(v),
             "static" => {
                 let fixed = Policy::fixed(v.parse().unwrap(), p.start_timeout);
                 (p, max) = (fixed, Some(v.parse().unwrap()));

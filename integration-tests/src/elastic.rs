@@ -181,8 +181,15 @@ fn train_pids(root: i32) -> impl Iterator<Item = i32> {
 impl Job {
     /// `elasticrun OPTIONS --discovery-interval 0.2 train ARGS --log-steps`.
     pub fn start(options: &[&str], train: &Train) -> Self {
+        Self::start_wrapped(options, &[], train)
+    }
+
+    /// Like [`Job::start`] with `wrapper` before `train`: a command that ends
+    /// by running its arguments (`sh -c '...; exec "$@"' sh`).
+    pub fn start_wrapped(options: &[&str], wrapper: &[&str], train: &Train) -> Self {
         let mut args: Vec<String> = options.iter().map(|s| (*s).to_owned()).collect();
         args.extend(["--discovery-interval".into(), "0.2".into()]);
+        args.extend(wrapper.iter().map(|s| (*s).to_owned()));
         args.extend(train.args());
         let run = launch(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let root = run.pid();

@@ -382,7 +382,19 @@ fn the_reset_limit_ends_the_job() {
     let job = Job::start(
         &elastic(
             &discovery,
-            &["--min-np", "2", "--max-np", "3", "--reset-limit", "1"],
+            // The survivors wait for the replacement (a late one would
+            // join in a generation of its own, which this test does not
+            // count on).
+            &[
+                "--min-np",
+                "2",
+                "--max-np",
+                "3",
+                "--reset-limit",
+                "1",
+                "--replacement-wait",
+                "30",
+            ],
         ),
         &train,
     );

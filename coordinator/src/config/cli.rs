@@ -234,6 +234,14 @@ pub struct Cli {
         help_heading = "Elastic"
     )]
     pub elastic_timeout: Option<f64>,
+    /// Seconds the survivors of a failure wait for the workers started in place of the failed ones before they train on without them; later ones join at the next commit [default: 0.5].
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        value_name = "SECONDS",
+        help_heading = "Elastic"
+    )]
+    pub replacement_wait: Option<f64>,
     /// Times the workers may be reset (workers lost, hosts added or removed) before the job ends; with 0 the first reset ends it [default: unlimited].
     #[arg(long, value_name = "N", help_heading = "Elastic")]
     pub reset_limit: Option<u32>,

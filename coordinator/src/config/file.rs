@@ -18,8 +18,8 @@
 //! library_options: { gloo_timeout_seconds: 60, thread_affinity: [0, 2], tcp: true,
 //!                    transport: tcp, shared_memory: true }
 //! elastic:     { host_discovery_script: ./discover.sh, min_np: 2, max_np: 8,
-//!                slots_per_host: 4, elastic_timeout: 600, reset_limit: 10,
-//!                blacklist_cooldown_range: [60, 300], discovery_interval: 1,
+//!                slots_per_host: 4, elastic_timeout: 600, replacement_wait: 0.5,
+//!                reset_limit: 10, blacklist_cooldown_range: [60, 300], discovery_interval: 1,
 //!                discovery_timeout: 10 }
 //! serve:       { etcd: "http://etcd:2379", job: resnet, secret_file: /run/secret/job,
 //!                lease_ttl: 5, port: 29400, advertise_address: 10.0.0.5 }
@@ -156,6 +156,7 @@ pub struct Elastic {
     pub max_np: Option<usize>,
     pub slots_per_host: Option<usize>,
     pub elastic_timeout: Option<f64>,
+    pub replacement_wait: Option<f64>,
     pub reset_limit: Option<u32>,
     /// `[MIN, MAX]` seconds.
     pub blacklist_cooldown_range: Option<(f64, f64)>,
@@ -232,8 +233,8 @@ mod tests {
     fn elastic_section_parses() {
         let f = parse(
             "elastic:\n  host_discovery_script: ./d.sh\n  min_np: 2\n  max_np: 8\n  \
-             slots_per_host: 4\n  elastic_timeout: 60\n  reset_limit: 3\n  \
-             blacklist_cooldown_range: [10, 100.5]\n  discovery_interval: 0.5\n  \
+             slots_per_host: 4\n  elastic_timeout: 60\n  replacement_wait: 2\n  \
+             reset_limit: 3\n  blacklist_cooldown_range: [10, 100.5]\n  discovery_interval: 0.5\n  \
              discovery_timeout: 5\n",
         )
         .unwrap();
@@ -245,6 +246,7 @@ mod tests {
                 max_np: Some(8),
                 slots_per_host: Some(4),
                 elastic_timeout: Some(60.0),
+                replacement_wait: Some(2.0),
                 reset_limit: Some(3),
                 blacklist_cooldown_range: Some((10.0, 100.5)),
                 discovery_interval: Some(0.5),

@@ -194,6 +194,9 @@ pub struct ElasticConfig {
     pub slots_per_host: usize,
     /// Default 600 s.
     pub elastic_timeout: Duration,
+    /// How long the survivors of a failure wait for replacements; default
+    /// 0.5 s.
+    pub replacement_wait: Duration,
     /// `None` (the default) = unlimited; 0 = the first reset ends the job.
     pub reset_limit: Option<u32>,
     /// `(MIN, MAX)`, `MIN <= MAX`; `None` (the default) = blacklisted for good.

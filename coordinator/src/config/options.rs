@@ -397,6 +397,16 @@ pub(super) const ELASTIC_TIMEOUT: Opt<f64> = Opt {
     default: 600.0,
 };
 
+/// Seconds.
+pub(super) const REPLACEMENT_WAIT: Opt<f64> = Opt {
+    flag: "replacement-wait",
+    env: &[var("ELASTICRUN_REPLACEMENT_WAIT", number)],
+    yaml: "elastic.replacement_wait",
+    cli: |c| c.replacement_wait,
+    file: |f| f.elastic.replacement_wait,
+    default: 0.5,
+};
+
 pub(super) const RESET_LIMIT: Opt<Option<u32>> = Opt {
     flag: "reset-limit",
     env: &[var("ELASTICRUN_RESET_LIMIT", some_samples)],

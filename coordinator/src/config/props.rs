@@ -44,6 +44,7 @@ const ELASTIC_FILE: &str = "elastic:
   max_np: 8
   slots_per_host: 4
   elastic_timeout: 600
+  replacement_wait: 2.5
   reset_limit: 10
   blacklist_cooldown_range: [60, 300]
   discovery_interval: 1
@@ -101,6 +102,7 @@ fn env_names() -> Vec<&'static str> {
         MAX_NP,
         SLOTS_PER_HOST,
         ELASTIC_TIMEOUT,
+        REPLACEMENT_WAIT,
         RESET_LIMIT,
         BLACKLIST_COOLDOWN_RANGE,
         DISCOVERY_INTERVAL,

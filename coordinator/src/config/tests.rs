@@ -439,6 +439,7 @@ fn elastic_defaults() {
             initial_np: 4,
             slots_per_host: 1,
             elastic_timeout: Duration::from_secs(600),
+            replacement_wait: Duration::from_millis(500),
             reset_limit: None,
             blacklist_cooldown: None,
             discovery_interval: Duration::from_secs(1),
@@ -457,7 +458,8 @@ fn elastic_defaults() {
 fn every_elastic_option_from_the_command_line() {
     let c = run(
         "--host-discovery-script d -np 4 --min-np 2 --max-np 8 --slots-per-host 4 \
-         --elastic-timeout 30 --reset-limit 5 --blacklist-cooldown-range 10 100.5 \
+         --elastic-timeout 30 --replacement-wait 0 --reset-limit 5 \
+         --blacklist-cooldown-range 10 100.5 \
          --discovery-interval 0.25 --discovery-timeout 3 ./t",
         &[],
         "",
@@ -472,6 +474,7 @@ fn every_elastic_option_from_the_command_line() {
             initial_np: 4,
             slots_per_host: 4,
             elastic_timeout: Duration::from_secs(30),
+            replacement_wait: Duration::ZERO,
             reset_limit: Some(5),
             blacklist_cooldown: Some((Duration::from_secs(10), Duration::from_millis(100_500))),
             discovery_interval: Duration::from_millis(250),
@@ -491,7 +494,7 @@ fn every_elastic_option_from_the_command_line() {
 #[test]
 fn elastic_options_command_line_beats_environment_beats_file() {
     let file = "elastic:\n  host_discovery_script: file.sh\n  min_np: 1\n  max_np: 16\n  \
-                slots_per_host: 2\n  elastic_timeout: 100\n  reset_limit: 7\n  \
+                slots_per_host: 2\n  elastic_timeout: 100\n  replacement_wait: 3\n  reset_limit: 7\n  \
                 blacklist_cooldown_range: [5, 50]\n  discovery_interval: 2\n  \
                 discovery_timeout: 20\n";
     let env_vars = [
@@ -501,6 +504,7 @@ fn elastic_options_command_line_beats_environment_beats_file() {
         ("ELASTICRUN_ELASTIC_TIMEOUT", "200"),
         ("HOROVOD_ELASTIC_TIMEOUT", "300"),
         ("ELASTICRUN_BLACKLIST_COOLDOWN_RANGE", "6, 60"),
+        ("ELASTICRUN_REPLACEMENT_WAIT", "1.5"),
     ];
     let c = run("-np 4 --max-np 10 ./t", &env_vars, file).unwrap();
     let e = elastic(&c);
@@ -520,6 +524,11 @@ fn elastic_options_command_line_beats_environment_beats_file() {
     assert_eq!(e.reset_limit, Some(7));
     assert_eq!(e.discovery_interval, Duration::from_secs(2));
     assert_eq!(e.discovery_timeout, Duration::from_secs(20));
+    assert_eq!(
+        e.replacement_wait,
+        Duration::from_millis(1500),
+        "environment"
+    );
 
     let c = run(
         "--host-discovery-script cli.sh -np 2 ./t",
@@ -540,6 +549,7 @@ fn elastic_options_command_line_beats_environment_beats_file() {
     );
     assert_eq!(e.reset_limit, Some(0));
     assert_eq!(e.max_np, Some(16));
+    assert_eq!(e.replacement_wait, Duration::from_secs(3), "file");
 }
 
 #[test]

@@ -57,6 +57,7 @@ pub(crate) fn policy(cfg: &JobConfig, e: &ElasticConfig) -> Policy {
         },
         start_timeout: cfg.start_timeout,
         rejoin_timeout: REJOIN_TIMEOUT,
+        replacement_wait: e.replacement_wait,
         on_failure: elastic::OnFailure::Replace,
     }
 }

@@ -91,7 +91,12 @@ impl Membership {
             // A resumed snapshot may hold any count: never overflow.
             self.next_order = self.next_order.saturating_add(1);
             let state = WorkerState::Spawned { since: now };
-            self.workers.insert(slot.clone(), Worker { state, order });
+            let worker = Worker {
+                state,
+                order,
+                late: false,
+            };
+            self.workers.insert(slot.clone(), worker);
             if let Phase::Gathering(g) = &mut self.phase {
                 g.tried.insert(slot.clone());
             }

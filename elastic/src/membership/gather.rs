@@ -28,12 +28,31 @@ impl Membership {
     /// Announces generation `g+1` to the members, or fails the job when that would
     /// pass the reset limit.
     pub(super) fn begin_gathering(&mut self, now: Duration, cause: Cause, out: &mut Vec<Command>) {
-        if let Some(limit) = self.policy.reset_limit
-            && self.resets >= limit
-        {
-            self.end(Command::Fail(JobFailure::ResetLimit { limit }), out);
+        if self.reset_limit_reached(out) {
             return;
         }
+        self.gather(now, cause, true, out);
+    }
+
+    /// Announces generation `g+1` to place replacements that registered after
+    /// the generation they were started for went on without them: members
+    /// rejoin at their next commit, and it does not count as a reset.
+    pub(super) fn begin_late_join(&mut self, now: Duration, out: &mut Vec<Command>) {
+        self.gather(now, Cause::HostsChanged, false, out);
+    }
+
+    /// Ends the job when the reset limit is reached; whether it did.
+    fn reset_limit_reached(&mut self, out: &mut Vec<Command>) -> bool {
+        match self.policy.reset_limit {
+            Some(limit) if self.resets >= limit => {
+                self.end(Command::Fail(JobFailure::ResetLimit { limit }), out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn gather(&mut self, now: Duration, cause: Cause, counts: bool, out: &mut Vec<Command>) {
         let next = self.generation.next();
         out.push(match cause {
             Cause::Failure => Command::Reset { generation: next },
@@ -48,6 +67,7 @@ impl Membership {
             tried,
             short_since: None,
             overdue: false,
+            counts,
         });
     }
 
@@ -60,7 +80,12 @@ impl Membership {
             Phase::Stable => self.begin_gathering(now, Cause::Failure, out),
             Phase::Gathering(g) if g.cause == Cause::HostsChanged && g.next > Generation(1) => {
                 g.cause = Cause::Failure;
-                out.push(Command::Reset { generation: g.next });
+                let counted = std::mem::replace(&mut g.counts, true);
+                let next = g.next;
+                if !counted && self.reset_limit_reached(out) {
+                    return;
+                }
+                out.push(Command::Reset { generation: next });
             }
             _ => {}
         }
@@ -204,12 +229,25 @@ impl Membership {
             .filter(|s| self.usable(s) && !g.rejoined.contains(*s))
             .count();
         let ready = self.ready(g);
-        let no_spawns = self.pending_spawns().next().is_none();
+        // After a failure, replacements still starting are left to join
+        // later once the survivors have waited `replacement_wait` for them.
+        let no_spawns = self.pending_spawns().next().is_none()
+            || self.replacement_deadline(g).is_some_and(|d| now >= d);
         let min_np = self.policy.min_np;
         let enough = ready.len() >= self.threshold(g.next);
         if pending_members == 0 && ((no_spawns && enough) || (g.overdue && ready.len() >= min_np)) {
-            let next = g.next;
-            self.assign(now, next, ready, out);
+            let (next, counts) = (g.next, g.counts);
+            // Replacements still starting after a failure join later.
+            let left_behind: Vec<SlotId> = match g.cause {
+                Cause::Failure => self.pending_spawns().map(|(s, _)| s.clone()).collect(),
+                Cause::HostsChanged => Vec::new(),
+            };
+            self.assign(now, next, counts, ready, out);
+            for slot in &left_behind {
+                if let Some(w) = self.workers.get_mut(slot) {
+                    w.late = true;
+                }
+            }
         } else if g.overdue && ready.len() + pending_members < min_np {
             let waited = now.saturating_sub(g.short_since.unwrap_or_default());
             let have = ready.len();
@@ -220,6 +258,29 @@ impl Membership {
             };
             self.end(Command::Fail(failure), out);
         }
+    }
+
+    /// When a gathering that waits only for replacements still starting will
+    /// go on without them ([`Policy::replacement_wait`] after the last was
+    /// started): after a failure, once every survivor has rejoined and they
+    /// are enough.
+    ///
+    /// [`Policy::replacement_wait`]: super::Policy::replacement_wait
+    pub(super) fn replacement_deadline(&self, g: &Gathering) -> Option<Duration> {
+        let waits_for_spawns = g.cause == Cause::Failure
+            && g.next > Generation(1)
+            && self.pending_spawns().next().is_some();
+        let all_rejoined = self
+            .members
+            .iter()
+            .all(|s| !self.usable(s) || g.rejoined.contains(s));
+        if !(waits_for_spawns && all_rejoined && self.ready(g).len() >= self.threshold(g.next)) {
+            return None;
+        }
+        // Each replacement gets the wait from when it was started.
+        self.pending_spawns()
+            .map(|(_, since)| since.saturating_add(self.policy.replacement_wait))
+            .max()
     }
 
     /// Rejoined members on usable slots in rank order, then newcomers in spawn order
@@ -249,6 +310,7 @@ impl Membership {
         &mut self,
         now: Duration,
         next: Generation,
+        counts: bool,
         mut ranks: Vec<SlotId>,
         out: &mut Vec<Command>,
     ) {
@@ -265,7 +327,7 @@ impl Membership {
                 w.state = WorkerState::Member;
             }
         }
-        if next > Generation(1) {
+        if next > Generation(1) && counts {
             self.resets = self.resets.saturating_add(1);
         }
         self.generation = next;

@@ -48,6 +48,10 @@ pub(super) struct Worker {
     pub(super) state: WorkerState,
     /// Position in spawn order.
     pub(super) order: u64,
+    /// A replacement for a failed worker that the next generation went on
+    /// without ([`super::Policy::replacement_wait`]): placing it is the end
+    /// of that recovery, not a reset of its own.
+    pub(super) late: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +94,9 @@ pub(super) struct Gathering {
     pub(super) short_since: Option<Duration>,
     /// The elastic timeout has passed since `short_since`.
     pub(super) overdue: bool,
+    /// Its `Assign` counts against the reset limit: not when it only places
+    /// replacements the previous generation went on without.
+    pub(super) counts: bool,
 }
 
 impl Membership {
@@ -113,6 +120,7 @@ impl Membership {
                 tried: BTreeSet::new(),
                 short_since: Some(Duration::ZERO),
                 overdue: false,
+                counts: true,
             }),
             generation: Generation(0),
             resets: 0,
@@ -201,9 +209,14 @@ impl Membership {
             return out;
         }
         w.state = WorkerState::Registered;
+        let late = std::mem::take(&mut w.late);
         self.runtime_seen = true;
         if matches!(self.phase, Phase::Stable) {
-            self.begin_gathering(now, Cause::HostsChanged, &mut out);
+            if late {
+                self.begin_late_join(now, &mut out);
+            } else {
+                self.begin_gathering(now, Cause::HostsChanged, &mut out);
+            }
         }
         self.settle(now, &[], &mut out);
         out

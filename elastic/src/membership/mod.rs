@@ -32,7 +32,10 @@
 //! - **Failures.** A member that fails (exit, lost connection, silence, stall) makes
 //!   the others drop the generation at once (`Reset{g+1}`); a replacement is
 //!   spawned and the coordinator gathers: the next `Assign` comes once every live
-//!   member has rejoined and every pending spawn has registered. A member that does
+//!   member has rejoined and every pending spawn has registered, or, when the
+//!   survivors are at least `min_np`, once `replacement_wait` has passed since
+//!   the failure: replacements still starting then register while the new
+//!   generation trains and join at its next commit (`HostsUpdated`). A member that does
 //!   not rejoin within `rejoin_timeout`, or a spawn that does not register within
 //!   `start_timeout`, has failed and is stopped; a worker that exits 0 before it was
 //!   placed has failed too. A member that rejoins for `g+1` before its peer's
@@ -101,8 +104,8 @@ pub use control::Generation;
 
 pub use machine::Membership;
 pub use policy::{
-    BlacklistPolicy, DEFAULT_ELASTIC_TIMEOUT, DEFAULT_REJOIN_TIMEOUT, DEFAULT_START_TIMEOUT,
-    OnFailure, Policy, PolicyError,
+    BlacklistPolicy, DEFAULT_ELASTIC_TIMEOUT, DEFAULT_REJOIN_TIMEOUT, DEFAULT_REPLACEMENT_WAIT,
+    DEFAULT_START_TIMEOUT, OnFailure, Policy, PolicyError,
 };
 pub use shortfall::Shortfall;
 pub use snapshot::{Ban, HostHistory, Snapshot};

@@ -15,6 +15,11 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(30);
 /// are told to `Reset` (back to their last commit), and fail only if they do not
 /// rejoin within a further rejoin timeout.
 pub const DEFAULT_REJOIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default `--replacement-wait`: how long the survivors of a failure wait for
+/// the workers started in place of the failed ones before they go on without
+/// them. A native worker registers within milliseconds; a Python one importing
+/// PyTorch takes seconds, which the survivors would otherwise spend idle.
+pub const DEFAULT_REPLACEMENT_WAIT: Duration = Duration::from_millis(500);
 
 /// Membership policy of an elastic job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +43,11 @@ pub struct Policy {
     /// A live member that has not rejoined a new generation by then has failed
     /// (default 60 s).
     pub rejoin_timeout: Duration,
+    /// After a failure, how long the next generation waits for replacement
+    /// workers still starting once every survivor has rejoined (default
+    /// 0.5 s); replacements that register later join at the members' next
+    /// commit (`HostsUpdated`), as a new host's workers do.
+    pub replacement_wait: Duration,
     /// What a failure does: replace the worker (elastic jobs) or end the job
     /// (static jobs).
     pub on_failure: OnFailure,
@@ -69,6 +79,7 @@ impl Policy {
             blacklist: BlacklistPolicy::default(),
             start_timeout: DEFAULT_START_TIMEOUT,
             rejoin_timeout: DEFAULT_REJOIN_TIMEOUT,
+            replacement_wait: DEFAULT_REPLACEMENT_WAIT,
             on_failure: OnFailure::Replace,
         }
     }

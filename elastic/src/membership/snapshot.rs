@@ -122,6 +122,7 @@ impl Membership {
             let worker = Worker {
                 state: WorkerState::Member,
                 order: order as u64,
+                late: false,
             };
             m.workers.insert(slot.clone(), worker);
             m.detached.insert(slot.clone(), now);
@@ -136,6 +137,7 @@ impl Membership {
                 tried: BTreeSet::new(),
                 short_since: Some(now),
                 overdue: false,
+                counts: true,
             })
         } else {
             Phase::Stable

@@ -169,7 +169,9 @@ fn check(m: &Membership, out: &[Command], max_np: usize, min_np: usize, last_gen
         }
     }
     assert_eq!(m.generation(), *last_gen);
-    assert_eq!(u64::from(m.resets()), last_gen.0.saturating_sub(1));
+    // Every generation after the first is a reset, except those that only
+    // place replacements a generation went on without.
+    assert!(u64::from(m.resets()) <= last_gen.0.saturating_sub(1));
 }
 
 #[test]

@@ -143,6 +143,7 @@ impl Membership {
             if let (Some(s), false) = (g.short_since, g.overdue) {
                 gathering.push(s.saturating_add(p.elastic_timeout));
             }
+            gathering.extend(self.replacement_deadline(g));
         }
         // A timeout of Duration::MAX (a static job's elastic timeout) never
         // comes.

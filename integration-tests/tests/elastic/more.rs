@@ -1,6 +1,6 @@
 //! Chaos on top of chaos: failures during a host update, a replacement that
-//! dies at once, rank 0's host removed, slots flapping, a blacklisted host
-//! coming back, elasticrun itself killed.
+//! dies at once or starts slowly, rank 0's host removed, slots flapping, a
+//! blacklisted host coming back, elasticrun itself killed.
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -168,4 +168,43 @@ fn elasticrun_killed_with_a_worker_leaves_no_process() {
         std::os::unix::process::ExitStatusExt::signal(&run.status),
         Some(9)
     );
+}
+
+#[test]
+fn survivors_train_on_while_a_slow_replacement_starts_and_it_joins_later() {
+    let scratch = Scratch::new("slow-replacement");
+    scratch.set_hosts("localhost:3\n");
+    let discovery = scratch.file_discovery();
+    // Once `gate` exists, a newly started worker waits for `go` before it
+    // runs `train`: a replacement that takes as long to start as the test
+    // wants (a Python worker importing PyTorch takes seconds).
+    let (gate, go) = (scratch.dir.join("gate"), scratch.dir.join("go"));
+    let script = format!(
+        "if [ -e '{}' ]; then while [ ! -e '{}' ]; do sleep 0.02; done; fi; exec \"$@\"",
+        gate.display(),
+        go.display()
+    );
+    let job = Job::start_wrapped(
+        &elastic(&discovery, &["--min-np", "2", "--max-np", "3"]),
+        &["sh", "-c", &script, "sh"],
+        &LONGER,
+    );
+    let w = job.wait_for_workers(3);
+    job.wait_for_step_at_least(10);
+    std::fs::write(&gate, "").unwrap();
+    job.kill(w[2].pid);
+    // The two survivors go on (after --replacement-wait, 0.5 s by default)
+    // while the replacement is held at the gate.
+    let on_two = job.wait_for_step("a step on 2 ranks", |s| s.world_size == 2);
+    std::fs::write(&go, "").unwrap();
+    // Released, it registers and joins at the next commit.
+    job.wait_for_step("a step on 3 ranks after it", |s| {
+        s.world_size == 3 && s.step > on_two.step
+    });
+    let run = job.finish(JOB);
+    run.expect_code(0);
+    assert_eq!(failure_lines(&run.stderr).len(), 1, "{}", run.stderr);
+    let sizes: Vec<u64> = generations(&run.stderr).iter().map(|g| g.1).collect();
+    assert_eq!(sizes, [3, 2, 3], "{}", run.stderr);
+    check_done(&run, 3, LONGER.expected_steps());
 }
