@@ -24,7 +24,7 @@ use control::env::TransportKind;
 use control::{Assignment, PeerAddress, Secret};
 
 use crate::data_plane::DataPlane;
-use crate::engine::{Engine, Planes, TuningMemory};
+use crate::engine::{Engine, EngineConfig, Planes, TuningMemory};
 use crate::hierarchy::{self, CollectivePaths};
 use crate::settings::engine_config;
 use crate::worker::Place;
@@ -204,12 +204,13 @@ pub(crate) struct Parts {
 }
 
 /// The place, collective paths and a fresh engine for the generation of
-/// assignment `a` on `plane`; `memory` keeps the autotune samples across
-/// generations.
+/// assignment `a` on `plane`, whose operations may each wait `data_timeout`
+/// (GPU ones too); `memory` keeps the autotune samples across generations.
 pub(crate) fn start(
     rt: &tokio::runtime::Handle,
     a: &Assignment,
     plane: DataPlane,
+    data_timeout: Duration,
     memory: &TuningMemory,
 ) -> (Engine, Parts) {
     let place = Place {
@@ -223,7 +224,10 @@ pub(crate) fn start(
     };
     let (options, paths, grid) = hierarchy::options(&a.knobs, &a.hosts);
     hierarchy::log_fallbacks(&paths, place.rank);
-    let cfg = engine_config(Some(&a.knobs), grid, memory);
+    let cfg = EngineConfig {
+        device_timeout: data_timeout,
+        ..engine_config(Some(&a.knobs), grid, memory)
+    };
     let breaker = plane.breaker();
     let engine = engine_on(rt, plane, options, cfg);
     let parts = Parts {

@@ -30,6 +30,7 @@ pub(crate) fn engine_config(
         }),
         autotune: k.autotune.as_ref().map(|a| autotune_setup(a, memory)),
         hierarchy: grid,
+        ..EngineConfig::default()
     }
 }
 

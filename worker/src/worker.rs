@@ -10,7 +10,7 @@ use control::{Assignment, Knobs};
 use crate::affinity::AffinityError;
 use crate::control_link;
 use crate::data_plane::DataPlane;
-use crate::engine::{Engine, EngineStats, TuningMemory};
+use crate::engine::{Engine, EngineConfig, EngineStats, TuningMemory};
 use crate::error::InitError;
 use crate::generation::{self, Entered};
 use crate::hierarchy::CollectivePaths;
@@ -238,7 +238,8 @@ impl Worker {
     fn launched(rt: tokio::runtime::Runtime, entered: Entered, link: Link) -> Worker {
         let memory = TuningMemory::default();
         let a = entered.assignment;
-        let (engine, p) = generation::start(rt.handle(), &a, entered.plane, &memory);
+        let (engine, p) =
+            generation::start(rt.handle(), &a, entered.plane, link.data_timeout, &memory);
         let own = a.peers.get(p.place.rank).cloned();
         let worker = Worker {
             engine,
@@ -258,7 +259,11 @@ impl Worker {
     /// Moves to the generation of assignment `a` on `plane`; returns the
     /// previous generation's engine, to be retired.
     pub(crate) fn install(&mut self, a: Assignment, plane: DataPlane) -> Engine {
-        let (engine, p) = generation::start(self.rt.handle(), &a, plane, &self.memory);
+        let timeout = self
+            .link
+            .as_ref()
+            .map_or(EngineConfig::default().device_timeout, |l| l.data_timeout);
+        let (engine, p) = generation::start(self.rt.handle(), &a, plane, timeout, &self.memory);
         let own = a.peers.get(p.place.rank).cloned();
         let old = std::mem::replace(&mut self.engine, engine);
         self.place = p.place;

@@ -22,6 +22,10 @@ pub struct EngineConfig {
     /// collectives can be switched on only then (the communicator's options
     /// say whether they start on).
     pub hierarchy: Option<Arc<Hierarchy>>,
+    /// How long one GPU (NCCL) operation may take before its communicator
+    /// is aborted and the engine fails with the peers taken for lost: the
+    /// data plane's timeout (`--gloo-timeout-seconds`), default 60 s.
+    pub device_timeout: Duration,
 }
 
 impl Default for EngineConfig {
@@ -33,6 +37,7 @@ impl Default for EngineConfig {
             timeline: None,
             autotune: None,
             hierarchy: None,
+            device_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -256,7 +256,7 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             autotune: cfg.autotune.clone(),
             hierarchy: cfg.hierarchy.clone(),
             fusion: FusionBuffer::default(),
-            gpu: GpuSide::default(),
+            gpu: GpuSide::new(cfg.device_timeout),
         };
         if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
             st.start_autotuner(setup, cfg);

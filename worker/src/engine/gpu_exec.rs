@@ -21,6 +21,10 @@ type Failed = (EngineError, Vec<Submission>);
 /// feature (no GPU tensor can be submitted then).
 #[derive(Debug, Default)]
 pub(super) struct GpuSide {
+    /// How long one NCCL operation may take before its communicator is
+    /// aborted (a peer is gone or stuck): the data plane's timeout.
+    #[cfg(feature = "cuda")]
+    timeout: std::time::Duration,
     #[cfg(feature = "cuda")]
     comm: Option<gpu::NcclComm>,
     /// The host's communicator of the two-level allreduce.
@@ -29,11 +33,6 @@ pub(super) struct GpuSide {
     #[cfg(feature = "cuda")]
     scratch: std::collections::HashMap<collectives::DType, gpu::DeviceTensor>,
 }
-
-/// How long one NCCL operation may take before its communicator is aborted
-/// (a peer is gone or stuck).
-#[cfg(feature = "cuda")]
-pub(super) const NCCL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What a joined rank cannot do with GPU tensors.
 fn unsupported_join() -> EngineError {
@@ -44,6 +43,23 @@ fn unsupported_join() -> EngineError {
 }
 
 impl GpuSide {
+    /// Nothing yet; each NCCL operation may take `timeout`
+    /// (`--gloo-timeout-seconds`, as one data-plane operation).
+    pub(super) fn new(timeout: std::time::Duration) -> Self {
+        #[cfg(feature = "cuda")]
+        {
+            Self {
+                timeout,
+                ..Self::default()
+            }
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = timeout;
+            Self::default()
+        }
+    }
+
     /// Runs `group` (GPU tensors, one kind and element type) with this
     /// rank's submissions `locals`; `host` carries NCCL's unique id when the
     /// communicator is made.
@@ -86,7 +102,7 @@ mod cuda {
     use collectives::{Collectives, Element, FusedPhases, GroupCollectives, Host};
     use gpu::{Device, DeviceBuffer, NcclComm, TwoLevel};
 
-    use super::{Failed, GpuSide, NCCL_TIMEOUT};
+    use super::{Failed, GpuSide};
     use crate::engine::error::EngineError;
     use crate::engine::messages::{Kind, Ready};
     use crate::engine::tensor::Submission;
@@ -105,7 +121,7 @@ mod cuda {
         ) -> Result<&NcclComm> {
             if self.comm.is_none() {
                 let stream = gpu::stream_beside(like).map_err(into_engine)?;
-                let c = NcclComm::connect(host, stream, NCCL_TIMEOUT)
+                let c = NcclComm::connect(host, stream, self.timeout)
                     .await
                     .map_err(into_engine)?;
                 self.comm = Some(c);
@@ -222,7 +238,7 @@ mod cuda {
         ) -> Result<Vec<Out<T>>> {
             if self.two_level.is_none() {
                 let stream = gpu::stream_beside(like).map_err(into_engine)?;
-                let t = TwoLevel::connect(host, hierarchy, stream, NCCL_TIMEOUT)
+                let t = TwoLevel::connect(host, hierarchy, stream, self.timeout)
                     .await
                     .map_err(into_engine)?;
                 self.two_level = Some(t);
