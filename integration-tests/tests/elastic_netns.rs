@@ -253,14 +253,18 @@ fn a_quic_job_across_two_hosts_goes_on_when_one_vanishes() {
 /// The host leaves the network but stays in discovery (a partition): its
 /// workers fail by heartbeat silence (15 s), replacements started there over
 /// ssh cannot register (`--start-timeout 8` here, 30 s by default), and the
-/// host, failing again and again, is blacklisted; the survivors go on.
+/// host, failing again and again, is blacklisted; the survivors go on. Here
+/// the survivors wait for the replacements until they time out
+/// (`--replacement-wait` past the start timeout; by default they would go
+/// on after 0.5 s and the job could end before the host is blacklisted).
 #[test]
 fn a_host_that_vanishes_from_the_network_only_is_blacklisted() {
     let Some(c) = cluster("s3", (231, 3)) else {
         return;
     };
     let hosts_file = c.dir().join("hosts");
-    let job = running_job(&c, &hosts_file, &["--start-timeout", "8"]);
+    let options = ["--start-timeout", "8", "--replacement-wait", "20"];
+    let job = running_job(&c, &hosts_file, &options);
     let vanished_at = Instant::now();
     c.set_link(0, false);
     let what = "host vanished from the network only";

@@ -17,25 +17,6 @@ pub(crate) enum Data {
     U8(Vec<u8>),
 }
 
-impl Data {
-    pub(crate) fn dtype(&self) -> &'static str {
-        match self {
-            Data::F32(_) => "float32",
-            Data::F64(_) => "float64",
-            Data::F16(_) => "float16",
-            Data::I32(_) => "int32",
-            Data::I64(_) => "int64",
-            Data::U8(_) => "uint8",
-        }
-    }
-}
-
-fn elements<T: numpy::Element + Copy>(a: &Bound<'_, PyArrayDyn<T>>) -> (Vec<T>, Vec<usize>) {
-    let mut v = Vec::new();
-    let shape = append(a, &mut v);
-    (v, shape)
-}
-
 /// Appends `a`'s elements to `out` in C order; returns `a`'s shape.
 fn append<T: numpy::Element + Copy>(a: &Bound<'_, PyArrayDyn<T>>, out: &mut Vec<T>) -> Vec<usize> {
     let ro = a.readonly();
@@ -65,14 +46,11 @@ fn gather<T: numpy::Element + Copy>(
         match a.cast::<PyArrayDyn<T>>() {
             Ok(arr) => shapes.push(append(arr, &mut all)),
             Err(_) => {
-                let want = first.dtype().to_string();
-                return Some(Err(match from_numpy(a) {
-                    Ok((other, _)) => PyTypeError::new_err(format!(
-                        "a grouped allreduce's arrays must share one dtype: {want} and {}",
-                        other.dtype()
-                    )),
-                    Err(e) => e,
-                }));
+                return Some(Err(PyTypeError::new_err(format!(
+                    "a grouped allreduce's arrays must share one dtype: {} and {}",
+                    dtype_of(first.as_any()),
+                    dtype_of(a)
+                ))));
             }
         }
     }
@@ -105,32 +83,22 @@ pub(crate) fn concat_numpy(arrays: &[Bound<'_, PyAny>]) -> PyResult<(Data, Vec<V
     try_type!(i32, I32);
     try_type!(i64, I64);
     try_type!(u8, U8);
-    // The first is no array elasticrun reduces: its own error.
-    from_numpy(first).map(|(d, s)| (d, vec![s]))
+    Err(PyTypeError::new_err(format!(
+        "elasticrun reduces numpy arrays of float32, float64, float16, int32, int64 or uint8, not {}",
+        dtype_of(first)
+    )))
+}
+
+/// `a`'s numpy dtype, or its Python type when it has none.
+fn dtype_of(a: &Bound<'_, PyAny>) -> String {
+    a.getattr("dtype")
+        .map_or_else(|_| a.get_type().to_string(), |d| d.to_string())
 }
 
 /// The elements and shape of numpy array `a`.
 pub(crate) fn from_numpy(a: &Bound<'_, PyAny>) -> PyResult<(Data, Vec<usize>)> {
-    macro_rules! try_type {
-        ($t:ty, $variant:ident) => {
-            if let Ok(arr) = a.cast::<PyArrayDyn<$t>>() {
-                let (v, shape) = elements(arr);
-                return Ok((Data::$variant(v), shape));
-            }
-        };
-    }
-    try_type!(f32, F32);
-    try_type!(f64, F64);
-    try_type!(f16, F16);
-    try_type!(i32, I32);
-    try_type!(i64, I64);
-    try_type!(u8, U8);
-    let what = a
-        .getattr("dtype")
-        .map_or_else(|_| a.get_type().to_string(), |d| d.to_string());
-    Err(PyTypeError::new_err(format!(
-        "elasticrun reduces numpy arrays of float32, float64, float16, int32, int64 or uint8, not {what}"
-    )))
+    let (data, mut shapes) = concat_numpy(std::slice::from_ref(a))?;
+    Ok((data, shapes.pop().unwrap_or_default()))
 }
 
 /// A new numpy array of `shape` holding `v`.
