@@ -2,12 +2,13 @@
 //! that the stream transport's framing, direct receives, goodbyes and loss
 //! work over it unchanged.
 //!
-//! The pair's TCP connection stays open beside the rings as their doorbell
-//! and their proof of life: a side that finds nothing to do spins for a
-//! while, then flags itself as waiting in the ring and sleeps on the socket;
-//! the other side, seeing the flag after it moved the ring, writes one byte.
-//! When a peer dies its kernel closes the socket, which wakes every sleeper
-//! at once: no futex to wait out, no timeout to guess.
+//! A side that finds nothing to do spins for a while, then flags itself as
+//! waiting in the ring and sleeps on its doorbell pipe; the other side,
+//! seeing the flag after it moved the ring, writes one byte to it. The
+//! pair's TCP connection stays open beside the rings as their proof of
+//! life: when a peer dies its kernel closes the socket (and its pipe ends),
+//! which wakes every sleeper at once: no futex to wait out, no timeout to
+//! guess.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,10 +20,11 @@ use futures::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::unix::pipe;
 use tokio::task::JoinHandle;
 
 use super::ring::{Consumer, Producer};
-use super::segment::Segment;
+use super::segment::{Bells, Segment};
 
 /// Who sleeps on a pair's doorbell, and whether the peer is gone.
 #[derive(Debug, Default)]
@@ -39,33 +41,43 @@ impl Sleepers {
     }
 }
 
-/// A pair's doorbell: the TCP connection, rung by writing a byte.
+/// A pair's doorbell: a pipe to the peer, rung by writing a byte; and the
+/// TCP connection, kept open as the proof of life.
 #[derive(Debug)]
 struct Bell {
-    out: OwnedWriteHalf,
+    /// Written directly (non-blocking), not through the runtime: a runtime
+    /// handle would refuse a write until it had seen the pipe writable.
+    out: std::os::fd::OwnedFd,
+    /// Kept open: dropping it would end the peer's stream.
+    _tcp: OwnedWriteHalf,
     sleepers: Arc<Sleepers>,
     listener: JoinHandle<()>,
 }
 
 impl Bell {
-    fn new(stream: TcpStream) -> Self {
-        let (r, out) = stream.into_split();
+    fn new(stream: TcpStream, bells: Bells) -> std::io::Result<Self> {
+        let (r, tcp) = stream.into_split();
+        let out = bells.ring_peer;
+        let wake_me = pipe::Receiver::from_owned_fd(bells.wake_me)?;
         let sleepers = Arc::new(Sleepers::default());
-        let listener = tokio::spawn(listen(r, sleepers.clone()));
-        Self {
+        let listener = tokio::spawn(listen(r, wake_me, sleepers.clone()));
+        Ok(Self {
             out,
+            _tcp: tcp,
             sleepers,
             listener,
-        }
+        })
     }
 
     /// Wakes the peer if it flagged itself waiting on `flag`.
     fn ring_if(&self, flag: &AtomicU32) {
         fence(Ordering::SeqCst);
         if flag.swap(0, Ordering::AcqRel) != 0 {
-            // A full socket buffer already holds rings the peer has yet to
-            // read; a dead peer is noticed by this side's own listener.
-            let _ = self.out.try_write(&[1]);
+            // A full pipe already holds rings the peer has yet to read; a
+            // dead peer is noticed by this side's own listener (and its
+            // closed pipe gives EPIPE: Rust programs and Python both ignore
+            // SIGPIPE).
+            let _ = nix::unistd::write(&self.out, &[1]);
         }
     }
 }
@@ -76,11 +88,17 @@ impl Drop for Bell {
     }
 }
 
-/// Wakes the sleepers at every ring, and for good when the peer is gone.
-async fn listen(mut r: OwnedReadHalf, sleepers: Arc<Sleepers>) {
-    let mut buf = [0u8; 64];
+/// Wakes the sleepers at every ring, and for good when the peer is gone
+/// (its socket or its pipe closed).
+async fn listen(mut tcp: OwnedReadHalf, mut bell: pipe::Receiver, sleepers: Arc<Sleepers>) {
+    let (mut buf, mut rings) = ([0u8; 16], [0u8; 64]);
     loop {
-        match r.read(&mut buf).await {
+        let n = tokio::select! {
+            n = bell.read(&mut rings) => n,
+            // Nothing comes on the socket but its end.
+            n = tcp.read(&mut buf) => n,
+        };
+        match n {
             Ok(n) if n > 0 => sleepers.wake(),
             _ => break,
         }
@@ -188,14 +206,15 @@ pub struct ShmWrite {
 }
 
 /// The two halves of a link over `segment`, whose ring `tx` this side
-/// writes and the other it reads, with `stream` as the doorbell.
+/// writes and the other it reads, with the segment's pipes as doorbells and
+/// `stream` as the proof of life.
 pub(crate) fn halves(
-    segment: &Segment,
+    segment: &mut Segment,
     tx: usize,
     stream: TcpStream,
     spin: Duration,
 ) -> Option<(ShmRead, ShmWrite)> {
-    let bell = Arc::new(Bell::new(stream));
+    let bell = Arc::new(Bell::new(stream, segment.take_bells()?).ok()?);
     let read = ShmRead {
         ring: Consumer::new(segment.ring(1 - tx)?),
         bell: bell.clone(),

@@ -5,8 +5,8 @@
 //! segment ([`segment`]) if its host key ([`host_key`]: the kernel's boot id
 //! and the network and pid namespaces) is the peer's, and the acceptor takes
 //! it if it can open it. Then the pair's frames go through two rings in the
-//! segment ([`ring`]) instead of the socket, which stays open as the rings'
-//! doorbell and proof of life ([`link`]). Either side can decline (the off
+//! segment ([`ring`]) instead of the socket, which stays open as the pair's
+//! proof of life beside two pipes, its doorbells ([`link`]). Either side can decline (the off
 //! switch, another host, a container that hides `/proc`), and the pair stays
 //! on TCP; both sides always agree.
 
@@ -65,7 +65,7 @@ pub(crate) fn host_key() -> Option<[u8; 32]> {
     Some(h.finalize().into())
 }
 
-const OFFER_LEN: usize = 32 + 4 + 4 + 8 + 16;
+const OFFER_LEN: usize = 32 + 4 + 4 + 8 + 16 + 4 + 4;
 const NO_OFFER: u8 = 0;
 const AN_OFFER: u8 = 1;
 const TAKEN: u8 = 1;
@@ -79,6 +79,8 @@ fn encode(host: &[u8; 32], o: &Offer) -> [u8; 1 + OFFER_LEN] {
     b[37..41].copy_from_slice(&o.fd.to_le_bytes());
     b[41..49].copy_from_slice(&o.cap.to_le_bytes());
     b[49..65].copy_from_slice(&o.nonce);
+    b[65..69].copy_from_slice(&o.bells[0].to_le_bytes());
+    b[69..73].copy_from_slice(&o.bells[1].to_le_bytes());
     b
 }
 
@@ -92,6 +94,10 @@ fn decode(b: &[u8; OFFER_LEN]) -> ([u8; 32], Offer) {
         fd: i32::from_le_bytes([b[36], b[37], b[38], b[39]]),
         cap: u64::from_le_bytes([b[40], b[41], b[42], b[43], b[44], b[45], b[46], b[47]]),
         nonce,
+        bells: [
+            i32::from_le_bytes([b[64], b[65], b[66], b[67]]),
+            i32::from_le_bytes([b[68], b[69], b[70], b[71]]),
+        ],
     };
     (host, offer)
 }
@@ -167,6 +173,7 @@ mod tests {
             fd: -7,
             cap: 1 << 22,
             nonce: [9; 16],
+            bells: [11, -12],
         };
         let b = encode(&[3; 32], &o);
         let mut body = [0u8; OFFER_LEN];

@@ -180,13 +180,13 @@ async fn link(
         Side::Acceptor => shm::answer(&mut s, host).await,
     }
     .map_err(failed)?;
-    let Some(segment) = segment else {
+    let Some(mut segment) = segment else {
         let (r, w) = s.into_split();
         return Ok((peer, Either::Left(r), Either::Left(w)));
     };
     let tx = if side == Side::Dialer { 0 } else { 1 };
-    let (r, w) =
-        shm::link::halves(&segment, tx, s, cfg.spin).ok_or_else(|| failed(shm::ring::corrupt()))?;
+    let (r, w) = shm::link::halves(&mut segment, tx, s, cfg.spin)
+        .ok_or_else(|| failed(shm::ring::corrupt()))?;
     tracing::debug!(peer, "data-plane link over shared memory");
     Ok((peer, Either::Right(r), Either::Right(w)))
 }
