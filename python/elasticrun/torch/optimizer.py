@@ -80,9 +80,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         try:
             for p, (h, ctx) in list(self._handles.items()):
                 out = torch.from_numpy(h.wait())
-                out = self._compression.decompress(out, ctx)
-                with torch.no_grad():
-                    p.grad.copy_(out.reshape(p.grad.shape))
+                out = self._compression.decompress(out, ctx).reshape(p.grad.shape)
+                if out.dtype == p.grad.dtype and p.grad.is_contiguous():
+                    # The result is a new array of the engine's: it becomes
+                    # the gradient, without a copy.
+                    p.grad = out
+                else:
+                    with torch.no_grad():
+                        p.grad.copy_(out)
         finally:
             # Also after a failure: the next step starts afresh (an elastic
             # run restores the state and goes on in a new generation).
