@@ -26,7 +26,10 @@ def test_a_killed_rank_is_replaced_and_training_ends_on_the_undisturbed_weights(
         hosts = pathlib.Path(d) / "hosts.sh"
         hosts.write_text("#!/bin/sh\necho localhost:3\n")
         hosts.chmod(0o755)
+        # The survivors wait for the replacement (by default they would go
+        # on after 0.5 s), so that it surely joins before the last steps.
         cmd = [elasticrun(), "-np", "3", "--min-np", "2", "--max-np", "3",
+               "--replacement-wait", "30",
                "--host-discovery-script", str(hosts), sys.executable,
                str(WORKERS / "elastic_train.py"), str(STEPS), "0.05"]
         code, out, err, killed = run_and_kill(cmd, r"\[2\]<stdout>:pid 2 (\d+)", r"<stdout>:step 10 ")

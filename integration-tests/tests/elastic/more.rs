@@ -184,11 +184,22 @@ fn survivors_train_on_while_a_slow_replacement_starts_and_it_joins_later() {
         gate.display(),
         go.display()
     );
-    let job = Job::start_wrapped(
-        &elastic(&discovery, &["--min-np", "2", "--max-np", "3"]),
-        &["sh", "-c", &script, "sh"],
-        &LONGER,
-    );
+    // Long enough that the released replacement joins before the end even
+    // on a loaded machine.
+    let train = Train {
+        epochs: 20,
+        ..LONGER
+    };
+    // The default --replacement-wait (`elastic()` sets its own).
+    let options = [
+        "--host-discovery-script",
+        &discovery,
+        "--min-np",
+        "2",
+        "--max-np",
+        "3",
+    ];
+    let job = Job::start_wrapped(&options, &["sh", "-c", &script, "sh"], &train);
     let w = job.wait_for_workers(3);
     job.wait_for_step_at_least(10);
     std::fs::write(&gate, "").unwrap();
@@ -206,5 +217,5 @@ fn survivors_train_on_while_a_slow_replacement_starts_and_it_joins_later() {
     assert_eq!(failure_lines(&run.stderr).len(), 1, "{}", run.stderr);
     let sizes: Vec<u64> = generations(&run.stderr).iter().map(|g| g.1).collect();
     assert_eq!(sizes, [3, 2, 3], "{}", run.stderr);
-    check_done(&run, 3, LONGER.expected_steps());
+    check_done(&run, 3, train.expected_steps());
 }
