@@ -223,11 +223,7 @@ impl Membership {
         let Phase::Gathering(g) = &self.phase else {
             return;
         };
-        let pending_members = self
-            .members
-            .iter()
-            .filter(|s| self.usable(s) && !g.rejoined.contains(*s))
-            .count();
+        let pending_members = self.not_rejoined(g).count();
         let ready = self.ready(g);
         // After a failure, replacements still starting are left to join
         // later once the survivors have waited `replacement_wait` for them.
@@ -270,10 +266,7 @@ impl Membership {
         let waits_for_spawns = g.cause == Cause::Failure
             && g.next > Generation(1)
             && self.pending_spawns().next().is_some();
-        let all_rejoined = self
-            .members
-            .iter()
-            .all(|s| !self.usable(s) || g.rejoined.contains(s));
+        let all_rejoined = self.not_rejoined(g).next().is_none();
         if !(waits_for_spawns && all_rejoined && self.ready(g).len() >= self.threshold(g.next)) {
             return None;
         }
@@ -281,6 +274,14 @@ impl Membership {
         self.pending_spawns()
             .map(|(_, since)| since.saturating_add(self.policy.replacement_wait))
             .max()
+    }
+
+    /// Members on usable slots that have not rejoined for the gathering's
+    /// generation yet.
+    pub(super) fn not_rejoined<'a>(&'a self, g: &'a Gathering) -> impl Iterator<Item = &'a SlotId> {
+        self.members
+            .iter()
+            .filter(move |s| self.usable(s) && !g.rejoined.contains(*s))
     }
 
     /// Rejoined members on usable slots in rank order, then newcomers in spawn order

@@ -86,10 +86,7 @@ impl Membership {
         let overdue = g.cause == Cause::HostsChanged
             && g.next > Generation(1)
             && now >= g.started.saturating_add(limit)
-            && self
-                .members
-                .iter()
-                .any(|s| self.usable(s) && !g.rejoined.contains(s));
+            && self.not_rejoined(g).next().is_some();
         if !overdue {
             return false;
         }
@@ -114,9 +111,7 @@ impl Membership {
             g.next,
             fmt_secs(limit)
         );
-        self.members
-            .iter()
-            .filter(|s| self.usable(s) && !g.rejoined.contains(*s))
+        self.not_rejoined(g)
             .map(|s| (s.clone(), why.clone()))
             .collect()
     }
@@ -133,11 +128,7 @@ impl Membership {
             .map(|(_, since)| since.saturating_add(p.start_timeout));
         let mut gathering = Vec::new();
         if let Phase::Gathering(g) = &self.phase {
-            if self
-                .members
-                .iter()
-                .any(|s| self.usable(s) && !g.rejoined.contains(s))
-            {
+            if self.not_rejoined(g).next().is_some() {
                 gathering.push(g.started.saturating_add(p.rejoin_timeout));
             }
             if let (Some(s), false) = (g.short_since, g.overdue) {
