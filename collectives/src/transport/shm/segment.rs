@@ -80,18 +80,13 @@ fn open_pipe(pid: u32, fd: i32, write: bool) -> std::io::Result<OwnedFd> {
     let file = File::options()
         .read(!write)
         .write(write)
-        .custom_flags(libc_nonblock())
+        .custom_flags(OFlag::O_NONBLOCK.bits())
         .open(&path)?;
     if !file.metadata()?.file_type().is_fifo() {
         let what = "an offered doorbell is not a pipe";
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, what));
     }
     Ok(OwnedFd::from(file))
-}
-
-/// `O_NONBLOCK` as `open`'s custom flags take it.
-fn libc_nonblock() -> i32 {
-    OFlag::O_NONBLOCK.bits()
 }
 
 /// Bytes from one ring's start to the next's.
