@@ -9,7 +9,7 @@ use pyo3::types::PyList;
 use worker::{Element, Tensor, Worker};
 
 use crate::arrays::{Data, concat_numpy, from_numpy, to_numpy};
-use crate::{ElasticrunError, engine_err, reduce_op};
+use crate::{ElasticrunError, engine_err, on_worker, reduce_op};
 
 /// A submitted collective of one element type.
 #[derive(Debug)]
@@ -119,16 +119,6 @@ impl Handle {
             )),
         }
     }
-}
-
-/// Runs a submission on the worker. Submitting only queues the tensor for
-/// the engine, so the interpreter is not released for it.
-fn on_worker<R>(f: impl FnOnce(&Worker) -> R) -> PyResult<R> {
-    let g = crate::worker()?;
-    let w = g
-        .as_ref()
-        .ok_or_else(|| ElasticrunError::new_err("not initialized"))?;
-    Ok(f(w))
 }
 
 fn handle(typed: Typed, out: Out) -> Handle {

@@ -51,16 +51,22 @@ pub(crate) fn worker() -> PyResult<RwLockReadGuard<'static, Option<Worker>>> {
     Ok(g)
 }
 
+/// Runs `f` on the worker, keeping the interpreter (for what only queues
+/// work for the engine, such as a submission).
+pub(crate) fn on_worker<R>(f: impl FnOnce(&Worker) -> R) -> PyResult<R> {
+    let g = worker()?;
+    let w = g
+        .as_ref()
+        .ok_or_else(|| ElasticrunError::new_err("not initialized"))?;
+    Ok(f(w))
+}
+
 /// Runs `f` on the worker, with the interpreter released.
 pub(crate) fn with_worker<R: Send>(
     py: Python<'_>,
     f: impl FnOnce(&Worker) -> R + Send,
 ) -> PyResult<R> {
-    let g = worker()?;
-    let w = g
-        .as_ref()
-        .ok_or_else(|| ElasticrunError::new_err("not initialized"))?;
-    Ok(py.detach(|| f(w)))
+    on_worker(|w| py.detach(|| f(w)))
 }
 
 /// An engine error as Python's: `WorkersFailed` when the data plane broke
