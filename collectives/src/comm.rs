@@ -361,15 +361,15 @@ impl<X: Transport> Communicator<X> {
     }
 
     /// Gathers every rank's `input`, whatever its length; returns the concatenation
-    /// and each rank's count.
+    /// and each rank's count. Buffers up to the small-message size travel with
+    /// their counts in one ring pass; larger ones take a second, segmented pass.
     pub async fn allgather<T: Element>(&self, input: &[T]) -> Result<(Vec<T>, Vec<usize>)> {
-        let ones = vec![1; self.size()];
-        let lens = self.allgatherv(&[input.len() as i64], &ones).await?;
-        let counts = lens
-            .into_iter()
-            .enumerate()
-            .map(|(from, c)| algorithms::count_from_wire(from, c))
-            .collect::<Result<Vec<usize>>>()?;
+        let o = self.op();
+        let told = algorithms::announce(&o, input, self.options.small_message_bytes).await?;
+        if let Some(all) = told.all {
+            return Ok((all, told.counts));
+        }
+        let counts = told.counts;
         let out = self.allgatherv(input, &counts).await?;
         Ok((out, counts))
     }

@@ -10,6 +10,7 @@ use crate::tag::{Rank, Tag};
 use crate::transport::Transport;
 
 mod alltoall;
+mod announce;
 mod broadcast;
 mod cells;
 mod doubling;
@@ -17,6 +18,7 @@ mod hierarchical;
 mod ring;
 
 pub(crate) use alltoall::{alltoall, count_from_wire, exchange_counts};
+pub(crate) use announce::announce;
 pub(crate) use broadcast::pipeline_broadcast;
 pub(crate) use doubling::doubling_allreduce;
 pub(crate) use hierarchical::{hierarchical_allgatherv, hierarchical_allreduce};

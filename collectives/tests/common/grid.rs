@@ -27,9 +27,11 @@ pub fn variants() -> Vec<(&'static str, CollectiveOptions)> {
     let d = CollectiveOptions::default();
     vec![
         (
-            "ring/chain, 16-byte segments",
+            "ring/chain, 16-byte segments and small messages",
             CollectiveOptions {
                 segment_bytes: 16,
+                // Allgathers of more than 16 bytes take the two-pass path.
+                small_message_bytes: 16,
                 allreduce: AllreduceAlgorithm::Ring,
                 broadcast: BroadcastAlgorithm::Chain,
                 ..d.clone()
