@@ -239,17 +239,42 @@ impl<X: Transport> Communicator<X> {
         scaling: Scaling,
         layout: Layout,
     ) -> Result<()> {
-        let post = prepare_scaling(buf, op, scaling, self.size())?;
+        self.allreduce_parts(&mut [buf], op, scaling, layout).await
+    }
+
+    /// [`Communicator::allreduce_layout`] of the concatenation of `parts`,
+    /// each reduced where it lies: a fused group's tensors run as one
+    /// collective without being copied together (every message is sent from
+    /// the pieces it covers and received or combined into them). The
+    /// hierarchical layout takes one buffer only.
+    pub async fn allreduce_parts<T: Element>(
+        &self,
+        parts: &mut [&mut [T]],
+        op: ReduceOp,
+        scaling: Scaling,
+        layout: Layout,
+    ) -> Result<()> {
+        let n = self.size();
+        let post = prepare_scaling::<T>(&mut [], op, scaling, n)?;
+        for p in parts.iter_mut() {
+            prepare_scaling(p, op, scaling, n)?;
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let o = self.op();
         match layout {
-            Layout::Doubling => algorithms::doubling_allreduce(&o, buf, op.combine()).await?,
+            Layout::Doubling => algorithms::doubling_parts(&o, parts, op.combine()).await?,
             Layout::RingBlocks(counts) => {
-                self.check_counts("allreduce blocks", &counts, buf.len())?;
-                let steps = allreduce_ring(self.size(), self.rank());
-                algorithms::ring_pass(&o, buf, &counts, &steps, self.seg::<T>(), op.combine())
-                    .await?;
+                self.check_counts("allreduce blocks", &counts, len)?;
+                let steps = allreduce_ring(n, self.rank());
+                let seg = self.seg::<T>();
+                algorithms::ring_pass_parts(&o, parts, &counts, &steps, seg, op.combine()).await?;
             }
             Layout::Hierarchical(layout) => {
+                let [buf] = parts else {
+                    return Err(CollectiveError::PiecesOnHierarchy {
+                        pieces: parts.len(),
+                    });
+                };
                 let h = self
                     .options
                     .hierarchical_allreduce
@@ -268,7 +293,9 @@ impl<X: Transport> Communicator<X> {
                 .await?;
             }
         }
-        finish_scaling(buf, op, post, self.size());
+        for p in parts.iter_mut() {
+            finish_scaling(p, op, post, n);
+        }
         Ok(())
     }
 

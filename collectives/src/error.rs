@@ -154,6 +154,8 @@ pub enum CollectiveError {
     HierarchySize { layout: usize, size: usize },
     #[error("a hierarchical layout was given but no host layout is set in the options")]
     NoHierarchy,
+    #[error("the hierarchical allreduce runs on one buffer, not {pieces} pieces")]
+    PiecesOnHierarchy { pieces: usize },
     #[error("rank {rank} is not among the ranks {members:?} of a group collective")]
     NotAMember { rank: Rank, members: Vec<Rank> },
     /// A collective library that runs its own collectives (NCCL) failed; its

@@ -596,6 +596,77 @@ async fn large_payloads_are_received_in_place_and_the_stream_stays_in_step() {
     drop(writer.await.unwrap());
 }
 
+/// A fused collective's cells lie in several tensors: a message goes out from
+/// its pieces as one frame and comes in across pieces cut elsewhere, both for
+/// payloads read whole and for those read in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_in_pieces_travel_as_one_frame() {
+    let (t, mut peer) = rank0_with_fake_rank1(3).await;
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    let tag = |step| Tag::new(Generation(3), 1, step);
+    t.send_parts(
+        1,
+        tag(0),
+        &[b"ab", b"", &big[..300_000], b"z", &big[300_000..]],
+    )
+    .await
+    .unwrap();
+    let mut got = vec![0u8; 24 + 3 + big.len()];
+    peer.read_exact(&mut got).await.unwrap();
+    let mut want = frame(3, 1, 0, 3 + big.len() as u32);
+    want.extend_from_slice(b"ab");
+    want.extend_from_slice(&big[..300_000]);
+    want.push(b'z');
+    want.extend_from_slice(&big[300_000..]);
+    assert!(
+        got == want,
+        "the frame differs from the pieces' concatenation"
+    );
+
+    let mut wire = frame(3, 1, 1, big.len() as u32);
+    wire.extend_from_slice(&big);
+    wire.extend_from_slice(&frame(3, 1, 2, 5));
+    wire.extend_from_slice(b"hello");
+    wire.extend_from_slice(&frame(3, 1, 3, 4));
+    wire.extend_from_slice(b"four");
+    wire.extend_from_slice(&frame(3, 1, 4, 2));
+    wire.extend_from_slice(b"ok");
+    let writer = tokio::spawn(async move {
+        peer.write_all(&wire).await.unwrap();
+        peer
+    });
+    let (mut a, mut b, mut c) = (vec![0u8; 7], vec![0u8; 0], vec![0u8; big.len() - 7]);
+    t.recv_into_parts(1, tag(1), &mut [&mut a, &mut b, &mut c])
+        .await
+        .unwrap();
+    assert!(a == big[..7] && c == big[7..], "payload differs");
+    let (mut h, mut ello) = ([0u8; 1], [0u8; 4]);
+    t.recv_into_parts(1, tag(2), &mut [&mut h, &mut ello])
+        .await
+        .unwrap();
+    assert_eq!((&h, &ello), (b"h", b"ello"));
+    // Parts of another total length: reported, and the stream stays in step.
+    let (mut x, mut y) = ([0u8; 2], [0u8; 3]);
+    let e = t
+        .recv_into_parts(1, tag(3), &mut [&mut x, &mut y])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TransportError::WrongLength {
+                rank: 1,
+                expected: 5,
+                got: 4,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(t.recv(1, tag(4)).await.unwrap(), "ok");
+    drop(writer.await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receive_abandoned_mid_payload_loses_the_peer() {
     let (t, mut peer) = rank0_with_fake_rank1(3).await;

@@ -74,6 +74,19 @@ impl Transport for DataPlane {
         delegate!(self, t => t.recv_into(from, tag, dst).await)
     }
 
+    async fn send_parts(&self, to: Rank, tag: Tag, parts: &[&[u8]]) -> Result<(), TransportError> {
+        delegate!(self, t => t.send_parts(to, tag, parts).await)
+    }
+
+    async fn recv_into_parts(
+        &self,
+        from: Rank,
+        tag: Tag,
+        dst: &mut [&mut [u8]],
+    ) -> Result<(), TransportError> {
+        delegate!(self, t => t.recv_into_parts(from, tag, dst).await)
+    }
+
     fn stale_refused(&self) -> u64 {
         delegate!(self, t => t.stale_refused())
     }

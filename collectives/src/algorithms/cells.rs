@@ -2,6 +2,10 @@
 //! between them: the receiving half writes a cell, the sending half reads it once
 //! the schedule says it is final. Whoever holds a cell owns it outright (no lock is
 //! held across an await), so the collective's future stays `Send`.
+//!
+//! The buffer may lie in several pieces (the tensors of a fused group, laid
+//! end to end without being copied together): a cell is then the run of
+//! piece slices that covers its range of the whole.
 
 use std::ops::Range;
 use std::sync::Mutex;
@@ -11,8 +15,11 @@ use tokio::sync::Notify;
 
 use crate::schedule::{segment, segment_count};
 
+/// One cell: consecutive slices of the buffer's pieces.
+pub(crate) type Cell<'a, T> = Vec<&'a mut [T]>;
+
 pub(crate) struct Cells<'a, T> {
-    slots: Mutex<Vec<Option<&'a mut [T]>>>,
+    slots: Mutex<Vec<Option<Cell<'a, T>>>>,
     /// `first[b]`: index of block `b`'s first cell.
     first: Vec<usize>,
     received: AtomicUsize,
@@ -29,19 +36,33 @@ pub(crate) struct Ready {
 }
 
 impl<'a, T> Cells<'a, T> {
-    /// Cuts `buf` along `blocks` (contiguous, in order, covering `buf`) into
-    /// `seg`-element segments.
-    pub(crate) fn new(buf: &'a mut [T], blocks: &[Range<usize>], seg: usize) -> Self {
+    /// Cuts the concatenation of `pieces` along `blocks` (contiguous, in
+    /// order, covering it) into `seg`-element segments.
+    pub(crate) fn new(pieces: Vec<&'a mut [T]>, blocks: &[Range<usize>], seg: usize) -> Self {
         let mut slots = Vec::new();
         let mut first = Vec::with_capacity(blocks.len());
-        let mut rest = buf;
+        let mut pieces = pieces.into_iter();
+        let mut rest: &'a mut [T] = &mut [];
         for b in blocks {
             first.push(slots.len());
             for k in 0..segment_count(b.len(), seg) {
-                let len = segment(b, seg, k).len();
-                let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
-                slots.push(Some(head));
-                rest = tail;
+                let mut need = segment(b, seg, k).len();
+                let mut cell = Vec::with_capacity(1);
+                while need > 0 {
+                    if rest.is_empty() {
+                        match pieces.next() {
+                            Some(p) => rest = p,
+                            None => break,
+                        }
+                        continue;
+                    }
+                    let len = need.min(rest.len());
+                    let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
+                    cell.push(head);
+                    rest = tail;
+                    need -= len;
+                }
+                slots.push(Some(cell));
             }
         }
         Self {
@@ -57,7 +78,7 @@ impl<'a, T> Cells<'a, T> {
         self.first[block] + seg
     }
 
-    fn try_take(&self, idx: usize, ready: Ready) -> Option<&'a mut [T]> {
+    fn try_take(&self, idx: usize, ready: Ready) -> Option<Cell<'a, T>> {
         if self.received.load(Ordering::Acquire) < ready.received
             || self.sent.load(Ordering::Acquire) < ready.sent
         {
@@ -68,7 +89,7 @@ impl<'a, T> Cells<'a, T> {
     }
 
     /// Takes cell `idx` once it is back in the table and `ready` holds.
-    pub(crate) async fn take(&self, idx: usize, ready: Ready) -> &'a mut [T] {
+    pub(crate) async fn take(&self, idx: usize, ready: Ready) -> Cell<'a, T> {
         loop {
             let notified = self.changed.notified();
             let mut notified = std::pin::pin!(notified);
@@ -80,7 +101,7 @@ impl<'a, T> Cells<'a, T> {
         }
     }
 
-    pub(crate) fn put(&self, idx: usize, cell: &'a mut [T]) {
+    pub(crate) fn put(&self, idx: usize, cell: Cell<'a, T>) {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots[idx] = Some(cell);
         drop(slots);

@@ -20,9 +20,9 @@ mod ring;
 pub(crate) use alltoall::{alltoall, count_from_wire, exchange_counts};
 pub(crate) use announce::announce;
 pub(crate) use broadcast::pipeline_broadcast;
-pub(crate) use doubling::doubling_allreduce;
+pub(crate) use doubling::{doubling_allreduce, doubling_parts};
 pub(crate) use hierarchical::{hierarchical_allgatherv, hierarchical_allreduce};
-pub(crate) use ring::ring_pass;
+pub(crate) use ring::{ring_pass, ring_pass_parts};
 
 /// One collective operation in flight: its transport and op id.
 pub(crate) struct Op<'a, X> {
@@ -64,6 +64,18 @@ impl<X: Transport> Op<'_, X> {
 }
 
 impl<X: Transport> Op<'_, X> {
+    /// Sends the concatenation of `parts` as one message.
+    pub(crate) async fn send_parts<T: Element>(
+        &self,
+        to: Rank,
+        step: usize,
+        parts: &[&[T]],
+    ) -> Result<()> {
+        let tag = self.tag(step)?;
+        let bytes: Vec<&[u8]> = parts.iter().map(|p| bytemuck::cast_slice(p)).collect();
+        Ok(self.tr.send_parts(to, tag, &bytes).await?)
+    }
+
     /// Receives a message of exactly `dst.len()` elements straight into `dst`.
     pub(crate) async fn recv_into<T: Element>(
         &self,
@@ -71,12 +83,22 @@ impl<X: Transport> Op<'_, X> {
         step: usize,
         dst: &mut [T],
     ) -> Result<()> {
+        self.recv_into_parts(from, step, &mut [dst]).await
+    }
+
+    /// Receives a message of exactly the parts' total length across them.
+    pub(crate) async fn recv_into_parts<T: Element>(
+        &self,
+        from: Rank,
+        step: usize,
+        dst: &mut [&mut [T]],
+    ) -> Result<()> {
         let tag = self.tag(step)?;
-        match self
-            .tr
-            .recv_into(from, tag, bytemuck::cast_slice_mut(dst))
-            .await
-        {
+        let mut bytes: Vec<&mut [u8]> = dst
+            .iter_mut()
+            .map(|p| bytemuck::cast_slice_mut(p))
+            .collect();
+        match self.tr.recv_into_parts(from, tag, &mut bytes).await {
             Ok(()) => Ok(()),
             Err(TransportError::WrongLength {
                 rank,
@@ -91,6 +113,22 @@ impl<X: Transport> Op<'_, X> {
             }),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// The pieces of a cell, to read.
+pub(crate) fn shared<'p, T>(parts: &'p [&mut [T]]) -> Vec<&'p [T]> {
+    parts.iter().map(|p| &**p).collect()
+}
+
+/// Combines `payload` into the concatenation of `dst`'s parts. The caller
+/// has checked that the lengths agree.
+pub(crate) fn apply_parts<T: Element>(dst: &mut [&mut [T]], payload: &[u8], combine: Combine) {
+    let mut rest = payload;
+    for d in dst.iter_mut() {
+        let (head, tail) = rest.split_at(std::mem::size_of_val(&**d).min(rest.len()));
+        apply(d, head, Some(combine));
+        rest = tail;
     }
 }
 

@@ -18,7 +18,7 @@ use crate::schedule::{RingStep, block_ranges, segment, segment_count};
 use crate::transport::Transport;
 
 use super::cells::{Cells, Ready};
-use super::{Op, apply};
+use super::{Op, apply_parts, shared};
 
 /// `out[s]` = sum of the first `s` counts.
 fn prefix_counts(counts: impl Iterator<Item = usize>) -> Vec<usize> {
@@ -39,6 +39,19 @@ pub(crate) async fn ring_pass<T: Element, X: Transport>(
     seg: usize,
     combine: Combine,
 ) -> Result<()> {
+    ring_pass_parts(op, &mut [buf], counts, steps, seg, combine).await
+}
+
+/// [`ring_pass`] over the concatenation of `pieces` (the caller has checked
+/// that `counts` sum to its length).
+pub(crate) async fn ring_pass_parts<T: Element, X: Transport>(
+    op: &Op<'_, X>,
+    pieces: &mut [&mut [T]],
+    counts: &[usize],
+    steps: &[RingStep],
+    seg: usize,
+    combine: Combine,
+) -> Result<()> {
     let n = op.tr.size();
     if steps.is_empty() {
         return Ok(());
@@ -53,7 +66,7 @@ pub(crate) async fn ring_pass<T: Element, X: Transport>(
     let received_before = prefix_counts(steps.iter().map(|st| nseg[st.recv]));
     let sent_before = prefix_counts(steps.iter().map(|st| nseg[st.send]));
     let step_id = |s: usize, k: usize| k * steps.len() + s;
-    let cells = Cells::new(buf, &blocks, seg);
+    let cells = Cells::new(pieces.iter_mut().map(|p| &mut **p).collect(), &blocks, seg);
 
     let sender = async {
         for (s, st) in steps.iter().enumerate() {
@@ -69,7 +82,7 @@ pub(crate) async fn ring_pass<T: Element, X: Transport>(
                     sent: 0,
                 };
                 let data = cells.take(idx, ready).await;
-                let res = op.send(right, step_id(s, k), data).await;
+                let res = op.send_parts(right, step_id(s, k), &shared(&data)).await;
                 cells.put(idx, data);
                 res?;
                 cells.mark_sent();
@@ -85,8 +98,8 @@ pub(crate) async fn ring_pass<T: Element, X: Transport>(
                 if st.reduce {
                     let len = segment(block, seg, k).len();
                     let payload = op.recv::<T>(left, step_id(s, k), len).await?;
-                    let dst = cells.take(idx, Ready::default()).await;
-                    apply(dst, &payload, Some(combine));
+                    let mut dst = cells.take(idx, Ready::default()).await;
+                    apply_parts(&mut dst, &payload, combine);
                     cells.put(idx, dst);
                 } else {
                     // Copy steps land straight in the buffer.
@@ -94,8 +107,8 @@ pub(crate) async fn ring_pass<T: Element, X: Transport>(
                         received: 0,
                         sent: (s + 1).checked_sub(n).map_or(0, |t| sent_before[t] + k + 1),
                     };
-                    let dst = cells.take(idx, ready).await;
-                    let res = op.recv_into(left, step_id(s, k), dst).await;
+                    let mut dst = cells.take(idx, ready).await;
+                    let res = op.recv_into_parts(left, step_id(s, k), &mut dst).await;
                     cells.put(idx, dst);
                     res?;
                 }

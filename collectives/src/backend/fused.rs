@@ -1,11 +1,15 @@
-//! A fused allreduce on the host ring: several tensors packed into one buffer
-//! so that every element meets the same partners in the same order as when
-//! its tensor runs alone, which keeps fused and unfused results
+//! A fused allreduce on the host ring: several tensors run as one collective
+//! laid out so that every element meets the same partners in the same order
+//! as when its tensor runs alone, which keeps fused and unfused results
 //! bit-identical on every path.
 //!
 //! Flat ring: block-major (block `c` of every tensor, then block `c+1` of
 //! every tensor), the blocks cut as each tensor alone would be cut. Recursive
 //! doubling: plain concatenation (every element takes the same exchanges).
+//! On both flat paths the layout is only a view: each message is sent from
+//! the tensors' own memory and received or combined into it
+//! ([`Communicator::allreduce_parts`]), so nothing is copied into a fusion
+//! buffer and out again. The hierarchical path packs into `buf`.
 //! Between two ranks the fused buffer takes the algorithm its whole size
 //! calls for, whatever each tensor alone would take: with two ranks every
 //! path gives the same bits.
@@ -59,52 +63,33 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
         bytes0
     };
     let doubling = comm.allreduce_is_doubling(sized_as);
-    let (ranges, layout) = match comm.options().hierarchical_allreduce.clone() {
-        Some(h) => {
-            let cross = if doubling {
-                CrossStep::Doubling
-            } else {
-                CrossStep::Ring
-            };
-            let (local, hosts) = (h.local_size(), h.cross_size());
-            let ranges: Vec<Vec<Range<usize>>> = data
-                .iter()
-                .map(|d| {
-                    let l = HierarchicalLayout::even(d.len(), local, hosts, cross);
-                    block_ranges(&l.pieces.concat())
-                })
-                .collect();
-            let mut pieces = vec![vec![0; hosts]; local];
-            for p in 0..local * hosts {
-                pieces[p / hosts][p % hosts] = ranges.iter().map(|r| r[p].len()).sum();
-            }
-            (
-                ranges,
-                Layout::Hierarchical(HierarchicalLayout { pieces, cross }),
-            )
-        }
-        None if doubling => {
-            // One piece per tensor: the whole of it.
-            let whole = data
-                .iter()
-                .map(|d| std::iter::once(0..d.len()).collect())
-                .collect();
-            (whole, Layout::Doubling)
-        }
-        None => {
-            let n = comm.size();
-            let ranges: Vec<Vec<Range<usize>>> = data
-                .iter()
-                .map(|d| block_ranges(&even_counts(d.len(), n)))
-                .collect();
-            let counts = (0..n)
-                .map(|c| ranges.iter().map(|r| r[c].len()).sum())
-                .collect();
-            (ranges, Layout::RingBlocks(counts))
-        }
+    let Some(h) = comm.options().hierarchical_allreduce.clone() else {
+        phases.packed = Some(Instant::now());
+        let (mut parts, layout) = flat_view(data, comm.size(), doubling);
+        comm.allreduce_parts(&mut parts, op, Scaling::default(), layout)
+            .await?;
+        phases.reduced = Some(Instant::now());
+        return Ok(());
     };
-    let pieces = ranges.first().map_or(0, Vec::len);
-    for p in 0..pieces {
+    let cross = if doubling {
+        CrossStep::Doubling
+    } else {
+        CrossStep::Ring
+    };
+    let (local, hosts) = (h.local_size(), h.cross_size());
+    let ranges: Vec<Vec<Range<usize>>> = data
+        .iter()
+        .map(|d| {
+            let l = HierarchicalLayout::even(d.len(), local, hosts, cross);
+            block_ranges(&l.pieces.concat())
+        })
+        .collect();
+    let mut pieces = vec![vec![0; hosts]; local];
+    for p in 0..local * hosts {
+        pieces[p / hosts][p % hosts] = ranges.iter().map(|r| r[p].len()).sum();
+    }
+    let layout = Layout::Hierarchical(HierarchicalLayout { pieces, cross });
+    for p in 0..local * hosts {
         for (d, r) in data.iter().zip(&ranges) {
             buf.extend_from_slice(&d[r[p].clone()]);
         }
@@ -114,7 +99,7 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
         .await?;
     phases.reduced = Some(Instant::now());
     let mut at = 0;
-    for p in 0..pieces {
+    for p in 0..local * hosts {
         for (d, r) in data.iter_mut().zip(&ranges) {
             let len = r[p].len();
             d[r[p].clone()].copy_from_slice(&buf[at..at + len]);
@@ -122,4 +107,30 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
         }
     }
     Ok(())
+}
+
+/// The tensors of `data` as the pieces of one flat allreduce, where they
+/// lie: whole, one after another, for recursive doubling; block-major (each
+/// cut into `n` blocks as it would be alone) for the ring, with the ring's
+/// block sizes.
+fn flat_view<T>(data: &mut [Vec<T>], n: usize, doubling: bool) -> (Vec<&mut [T]>, Layout) {
+    if doubling {
+        let whole = data.iter_mut().map(Vec::as_mut_slice).collect();
+        return (whole, Layout::Doubling);
+    }
+    let mut blocks: Vec<Vec<&mut [T]>> = (0..n).map(|_| Vec::with_capacity(data.len())).collect();
+    let mut counts = vec![0; n];
+    for d in data.iter_mut() {
+        let mut rest = d.as_mut_slice();
+        for (c, len) in even_counts(rest.len(), n).into_iter().enumerate() {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            counts[c] += len;
+            blocks[c].push(head);
+            rest = tail;
+        }
+    }
+    (
+        blocks.into_iter().flatten().collect(),
+        Layout::RingBlocks(counts),
+    )
 }

@@ -85,6 +85,21 @@ impl<X: Transport> Transport for GroupView<'_, X> {
         self.world.recv_into(from, tag, dst).await
     }
 
+    async fn send_parts(&self, to: Rank, tag: Tag, parts: &[&[u8]]) -> Result<(), TransportError> {
+        let to = self.member(to)?;
+        self.world.send_parts(to, tag, parts).await
+    }
+
+    async fn recv_into_parts(
+        &self,
+        from: Rank,
+        tag: Tag,
+        dst: &mut [&mut [u8]],
+    ) -> Result<(), TransportError> {
+        let from = self.member(from)?;
+        self.world.recv_into_parts(from, tag, dst).await
+    }
+
     fn stale_refused(&self) -> u64 {
         self.world.stale_refused()
     }

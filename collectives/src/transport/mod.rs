@@ -30,6 +30,7 @@ pub(crate) mod group;
 mod mailbox;
 pub(crate) mod mem;
 pub(crate) mod mem_fabric;
+pub(crate) mod pieces;
 pub(crate) mod quic;
 pub(crate) mod shm;
 pub(crate) mod stream;
@@ -82,6 +83,40 @@ pub trait Transport: Send + Sync {
         async move {
             let payload = self.recv(from, tag).await?;
             copy_exact(from, tag, &payload, dst)
+        }
+    }
+
+    /// Sends the concatenation of `parts` as one message. Transports that
+    /// can write the parts one after another override this copy.
+    fn send_parts(
+        &self,
+        to: Rank,
+        tag: Tag,
+        parts: &[&[u8]],
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        async move {
+            match parts {
+                [one] => self.send(to, tag, one).await,
+                _ => self.send(to, tag, &parts.concat()).await,
+            }
+        }
+    }
+
+    /// Receives the next message from `from` with `tag` across `dst`'s parts,
+    /// in order; it must be exactly their total length. Transports that can
+    /// read a payload straight into the parts override this copy.
+    fn recv_into_parts(
+        &self,
+        from: Rank,
+        tag: Tag,
+        dst: &mut [&mut [u8]],
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        async move {
+            if let [one] = dst {
+                return self.recv_into(from, tag, one).await;
+            }
+            let payload = self.recv(from, tag).await?;
+            pieces::scatter_exact(from, tag, &payload, dst)
         }
     }
 
@@ -150,6 +185,24 @@ impl<X: Transport> Transport for Arc<X> {
         dst: &mut [u8],
     ) -> impl Future<Output = Result<(), TransportError>> + Send {
         (**self).recv_into(from, tag, dst)
+    }
+
+    fn send_parts(
+        &self,
+        to: Rank,
+        tag: Tag,
+        parts: &[&[u8]],
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        (**self).send_parts(to, tag, parts)
+    }
+
+    fn recv_into_parts(
+        &self,
+        from: Rank,
+        tag: Tag,
+        dst: &mut [&mut [u8]],
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        (**self).recv_into_parts(from, tag, dst)
     }
 
     fn stale_refused(&self) -> u64 {

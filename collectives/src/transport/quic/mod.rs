@@ -134,6 +134,19 @@ impl Transport for QuicTransport {
         self.inner().recv_into(from, tag, dst).await
     }
 
+    async fn send_parts(&self, to: Rank, tag: Tag, parts: &[&[u8]]) -> Result<(), TransportError> {
+        self.inner().send_parts(to, tag, parts).await
+    }
+
+    async fn recv_into_parts(
+        &self,
+        from: Rank,
+        tag: Tag,
+        dst: &mut [&mut [u8]],
+    ) -> Result<(), TransportError> {
+        self.inner().recv_into_parts(from, tag, dst).await
+    }
+
     fn stale_refused(&self) -> u64 {
         self.inner().stale_refused()
     }

@@ -30,7 +30,8 @@ use tokio::task::JoinHandle;
 
 use super::end::Breaker;
 use super::mailbox::{Delivery, Mailbox};
-use super::{Transport, check_peer, copy_exact};
+use super::pieces::{self, Pieces, scatter_exact};
+use super::{Transport, check_peer};
 use crate::error::{LossCause, TransportError};
 use crate::tag::{Generation, Rank, Tag};
 
@@ -134,14 +135,15 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
         &self.shared
     }
 
-    async fn write_frame(&self, to: Rank, tag: Tag, payload: &[u8]) -> Result<(), TransportError> {
+    async fn write_frame(&self, to: Rank, tag: Tag, parts: &[&[u8]]) -> Result<(), TransportError> {
         let Some(Some(writer)) = self.writers.get(to) else {
             return Err(TransportError::InvalidRank {
                 rank: to,
                 size: self.size(),
             });
         };
-        let header = frame::encode_header(tag, payload.len() as u32);
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let header = frame::encode_header(tag, len as u32);
         let write = async {
             let mut w = writer.lock().await;
             let mut guard = AbandonGuard {
@@ -149,7 +151,7 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
                 peer: to,
                 armed: true,
             };
-            let mut buf = Buf::chain(&header[..], payload);
+            let mut buf = Buf::chain(&header[..], Pieces::new(parts));
             let res = w.write_all_buf(&mut buf).await;
             guard.armed = false;
             res
@@ -369,20 +371,21 @@ async fn read_payload<R: AsyncRead + Unpin>(
 }
 
 impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
-    /// Reads a lent payload into `dst` and sends the reader home.
+    /// Reads a lent payload across `dst`'s parts and sends the reader home.
     async fn read_lent(
         &self,
         from: Rank,
         tag: Tag,
         h: Handoff<R>,
-        dst: &mut [u8],
+        dst: &mut [&mut [u8]],
     ) -> Result<(), TransportError> {
         let Handoff {
             mut reader,
             len,
             home,
         } = h;
-        if len != dst.len() {
+        let expected = pieces::total(dst);
+        if len != expected {
             // Keep the stream in step, then report the disagreement.
             let mut skip = vec![0u8; len];
             let read =
@@ -393,11 +396,18 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
             return Err(TransportError::WrongLength {
                 rank: from,
                 tag,
-                expected: dst.len(),
+                expected,
                 got: len,
             });
         }
-        match tokio::time::timeout(self.limits.io_timeout, reader.read_exact(dst)).await {
+        let read = async {
+            for d in dst.iter_mut() {
+                reader.read_exact(d).await?;
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        let res = tokio::time::timeout(self.limits.io_timeout, read).await;
+        match res {
             Ok(Ok(_)) => {
                 let _ = home.send(reader);
                 Ok(())
@@ -432,22 +442,27 @@ impl<R: ReadHalf, W: WriteHalf> Transport for StreamTransport<R, W> {
     }
 
     async fn send(&self, to: Rank, tag: Tag, payload: &[u8]) -> Result<(), TransportError> {
+        self.send_parts(to, tag, &[payload]).await
+    }
+
+    async fn send_parts(&self, to: Rank, tag: Tag, parts: &[&[u8]]) -> Result<(), TransportError> {
         check_peer(self.size(), self.generation, to, tag)?;
         if let Some(e) = self.mailbox.broken() {
             return Err(e);
         }
-        if payload.len() as u64 > u64::from(self.limits.max_frame_bytes) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len as u64 > u64::from(self.limits.max_frame_bytes) {
             return Err(TransportError::PayloadTooLarge {
-                len: payload.len(),
+                len,
                 limit: self.limits.max_frame_bytes.into(),
             });
         }
         if to == self.rank {
             self.mailbox
-                .deliver(self.rank, tag, Bytes::copy_from_slice(payload));
+                .deliver(self.rank, tag, Bytes::from(parts.concat()));
             return Ok(());
         }
-        self.write_frame(to, tag, payload).await
+        self.write_frame(to, tag, parts).await
     }
 
     async fn recv(&self, from: Rank, tag: Tag) -> Result<Bytes, TransportError> {
@@ -456,13 +471,22 @@ impl<R: ReadHalf, W: WriteHalf> Transport for StreamTransport<R, W> {
     }
 
     async fn recv_into(&self, from: Rank, tag: Tag, dst: &mut [u8]) -> Result<(), TransportError> {
+        self.recv_into_parts(from, tag, &mut [dst]).await
+    }
+
+    async fn recv_into_parts(
+        &self,
+        from: Rank,
+        tag: Tag,
+        dst: &mut [&mut [u8]],
+    ) -> Result<(), TransportError> {
         check_peer(self.size(), self.generation, from, tag)?;
         match self
             .mailbox
             .recv_direct(from, tag, self.limits.io_timeout)
             .await?
         {
-            Delivery::Whole(payload) => copy_exact(from, tag, &payload, dst),
+            Delivery::Whole(payload) => scatter_exact(from, tag, &payload, dst),
             Delivery::Direct(h) => self.read_lent(from, tag, h, dst).await,
         }
     }
