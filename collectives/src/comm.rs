@@ -263,12 +263,18 @@ impl<X: Transport> Communicator<X> {
         let o = self.op();
         match layout {
             Layout::Doubling => algorithms::doubling_parts(&o, parts, op.combine()).await?,
-            Layout::RingBlocks(counts) => {
+            Layout::RingBlocks(counts) if n > 1 => {
                 self.check_counts("allreduce blocks", &counts, len)?;
                 let steps = allreduce_ring(n, self.rank());
                 let seg = self.seg::<T>();
-                algorithms::ring_pass_parts(&o, parts, &counts, &steps, seg, op.combine()).await?;
+                // The scaling goes with the reduce-scatter: each rank scales
+                // the block it completes, before the allgather.
+                let finish = |p: &mut [T]| finish_scaling(p, op, post, n);
+                let ring = algorithms::ring_pass_parts;
+                ring(&o, parts, &counts, &steps, seg, op.combine(), Some(&finish)).await?;
+                return Ok(());
             }
+            Layout::RingBlocks(counts) => self.check_counts("allreduce blocks", &counts, len)?,
             Layout::Hierarchical(layout) => {
                 let [buf] = parts else {
                     return Err(CollectiveError::PiecesOnHierarchy {

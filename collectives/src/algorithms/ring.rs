@@ -39,11 +39,17 @@ pub(crate) async fn ring_pass<T: Element, X: Transport>(
     seg: usize,
     combine: Combine,
 ) -> Result<()> {
-    ring_pass_parts(op, &mut [buf], counts, steps, seg, combine).await
+    ring_pass_parts(op, &mut [buf], counts, steps, seg, combine, None).await
 }
 
+/// What a ring pass does to each segment of the block that its last
+/// reduce step completes on this rank, as soon as it is complete (an
+/// average's scaling): the block's owner finishes it once, while it is in
+/// the cache, and the allgather spreads the finished values.
+pub(crate) type Finish<'f, T> = &'f (dyn Fn(&mut [T]) + Sync);
+
 /// [`ring_pass`] over the concatenation of `pieces` (the caller has checked
-/// that `counts` sum to its length).
+/// that `counts` sum to its length), with `finish` applied as its doc says.
 pub(crate) async fn ring_pass_parts<T: Element, X: Transport>(
     op: &Op<'_, X>,
     pieces: &mut [&mut [T]],
@@ -51,6 +57,7 @@ pub(crate) async fn ring_pass_parts<T: Element, X: Transport>(
     steps: &[RingStep],
     seg: usize,
     combine: Combine,
+    finish: Option<Finish<'_, T>>,
 ) -> Result<()> {
     let n = op.tr.size();
     if steps.is_empty() {
@@ -66,6 +73,7 @@ pub(crate) async fn ring_pass_parts<T: Element, X: Transport>(
     let received_before = prefix_counts(steps.iter().map(|st| nseg[st.recv]));
     let sent_before = prefix_counts(steps.iter().map(|st| nseg[st.send]));
     let step_id = |s: usize, k: usize| k * steps.len() + s;
+    let last_reduce = steps.iter().rposition(|st| st.reduce);
     let cells = Cells::new(pieces.iter_mut().map(|p| &mut **p).collect(), &blocks, seg);
 
     let sender = async {
@@ -100,6 +108,9 @@ pub(crate) async fn ring_pass_parts<T: Element, X: Transport>(
                     let payload = op.recv::<T>(left, step_id(s, k), len).await?;
                     let mut dst = cells.take(idx, Ready::default()).await;
                     apply_parts(&mut dst, &payload, combine);
+                    if let Some(f) = finish.filter(|_| last_reduce == Some(s)) {
+                        dst.iter_mut().for_each(|p| f(p));
+                    }
                     cells.put(idx, dst);
                 } else {
                     // Copy steps land straight in the buffer.
