@@ -73,6 +73,10 @@ struct State<D, H> {
     waiting: HashMap<String, Submission>,
     /// Submitted since the last round, in order.
     fresh: Vec<Request>,
+    /// How many submissions the last round that carried any took: a step
+    /// submits the same tensors each time, so a burst that reaches it is
+    /// complete.
+    last_burst: usize,
     /// Rounds in a row that ran nothing of this rank's.
     idle_rounds: u32,
     shutdown: bool,
@@ -170,12 +174,18 @@ const SETTLE_YIELDS: u32 = 3;
 /// submitted together into two rounds).
 const SETTLE_QUIET: Duration = Duration::from_micros(50);
 
+/// Bursts of at least this many submissions end as soon as a burst reaches
+/// the size of the last one; smaller ones (a gradient at a time while the
+/// backward pass computes) wait out [`SETTLE_QUIET`].
+const MIN_KNOWN_BURST: usize = 8;
+
 /// Takes every submission of the burst in progress: the engine yields to
 /// the threads submitting and drains its queue until a few yields in a row,
 /// and (when there is work) [`SETTLE_QUIET`], bring nothing, so that the
 /// tensors a step submits together meet in one round (and one fused
 /// collective) without a timer, whose millisecond granularity cost more
-/// than the whole collective.
+/// than the whole collective. A burst as large as the last one (a training
+/// step submits the same tensors every time) is complete at once.
 async fn settle(
     rx: &mut mpsc::UnboundedReceiver<Command>,
     st: &mut State<impl GroupCollectives<Host>, impl Transport>,
@@ -195,6 +205,9 @@ async fn settle(
             quiet += 1;
         }
         let idle = st.fresh.is_empty() && !st.join_news;
+        if st.last_burst >= MIN_KNOWN_BURST && st.fresh.len() >= st.last_burst {
+            return;
+        }
         if quiet >= SETTLE_YIELDS && (idle || last.elapsed() >= SETTLE_QUIET) {
             return;
         }
@@ -242,6 +255,7 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             rank,
             waiting: HashMap::new(),
             fresh: Vec::new(),
+            last_burst: 0,
             idle_rounds: 0,
             shutdown: false,
             join_news: false,
@@ -344,6 +358,9 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             sample: self.sample.take(),
             ..RankMsg::default()
         };
+        if !self.fresh.is_empty() {
+            self.last_burst = self.fresh.len();
+        }
         for r in self.fresh.drain(..) {
             match self.neg.cached_bit(self.rank, &r) {
                 Some(bit) => m.set_bit(bit),
