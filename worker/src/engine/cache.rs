@@ -57,6 +57,11 @@ impl ResponseCache {
         (e.ready.per_rank.get(rank) == Some(req)).then_some(bit)
     }
 
+    /// One more than the highest bit in use (bits are below it).
+    pub(super) fn slots(&self) -> usize {
+        self.by_bit.len()
+    }
+
     /// The cached tensor under `bit`.
     pub(super) fn get(&self, bit: usize) -> Option<&Ready> {
         self.by_bit.get(bit)?.as_ref().map(|e| &e.ready)

@@ -15,6 +15,15 @@ use super::messages::{Decision, RankMsg, Ready, Request, Tuning};
 /// bit, then new ones by (rank, position).
 type Order = (u64, u8, usize, usize);
 
+/// A tensor that a round found ready.
+#[derive(Debug)]
+enum Done {
+    /// Sent as a bit by every rank: the cached form.
+    Cached(Ready),
+    /// Complete in the pending table under this name.
+    Pending(String),
+}
+
 #[derive(Debug)]
 struct Pending {
     per_rank: Vec<Option<Request>>,
@@ -157,7 +166,19 @@ impl Negotiator {
         self.round += 1;
         let round = self.round;
         // Bits refer to the cache as it was when the round began: decode them
-        // all before anything changes it.
+        // all before anything changes it. A tensor every rank sent as a bit
+        // (and no rank sent otherwise) is the cached one as it stands: it is
+        // ready without being taken apart, checked and cached again.
+        let mut senders = vec![0usize; self.cache.slots()];
+        for (rank, m) in msgs.iter().enumerate() {
+            for bit in m.bits() {
+                self.cache
+                    .get(bit)
+                    .ok_or(NegotiationError::UnknownBit { rank, bit })?;
+                senders[bit] += 1;
+            }
+        }
+        let mut whole = Vec::new();
         let mut decoded = Vec::new();
         for (rank, m) in msgs.iter().enumerate() {
             for bit in m.bits() {
@@ -165,11 +186,19 @@ impl Negotiator {
                     .cache
                     .get(bit)
                     .ok_or(NegotiationError::UnknownBit { rank, bit })?;
+                if senders[bit] == self.size && !self.pending.contains_key(ready.name()) {
+                    if rank == 0 {
+                        whole.push(((round, 0, bit, 0), Done::Cached(ready.clone())));
+                    }
+                    continue;
+                }
                 decoded.push((rank, bit, ready.per_rank[rank].clone()));
             }
         }
+        for m in msgs {
+            m.bits().for_each(|bit| self.cache.touch(bit));
+        }
         for (rank, bit, req) in decoded {
-            self.cache.touch(bit);
             self.submit(rank, req, (round, 0, bit, 0));
         }
         for (rank, m) in msgs.iter().enumerate() {
@@ -184,7 +213,7 @@ impl Negotiator {
                 self.last_joined = rank;
             }
         }
-        let mut outcome = self.decide();
+        let mut outcome = self.decide(whole);
         if let Some(t) = msgs.first().and_then(|m| m.retune) {
             self.retune(&t);
             outcome.retuned = Some(t);
@@ -192,22 +221,31 @@ impl Negotiator {
         Ok(outcome)
     }
 
-    fn decide(&mut self) -> Outcome {
-        let mut done: Vec<(Order, String)> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| {
-                p.per_rank
-                    .iter()
-                    .enumerate()
-                    .all(|(r, q)| q.is_some() || self.shut_down[r] || self.joined[r])
-            })
-            .map(|(n, p)| (p.order, n.clone()))
-            .collect();
-        done.sort();
+    /// Decides what is ready: `whole`, tensors every rank sent as a bit this
+    /// round, and every pending tensor that each rank has now submitted.
+    fn decide(&mut self, mut done: Vec<(Order, Done)>) -> Outcome {
+        done.extend(
+            self.pending
+                .iter()
+                .filter(|(_, p)| {
+                    p.per_rank
+                        .iter()
+                        .enumerate()
+                        .all(|(r, q)| q.is_some() || self.shut_down[r] || self.joined[r])
+                })
+                .map(|(n, p)| (p.order, Done::Pending(n.clone()))),
+        );
+        done.sort_unstable_by_key(|(order, _)| *order);
         let mut failures = Vec::new();
         let mut ready = Vec::new();
-        for (_, name) in done {
+        for (_, d) in done {
+            let name = match d {
+                Done::Cached(r) => {
+                    ready.push(r);
+                    continue;
+                }
+                Done::Pending(name) => name,
+            };
             let Some(p) = self.pending.remove(&name) else {
                 continue;
             };

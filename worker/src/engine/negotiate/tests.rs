@@ -252,3 +252,37 @@ fn a_bit_outside_the_cache_is_an_error_not_a_panic() {
         Err(NegotiationError::UnknownBit { rank: 1, bit: 5 })
     );
 }
+
+#[test]
+fn cached_tensors_sent_by_every_rank_at_once_run_after_older_pending_ones() {
+    let mut rs = ranks(2, 16);
+    let names = ["a", "b", "c"];
+    for r in &mut rs {
+        r.queue = names.iter().map(|s| req(s, 4)).collect();
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    run(&mut rs, &mut rng);
+    let bit = |r: &Rank, name: &str| r.neg.cached_bit(r.id, &req(name, 4)).unwrap();
+    // Round 1: only rank 0 sends b (it stays pending). Round 2: rank 0 sends
+    // a and c, rank 1 all three; a and c are complete at once.
+    let mut first = RankMsg::default();
+    first.set_bit(bit(&rs[0], "b"));
+    let mut second = [RankMsg::default(), RankMsg::default()];
+    for n in ["a", "c"] {
+        second[0].set_bit(bit(&rs[0], n));
+    }
+    for n in names {
+        second[1].set_bit(bit(&rs[1], n));
+    }
+    for r in &mut rs {
+        let d = r.neg.round(&[first.clone(), RankMsg::default()]).unwrap();
+        assert!(d.decisions.is_empty(), "ran before rank 1 sent anything");
+        let d = r.neg.round(&second).unwrap();
+        let mut want = vec!["b".to_owned(), "a".to_owned(), "c".to_owned()];
+        if bit(r, "c") < bit(r, "a") {
+            want.swap(1, 2);
+        }
+        assert_eq!(run_names(&d.decisions), want);
+        assert!(r.neg.waiting().is_empty());
+    }
+}
