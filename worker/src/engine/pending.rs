@@ -4,7 +4,7 @@
 //! submission is finished, failed or dropped); the heartbeat reads a
 //! [`PendingReport`] for the coordinator's stall inspector.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -16,23 +16,33 @@ pub struct PendingBoard {
     inner: Arc<Mutex<Board>>,
 }
 
+/// Slots reused as entries come and go (a step enters and leaves the same
+/// number of tensors every time, so the board stops allocating); entry
+/// numbers grow with time and order the report.
 #[derive(Debug, Default)]
 struct Board {
     next: u64,
-    /// By entry number, which grows with time: iteration is oldest first.
-    entries: BTreeMap<u64, (String, Instant)>,
+    slots: Vec<Option<(u64, String, Instant)>>,
+    free: Vec<usize>,
+    live: usize,
 }
 
 /// A tensor's place on the board; leaving the board when dropped.
 #[derive(Debug)]
 pub(crate) struct Entry {
     board: PendingBoard,
-    id: u64,
+    slot: usize,
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        self.board.lock().entries.remove(&self.id);
+        let mut b = self.board.lock();
+        if let Some(s) = b.slots.get_mut(self.slot)
+            && s.take().is_some()
+        {
+            b.live -= 1;
+            b.free.push(self.slot);
+        }
     }
 }
 
@@ -48,16 +58,27 @@ impl PendingBoard {
         let mut b = self.lock();
         let id = b.next;
         b.next += 1;
-        b.entries.insert(id, (name.to_owned(), at));
+        let entry = Some((id, name.to_owned(), at));
+        let slot = match b.free.pop() {
+            Some(slot) => {
+                b.slots[slot] = entry;
+                slot
+            }
+            None => {
+                b.slots.push(entry);
+                b.slots.len() - 1
+            }
+        };
+        b.live += 1;
         Entry {
             board: self.clone(),
-            id,
+            slot,
         }
     }
 
     /// How many tensors are on the board.
     pub fn len(&self) -> usize {
-        self.lock().entries.len()
+        self.lock().live
     }
 
     pub fn is_empty(&self) -> bool {
@@ -69,12 +90,14 @@ impl PendingBoard {
     /// heartbeat.
     pub fn report(&self, now: Instant) -> PendingReport {
         let b = self.lock();
-        let mut seen = HashSet::with_capacity(b.entries.len());
+        let mut oldest_first: Vec<&(u64, String, Instant)> = b.slots.iter().flatten().collect();
+        oldest_first.sort_unstable_by_key(|(id, _, _)| *id);
+        let mut seen = HashSet::with_capacity(oldest_first.len());
         PendingReport::bounded(
-            b.entries
-                .values()
-                .filter(|(name, _)| seen.insert(name.as_str()))
-                .map(|(name, at)| (name.as_str(), now.saturating_duration_since(*at))),
+            oldest_first
+                .into_iter()
+                .filter(|(_, name, _)| seen.insert(name.as_str()))
+                .map(|(_, name, at)| (name.as_str(), now.saturating_duration_since(*at))),
         )
     }
 }
@@ -118,6 +141,22 @@ mod tests {
         drop((a, c));
         assert!(board.is_empty());
         assert_eq!(board.report(now), PendingReport::default());
+    }
+
+    #[test]
+    fn a_slot_left_is_reused_and_the_report_stays_in_submission_order() {
+        let board = PendingBoard::default();
+        let now = Instant::now();
+        let a = board.enter("a", before(now, 30));
+        let b = board.enter("b", before(now, 20));
+        drop(a);
+        // Same age as b, submitted after it, in a's old slot.
+        let c = board.enter("c", before(now, 20));
+        assert_eq!(listed(&board.report(now)), [("b", 20), ("c", 20)]);
+        assert_eq!(board.len(), 2);
+        assert_eq!(board.lock().slots.len(), 2, "a's slot was not reused");
+        drop((b, c));
+        assert!(board.is_empty());
     }
 
     #[test]
