@@ -143,11 +143,6 @@ async fn allreduce_grid<T: Element>() {
 }
 
 /// Values whose sums round: rank- and index-dependent fractions of all sizes.
-fn noisy(rank: usize, i: usize) -> f64 {
-    let x = ((rank * 7919 + i * 104_729) % 1_000_003) as f64 / 1_000_003.0;
-    (x - 0.5) * f64::from(1 << ((rank + i) % 11))
-}
-
 fn noisy_inputs(n: usize, len: usize, shift: usize) -> Vec<Vec<f32>> {
     (0..n)
         .map(|r| (0..len).map(|i| noisy(r, i + shift) as f32).collect())

@@ -77,6 +77,24 @@ async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<TcpTransp
         .collect()
 }
 
+/// The grid's worlds over plain sockets.
+struct Sockets;
+
+impl common::grid::World for Sockets {
+    type T = TcpTransport;
+
+    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<TcpTransport>> {
+        world(n, opts).await
+    }
+}
+
+/// A fused group's messages go out as vectored frames from several tensors
+/// and come in across them, over real sockets too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fused_groups_over_sockets_get_the_bits_they_get_alone() {
+    common::grid::fused_grid::<f32, Sockets>().await;
+}
+
 fn variants() -> [CollectiveOptions; 3] {
     let d = CollectiveOptions::default();
     [

@@ -7,8 +7,8 @@
 use std::future::Future;
 
 use collectives::{
-    AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, Element, ReduceOp,
-    Transport, schedule::even_counts,
+    AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Collectives, Communicator, Element,
+    FusedPhases, Host, ReduceOp, Transport, schedule::even_counts,
 };
 
 use super::*;
@@ -77,6 +77,70 @@ pub async fn allreduce_grid<T: Element, W: World>() {
                         assert_matches(b, &want, op, &ctx);
                     }
                     assert_identical(&bufs, &ctx);
+                }
+            }
+            shutdown_all(comms).await;
+        }
+    }
+}
+
+/// Several tensors of every length of the grid reduced as one fused
+/// collective (in place on the flat paths: each message sent from and
+/// received into the pieces of the tensors it covers) give each tensor the
+/// bits it gets alone. Under `auto` only tensors that take one algorithm
+/// alone are fused together, as the engine's planner does.
+pub async fn fused_grid<T: Element, W: World>() {
+    for (name, opts) in variants() {
+        for n in WORLDS {
+            let comms = W::world(n, &opts).await;
+            let small = |len: usize| len * std::mem::size_of::<T>() <= opts.small_message_bytes;
+            let lens: Vec<usize> = lengths(n)
+                .into_iter()
+                .filter(|&len| opts.allreduce != AllreduceAlgorithm::Auto || small(len))
+                .collect();
+            for op in ReduceOp::ALL {
+                let ctx = format!("fused {} {op} n={n} lens={lens:?} {name}", T::DTYPE);
+                // Floats whose sums depend on the order of the additions, so
+                // that a layout reducing an element in another order shows.
+                let mut fused: Vec<Vec<Vec<T>>> = vec![Vec::new(); n];
+                for (t, &len) in lens.iter().enumerate() {
+                    for (r, b) in inputs::<T>(n, len, op).into_iter().enumerate() {
+                        let orderly =
+                            T::DTYPE.is_float() && op != ReduceOp::Min && op != ReduceOp::Max;
+                        let b = if orderly {
+                            (0..len)
+                                .map(|i| T::from_f64(noisy(r, i + 31 * t)))
+                                .collect()
+                        } else {
+                            b
+                        };
+                        fused[r].push(b);
+                    }
+                }
+                let mut alone = fused.clone();
+                for t in 0..lens.len() {
+                    let mut bufs: Vec<Vec<T>> = alone.iter().map(|ts| ts[t].clone()).collect();
+                    for r in with_buffers(&comms, &mut bufs, |c, b| c.allreduce(b, op)).await {
+                        ok(r, &ctx);
+                    }
+                    for (r, b) in bufs.into_iter().enumerate() {
+                        alone[r][t] = b;
+                    }
+                }
+                let runs = with_buffers(&comms, &mut fused, |c, ts| async move {
+                    let (mut scratch, mut phases) = (Vec::new(), FusedPhases::default());
+                    Collectives::<Host>::allreduce_fused(c, ts, op, &mut scratch, &mut phases).await
+                })
+                .await;
+                for r in runs {
+                    ok(r, &ctx);
+                }
+                for (r, (f, a)) in fused.iter().zip(&alone).enumerate() {
+                    for (t, (f, a)) in f.iter().zip(a).enumerate() {
+                        let (fb, ab): (&[u8], &[u8]) =
+                            (bytemuck::cast_slice(f), bytemuck::cast_slice(a));
+                        assert!(fb == ab, "{ctx}: tensor {t} (len {}) on rank {r}", lens[t]);
+                    }
                 }
             }
             shutdown_all(comms).await;
@@ -243,6 +307,9 @@ macro_rules! grid_tests {
             allreduce_i32: allreduce_grid<i32>,
             allreduce_i64: allreduce_grid<i64>,
             allreduce_u8: allreduce_grid<u8>,
+            fused_f32: fused_grid<f32>,
+            fused_f16: fused_grid<f16>,
+            fused_i32: fused_grid<i32>,
             reducescatter_f32: reducescatter_grid<f32>,
             reducescatter_f64: reducescatter_grid<f64>,
             reducescatter_f16: reducescatter_grid<f16>,

@@ -31,6 +31,14 @@ pub fn input_value(rank: usize, i: usize, op: ReduceOp) -> f64 {
     }
 }
 
+/// A float whose sum with others depends on the order of the additions
+/// (magnitudes from 2^-1 to 2^9 and many mantissa bits), so that reductions
+/// in different orders give different bits.
+pub fn noisy(rank: usize, i: usize) -> f64 {
+    let x = ((rank * 7919 + i * 104_729) % 1_000_003) as f64 / 1_000_003.0;
+    (x - 0.5) * f64::from(1 << ((rank + i) % 11))
+}
+
 pub fn inputs<T: Element>(n: usize, len: usize, op: ReduceOp) -> Vec<Vec<T>> {
     (0..n)
         .map(|r| {
