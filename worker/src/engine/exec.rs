@@ -103,8 +103,10 @@ async fn run_typed<T: Element, B: Collectives<Host>>(
         Ok(o) => o,
         Err(e) => return Err((e, locals)),
     };
-    for (local, (data, shape, splits)) in locals.into_iter().zip(outs) {
-        let shape = shape.unwrap_or_else(|| local.req.shape.clone());
+    for (mut local, (data, shape, splits)) in locals.into_iter().zip(outs) {
+        // The submitted shape goes back with the result unless the
+        // collective changed it.
+        let shape = shape.unwrap_or_else(|| std::mem::take(&mut local.req.shape));
         local.finish(data, shape, splits);
     }
     Ok(())
