@@ -5,7 +5,7 @@
 #       over shared memory (the default for ranks of one host) and over TCP
 #   (b) ResNet-50's gradients (161 tensors, 97.5 MiB) per step, fusion threshold
 #       0/1/4/16/64 MB (cycle time 1 ms), and cycle time 0.5/1/5/10 ms (fusion 64 MB)
-# with, as the reference the engine is held to, one collbench allreduce of each
+# with, as the reference the engine is held to, one collbench allreduce (average, as the engine runs) of each
 # step's bytes (1.6 MB and 96 MiB) over each path; and, when PEERS_VENV is set (see ../shared/peers), the same work from Python
 # with Gloo (scripts/gloo_engine_peer.py: one by one, async, one flat buffer).
 # Every configuration runs once per round, rounds interleaved so that all see the
@@ -59,7 +59,7 @@ ours() {
 single() {
   local label=$1 bytes=$2
   shift 2
-  "$cb" --np "$np" --op allreduce --dtype f32 --min-bytes "$bytes" --max-bytes "$bytes" --json "$@" \
+  "$cb" --np "$np" --op allreduce --reduce-op average --dtype f32 --min-bytes "$bytes" --max-bytes "$bytes" --json "$@" \
     | sed "s/^{/{\"label\":\"$label\",/" >> "$out/single.jsonl"
 }
 
