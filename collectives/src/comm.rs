@@ -255,6 +255,11 @@ impl<X: Transport> Communicator<X> {
         layout: Layout,
     ) -> Result<()> {
         let n = self.size();
+        if matches!(layout, Layout::Hierarchical(_)) && parts.len() != 1 {
+            return Err(CollectiveError::PiecesOnHierarchy {
+                pieces: parts.len(),
+            });
+        }
         let post = prepare_scaling::<T>(&mut [], op, scaling, n)?;
         for p in parts.iter_mut() {
             prepare_scaling(p, op, scaling, n)?;

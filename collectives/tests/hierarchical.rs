@@ -407,6 +407,27 @@ async fn a_host_layout_of_another_world_or_none_is_refused() {
         .await
         .unwrap_err();
     assert!(matches!(e, CollectiveError::NoHierarchy), "{e:?}");
+    // The hierarchical path runs on one buffer; pieces are refused before
+    // any message, and left as they were.
+    let (mut a, mut b) = (vec![1.0f32; 2], vec![2.0f32; 2]);
+    let layout = Layout::Hierarchical(HierarchicalLayout::even(4, 2, 1, CrossStep::Ring));
+    let e = comms[0]
+        .allreduce_parts(
+            &mut [&mut a, &mut b],
+            ReduceOp::Sum,
+            Scaling {
+                prescale: 3.0,
+                postscale: 1.0,
+            },
+            layout,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, CollectiveError::PiecesOnHierarchy { pieces: 2 }),
+        "{e:?}"
+    );
+    assert_eq!((a, b), (vec![1.0; 2], vec![2.0; 2]));
     shutdown_all(comms).await;
 }
 
