@@ -82,7 +82,7 @@ pub trait Transport: Send + Sync {
     ) -> impl Future<Output = Result<(), TransportError>> + Send {
         async move {
             let payload = self.recv(from, tag).await?;
-            copy_exact(from, tag, &payload, dst)
+            pieces::scatter_exact(from, tag, &payload, &mut [dst])
         }
     }
 
@@ -218,25 +218,6 @@ impl<X: Transport> Transport for Arc<X> {
             x.shutdown().await;
         }
     }
-}
-
-/// Copies a whole received message into `dst` if the lengths agree.
-pub(crate) fn copy_exact(
-    from: Rank,
-    tag: Tag,
-    payload: &[u8],
-    dst: &mut [u8],
-) -> Result<(), TransportError> {
-    if payload.len() != dst.len() {
-        return Err(TransportError::WrongLength {
-            rank: from,
-            tag,
-            expected: dst.len(),
-            got: payload.len(),
-        });
-    }
-    dst.copy_from_slice(payload);
-    Ok(())
 }
 
 /// Checks the arguments every transport validates the same way.

@@ -135,15 +135,22 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
         &self.shared
     }
 
-    async fn write_frame(&self, to: Rank, tag: Tag, parts: &[&[u8]]) -> Result<(), TransportError> {
+    /// Writes one frame of `len` bytes (the parts' total, checked against
+    /// the frame limit by the caller) from `parts`.
+    async fn write_frame(
+        &self,
+        to: Rank,
+        tag: Tag,
+        parts: &[&[u8]],
+        len: u32,
+    ) -> Result<(), TransportError> {
         let Some(Some(writer)) = self.writers.get(to) else {
             return Err(TransportError::InvalidRank {
                 rank: to,
                 size: self.size(),
             });
         };
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let header = frame::encode_header(tag, len as u32);
+        let header = frame::encode_header(tag, len);
         let write = async {
             let mut w = writer.lock().await;
             let mut guard = AbandonGuard {
@@ -451,18 +458,21 @@ impl<R: ReadHalf, W: WriteHalf> Transport for StreamTransport<R, W> {
             return Err(e);
         }
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        if len as u64 > u64::from(self.limits.max_frame_bytes) {
+        let Some(frame_len) = u32::try_from(len)
+            .ok()
+            .filter(|&l| l <= self.limits.max_frame_bytes)
+        else {
             return Err(TransportError::PayloadTooLarge {
                 len,
                 limit: self.limits.max_frame_bytes.into(),
             });
-        }
+        };
         if to == self.rank {
             self.mailbox
                 .deliver(self.rank, tag, Bytes::from(parts.concat()));
             return Ok(());
         }
-        self.write_frame(to, tag, parts).await
+        self.write_frame(to, tag, parts, frame_len).await
     }
 
     async fn recv(&self, from: Rank, tag: Tag) -> Result<Bytes, TransportError> {
