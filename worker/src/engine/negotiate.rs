@@ -170,31 +170,29 @@ impl Negotiator {
         // (and no rank sent otherwise) is the cached one as it stands: it is
         // ready without being taken apart, checked and cached again.
         let mut senders = vec![0usize; self.cache.slots()];
-        for (rank, m) in msgs.iter().enumerate() {
-            for bit in m.bits() {
-                self.cache
-                    .get(bit)
-                    .ok_or(NegotiationError::UnknownBit { rank, bit })?;
-                senders[bit] += 1;
-            }
-        }
-        let mut whole = Vec::new();
-        let mut decoded = Vec::new();
+        let mut sent = Vec::new();
         for (rank, m) in msgs.iter().enumerate() {
             for bit in m.bits() {
                 let ready = self
                     .cache
                     .get(bit)
                     .ok_or(NegotiationError::UnknownBit { rank, bit })?;
-                if senders[bit] == self.size && !self.pending.contains_key(ready.name()) {
-                    if rank == 0 {
-                        whole.push(((round, 0, bit, 0), Done::Cached(ready.clone())));
-                    }
-                    continue;
-                }
-                decoded.push((rank, bit, ready.per_rank[rank].clone()));
+                senders[bit] += 1;
+                sent.push((rank, bit, ready));
             }
         }
+        let mut whole = Vec::new();
+        let mut decoded = Vec::new();
+        for &(rank, bit, ready) in &sent {
+            if senders[bit] == self.size && !self.pending.contains_key(ready.name()) {
+                if rank == 0 {
+                    whole.push(((round, 0, bit, 0), Done::Cached(ready.clone())));
+                }
+                continue;
+            }
+            decoded.push((rank, bit, ready.per_rank[rank].clone()));
+        }
+        drop(sent);
         for m in msgs {
             m.bits().for_each(|bit| self.cache.touch(bit));
         }
