@@ -126,6 +126,14 @@ impl OpSpace {
             OpSpace::Negotiation => 1 << 55,
         }
     }
+
+    /// The op ids of this space's operations (their parts' ids lie above).
+    fn ops(self) -> std::ops::Range<u64> {
+        match self {
+            OpSpace::Data => 0..1 << 55,
+            OpSpace::Negotiation => 1 << 55..1 << 56,
+        }
+    }
 }
 
 /// The collectives of one world. Every rank must call the same collectives in the
@@ -135,6 +143,7 @@ impl OpSpace {
 pub struct Communicator<X> {
     transport: X,
     options: CollectiveOptions,
+    space: OpSpace,
     next_op: AtomicU64,
 }
 
@@ -148,6 +157,7 @@ impl<X: Transport> Communicator<X> {
         Self {
             transport,
             options,
+            space,
             next_op: AtomicU64::new(space.first_op()),
         }
     }
@@ -177,6 +187,14 @@ impl<X: Transport> Communicator<X> {
 
     pub fn into_transport(self) -> X {
         self.transport
+    }
+
+    /// Resolves once a message of another rank's next collective on this
+    /// communicator's space has arrived (or a receive would fail at once):
+    /// another rank has started a collective that this one must join. `None`
+    /// where the transport cannot tell ([`Transport::arrival`]).
+    pub fn arrival(&self) -> Option<impl std::future::Future<Output = ()> + Send + '_> {
+        self.transport.arrival(self.space.ops())
     }
 
     fn op(&self) -> Op<'_, X> {

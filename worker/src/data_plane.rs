@@ -87,6 +87,14 @@ impl Transport for DataPlane {
         delegate!(self, t => t.recv_into_parts(from, tag, dst).await)
     }
 
+    fn arrival(
+        &self,
+        ops: std::ops::Range<u64>,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + '_> {
+        type Arrival<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+        delegate!(self, t => t.arrival(ops).map(|f| Box::pin(f) as Arrival<'_>))
+    }
+
     fn stale_refused(&self) -> u64 {
         delegate!(self, t => t.stale_refused())
     }

@@ -15,12 +15,13 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
+use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::error::{LossCause, TransportError};
 use crate::tag::{Generation, Rank, Tag};
@@ -74,6 +75,8 @@ pub(crate) struct Mailbox<D = Infallible> {
     generation: Generation,
     state: Mutex<State<D>>,
     stale: AtomicU64,
+    /// Woken when a message is queued, a peer departs or the generation breaks.
+    news: Notify,
 }
 
 impl<D> std::fmt::Debug for Mailbox<D> {
@@ -95,6 +98,7 @@ impl<D> Mailbox<D> {
                 departed: HashSet::new(),
             }),
             stale: AtomicU64::new(0),
+            news: Notify::new(),
         }
     }
 
@@ -158,6 +162,33 @@ impl<D> Mailbox<D> {
                 v.insert(Slot::Queued(VecDeque::from([payload])));
             }
         }
+        drop(st);
+        self.news.notify_waiters();
+    }
+
+    /// Resolves once a message of an operation numbered in `ops` is queued
+    /// here (arrived, not yet received), a peer has departed, or the
+    /// generation is broken: something a receive would now find at once.
+    pub(crate) async fn arrival(&self, ops: Range<u64>) {
+        loop {
+            let news = self.news.notified();
+            tokio::pin!(news);
+            news.as_mut().enable();
+            if self.has_news(&ops) {
+                return;
+            }
+            news.await;
+        }
+    }
+
+    fn has_news(&self, ops: &Range<u64>) -> bool {
+        let st = self.lock();
+        st.broken.is_some()
+            || !st.departed.is_empty()
+            || st
+                .slots
+                .iter()
+                .any(|((_, tag), slot)| matches!(slot, Slot::Queued(_)) && ops.contains(&tag.op_id))
     }
 
     /// Takes the first waiter for (`from`, `tag`) if it asked for direct delivery.
@@ -207,6 +238,8 @@ impl<D> Mailbox<D> {
             }
         });
         st.broken = Some(err);
+        drop(st);
+        self.news.notify_waiters();
     }
 
     /// `rank` left cleanly: what it sent stays receivable, waits for more from it fail.
@@ -225,6 +258,8 @@ impl<D> Mailbox<D> {
             }
             _ => true,
         });
+        drop(st);
+        self.news.notify_waiters();
     }
 
     pub(crate) fn peer_lost(&self, rank: Rank, cause: LossCause) {
@@ -341,6 +376,34 @@ mod tests {
         assert_eq!(m.recv(1, tag(3, 1), T).await.unwrap(), "c");
         assert_eq!(m.recv(1, tag(3, 0), T).await.unwrap(), "a");
         assert_eq!(m.recv(1, tag(3, 0), T).await.unwrap(), "b");
+    }
+
+    #[tokio::test]
+    async fn arrival_tells_of_queued_messages_of_its_ops_and_of_a_break() {
+        use futures::FutureExt;
+        let m = std::sync::Arc::new(Mailbox::<Infallible>::new(Generation(4)));
+        let ops = 1..2;
+        assert!(m.arrival(ops.clone()).now_or_never().is_none(), "empty");
+        m.deliver(0, Tag::new(Generation(4), 9, 0), Bytes::from_static(b"o"));
+        assert!(
+            m.arrival(ops.clone()).now_or_never().is_none(),
+            "a message of another operation"
+        );
+        let m2 = m.clone();
+        let woken = tokio::spawn(async move { m2.arrival(1..2).await });
+        tokio::task::yield_now().await;
+        m.deliver(1, tag(4, 0), Bytes::from_static(b"x"));
+        tokio::time::timeout(T, woken)
+            .await
+            .expect("a delivery wakes a waiting arrival")
+            .unwrap();
+        assert_eq!(m.recv(1, tag(4, 0), T).await.unwrap(), "x");
+        assert!(
+            m.arrival(ops.clone()).now_or_never().is_none(),
+            "a received message is no news"
+        );
+        m.peer_lost(2, LossCause::Closed);
+        assert!(m.arrival(ops).now_or_never().is_some(), "a break is news");
     }
 
     #[tokio::test]

@@ -113,6 +113,13 @@ impl Transport for MemTransport {
         self.own().recv(from, tag, self.timeout).await
     }
 
+    fn arrival(
+        &self,
+        ops: std::ops::Range<u64>,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + '_> {
+        Some(self.own().arrival(ops))
+    }
+
     fn stale_refused(&self) -> u64 {
         self.own().stale_refused()
     }

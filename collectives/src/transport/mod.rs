@@ -17,6 +17,7 @@
 //! [`TransportError::Ended`].
 
 use std::future::Future;
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -120,6 +121,17 @@ pub trait Transport: Send + Sync {
         }
     }
 
+    /// Resolves once a message of an operation numbered in `ops` has arrived
+    /// here and waits to be received, or a receive would fail at once (a
+    /// peer departed or was lost, the generation ended). `None` where this
+    /// transport cannot tell: its owner must receive to find out. The
+    /// engine waits on it while idle, so that a round another rank starts
+    /// wakes it and no rank runs rounds of nothing on a timer.
+    fn arrival(&self, ops: Range<u64>) -> Option<impl Future<Output = ()> + Send + '_> {
+        let _ = ops;
+        None::<std::future::Ready<()>>
+    }
+
     /// Number of incoming messages refused because they carried an older generation.
     fn stale_refused(&self) -> u64;
 
@@ -203,6 +215,10 @@ impl<X: Transport> Transport for Arc<X> {
         dst: &mut [&mut [u8]],
     ) -> impl Future<Output = Result<(), TransportError>> + Send {
         (**self).recv_into_parts(from, tag, dst)
+    }
+
+    fn arrival(&self, ops: Range<u64>) -> Option<impl Future<Output = ()> + Send + '_> {
+        (**self).arrival(ops)
     }
 
     fn stale_refused(&self) -> u64 {

@@ -79,7 +79,12 @@ struct State<D, H> {
     last_burst: usize,
     /// Rounds in a row that ran nothing of this rank's.
     idle_rounds: u32,
+    /// Whether the negotiation's transport says when another rank has
+    /// started a round ([`Communicator::arrival`]).
+    hears_arrivals: bool,
     shutdown: bool,
+    /// `shutdown` is new: the next round starts at once to say so.
+    shutdown_news: bool,
     /// `join` was called and the next message says so; then the reply
     /// waits for every rank to join.
     join_news: bool,
@@ -116,20 +121,26 @@ pub(super) async fn run<D: GroupCollectives<Host>, H: Transport>(
     let mut open = true;
     loop {
         // Wait for the next round, taking submissions as they come: an
-        // engine with work in hand starts it at once (`State::eager`), an
-        // idle one sleeps out the cycle.
-        while open && !st.eager() {
-            tokio::select! {
-                c = rx.recv() => match c {
-                    Some(c) => st.take(c),
-                    // Every Worker handle is gone: leave as if asked.
-                    None => { st.shutdown = true; open = false; }
-                },
-                () = tokio::time::sleep_until(next) => break,
+        // engine with new work starts a round at once (`State::eager`); one
+        // with news still to agree on sleeps out the cycle (`State::timed`);
+        // and each joins at once a round another rank starts.
+        while !st.eager() {
+            let (timed, hears) = (st.timed(), st.hears_arrivals);
+            let wake = tokio::select! {
+                c = rx.recv(), if open => Wake::Command(c),
+                () = tokio::time::sleep_until(next), if timed => Wake::Round,
+                () = arrival(&st.negotiation), if hears => Wake::Round,
+                else => Wake::Round,
+            };
+            match wake {
+                Wake::Command(Some(c)) => st.take(c),
+                // Every Worker handle is gone: leave as if asked.
+                Wake::Command(None) => {
+                    st.leave();
+                    open = false;
+                }
+                Wake::Round => break,
             }
-        }
-        if !open {
-            tokio::time::sleep_until(next).await;
         }
         settle(&mut rx, &mut st).await;
         next = Instant::now() + st.cycle_time;
@@ -158,6 +169,24 @@ pub(super) async fn run<D: GroupCollectives<Host>, H: Transport>(
         negotiation: st.negotiation,
     };
     (planes, st.stats)
+}
+
+/// Why an engine waiting for its next round woke.
+enum Wake {
+    Command(Option<Command>),
+    Round,
+}
+
+/// Resolves when another rank has started a round (never, where the
+/// transport cannot tell: such an engine is always [`State::timed`]).
+/// A round starts when some rank has something new for it (a submission,
+/// a join): the rank whose submission completes a tensor is always one, so
+/// the other ranks need not start rounds for tensors they wait on.
+async fn arrival<H: Transport>(negotiation: &Communicator<H>) {
+    match negotiation.arrival() {
+        Some(news) => news.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Rounds in a row that may run nothing of a rank's waiting tensors before
@@ -244,6 +273,7 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
         };
         let neg = Negotiator::new(comm.size(), cfg.cache_capacity, fusion);
         let rank = comm.rank();
+        let hears_arrivals = negotiation.arrival().is_some();
         let timeline = match &cfg.timeline {
             Some(t) if rank == 0 => Timeline::open(t),
             _ => Timeline::disabled(),
@@ -257,7 +287,9 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             fresh: Vec::new(),
             last_burst: 0,
             idle_rounds: 0,
+            hears_arrivals,
             shutdown: false,
+            shutdown_news: false,
             join_news: false,
             join_reply: None,
             joined: Vec::new(),
@@ -311,9 +343,15 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
         t
     }
 
+    /// This rank leaves: the next round says so at once, and every later one.
+    fn leave(&mut self) {
+        self.shutdown_news |= !self.shutdown;
+        self.shutdown = true;
+    }
+
     fn take(&mut self, c: Command) {
         match c {
-            Command::Shutdown => self.shutdown = true,
+            Command::Shutdown => self.leave(),
             Command::Retune(t) => self.retune = Some(t),
             Command::Join(reply) if self.join_reply.is_some() || self.shutdown => {
                 let _ = reply.send(Err(Invalid::Join.into()));
@@ -340,13 +378,32 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
     /// others may have announced theirs a round later, and wait for this
     /// rank in the next one). Work that stays stuck (a tensor the others
     /// never submit) falls back to the cycle after [`EAGER_IDLE_ROUNDS`].
+    /// Whether this engine, when not eager, still starts a round every
+    /// cycle: while it is leaving or joining, or (rank 0) has settings or an
+    /// autotune sample to announce, and always where the transport cannot
+    /// say that another rank started one. Otherwise it starts none for the
+    /// tensors it waits on: it joins the round of the rank that submits
+    /// them last, so ranks that compute (a forward pass, a rank ahead of
+    /// the others) run no rounds of nothing.
+    fn timed(&self) -> bool {
+        !self.hears_arrivals
+            || self.shutdown
+            || self.join_reply.is_some()
+            || self.retune.is_some()
+            || self.sample.is_some()
+    }
+
     fn eager(&self) -> bool {
         !self.fresh.is_empty()
             || self.join_news
-            || (!self.waiting.is_empty() && self.idle_rounds < EAGER_IDLE_ROUNDS)
+            || self.shutdown_news
+            || (!self.hears_arrivals
+                && !self.waiting.is_empty()
+                && self.idle_rounds < EAGER_IDLE_ROUNDS)
     }
 
     fn message(&mut self) -> RankMsg {
+        self.shutdown_news = false;
         let mut m = RankMsg {
             shutdown: self.shutdown,
             joined: std::mem::take(&mut self.join_news),

@@ -147,6 +147,13 @@ impl Transport for QuicTransport {
         self.inner().recv_into_parts(from, tag, dst).await
     }
 
+    fn arrival(
+        &self,
+        ops: std::ops::Range<u64>,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + '_> {
+        self.inner().arrival(ops)
+    }
+
     fn stale_refused(&self) -> u64 {
         self.inner().stale_refused()
     }

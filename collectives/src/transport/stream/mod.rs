@@ -501,6 +501,13 @@ impl<R: ReadHalf, W: WriteHalf> Transport for StreamTransport<R, W> {
         }
     }
 
+    fn arrival(
+        &self,
+        ops: std::ops::Range<u64>,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + '_> {
+        Some(self.mailbox.arrival(ops))
+    }
+
     fn stale_refused(&self) -> u64 {
         self.mailbox.stale_refused()
     }
