@@ -352,6 +352,7 @@ impl Worker {
             rt, engine, link, ..
         } = self;
         let stats = rt.block_on(engine.shutdown()).ok();
+        tracing::debug!(?stats, "engine shut down");
         if let Some(link) = link {
             rt.block_on(finished(&link));
         }

@@ -120,28 +120,7 @@ pub(super) async fn run<D: GroupCollectives<Host>, H: Transport>(
     let mut next = Instant::now();
     let mut open = true;
     loop {
-        // Wait for the next round, taking submissions as they come: an
-        // engine with new work starts a round at once (`State::eager`); one
-        // with news still to agree on sleeps out the cycle (`State::timed`);
-        // and each joins at once a round another rank starts.
-        while !st.eager() {
-            let (timed, hears) = (st.timed(), st.hears_arrivals);
-            let wake = tokio::select! {
-                c = rx.recv(), if open => Wake::Command(c),
-                () = tokio::time::sleep_until(next), if timed => Wake::Round,
-                () = arrival(&st.negotiation), if hears => Wake::Round,
-                else => Wake::Round,
-            };
-            match wake {
-                Wake::Command(Some(c)) => st.take(c),
-                // Every Worker handle is gone: leave as if asked.
-                Wake::Command(None) => {
-                    st.leave();
-                    open = false;
-                }
-                Wake::Round => break,
-            }
-        }
+        wait_for_round(&mut rx, &mut st, &mut open, next).await;
         settle(&mut rx, &mut st).await;
         next = Instant::now() + st.cycle_time;
         match st.round().await {
@@ -175,6 +154,55 @@ pub(super) async fn run<D: GroupCollectives<Host>, H: Transport>(
 enum Wake {
     Command(Option<Command>),
     Round,
+    /// Another rank started one.
+    Arrival,
+}
+
+/// Longest an engine with nothing of its own defers joining a round another
+/// rank started (see [`wait_for_round`]); less where the cycle is shorter.
+const JOIN_DEFER_MAX: Duration = Duration::from_millis(5);
+
+/// Waits for the next round, taking commands as they come (`open`: the API
+/// side still holds the queue). An engine with new work starts a round at
+/// once ([`State::eager`]); one with news still to agree on sleeps out the
+/// cycle until `next` ([`State::timed`]). A round another rank starts is
+/// joined at once by an engine waiting on tensors (it may complete them);
+/// one with nothing at all waits up to a cycle for submissions of its own
+/// first: the other rank is usually a little ahead with the same tensors,
+/// and a round joined empty would decide nothing and cost another.
+async fn wait_for_round(
+    rx: &mut mpsc::UnboundedReceiver<Command>,
+    st: &mut State<impl GroupCollectives<Host>, impl Transport>,
+    open: &mut bool,
+    next: Instant,
+) {
+    let mut join_by: Option<Instant> = None;
+    while !st.eager() {
+        let listen = st.hears_arrivals && join_by.is_none();
+        let due = match (st.timed(), join_by) {
+            (true, Some(j)) => Some(j.min(next)),
+            (true, None) => Some(next),
+            (false, j) => j,
+        };
+        let wake = tokio::select! {
+            c = rx.recv(), if *open => Wake::Command(c),
+            () = tokio::time::sleep_until(due.unwrap_or(next)), if due.is_some() => Wake::Round,
+            () = arrival(&st.negotiation), if listen => Wake::Arrival,
+            else => Wake::Round,
+        };
+        match wake {
+            Wake::Command(Some(c)) => st.take(c),
+            // Every Worker handle is gone: leave as if asked.
+            Wake::Command(None) => {
+                st.leave();
+                *open = false;
+            }
+            Wake::Arrival if st.waiting.is_empty() => {
+                join_by = Some(Instant::now() + st.cycle_time.min(JOIN_DEFER_MAX));
+            }
+            Wake::Round | Wake::Arrival => return,
+        }
+    }
 }
 
 /// Resolves when another rank has started a round (never, where the
