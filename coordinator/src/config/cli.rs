@@ -119,8 +119,10 @@ pub struct Cli {
         help_heading = "Tuneable parameters"
     )]
     pub fusion_threshold_mb: Option<f64>,
-    /// Milliseconds an idle engine waits between negotiation rounds; new
-    /// submissions start a round at once [default: 1].
+    /// Milliseconds between the negotiation rounds a rank starts for news no
+    /// submission carries (leaving, joined, new settings); new submissions,
+    /// and other ranks' rounds, start one at once, and ranks with nothing to
+    /// agree on run none [default: 1].
     #[arg(
         long,
         allow_negative_numbers = true,
