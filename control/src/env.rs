@@ -56,6 +56,13 @@ pub const TRANSPORT: &str = "ELASTICRUN_TRANSPORT";
 /// reached over QUIC whatever this says.
 pub const SHARED_MEMORY: &str = "ELASTICRUN_SHARED_MEMORY";
 
+/// Microseconds a worker may busy-wait (yield and look again) before it
+/// sleeps: its shared-memory links waiting for a peer, its engine gathering
+/// a burst of submissions. Unset: 100 µs for the links and 50 µs for the
+/// engine, which pay where a core is free; `0`: sleep at once, for programs
+/// whose own threads keep every core busy (the Python package's default).
+pub const SPIN_US: &str = "ELASTICRUN_SPIN_US";
+
 /// A data plane between hosts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TransportKind {

@@ -9,7 +9,8 @@ use control::Secret;
 pub(crate) use control::env::COORDINATOR;
 use control::env::{
     COORDINATOR_TIMEOUT, DATA_ALL_INTERFACES, ELASTIC_TIMEOUT, GLOO_TIMEOUT_SECONDS, HOST, SECRET,
-    SHARED_MEMORY, SLOT, START_TIMEOUT, THREAD_AFFINITY, TRANSPORT, TransportKind, parse_cpu_list,
+    SHARED_MEMORY, SLOT, SPIN_US, START_TIMEOUT, THREAD_AFFINITY, TRANSPORT, TransportKind,
+    parse_cpu_list,
 };
 
 use crate::InitError;
@@ -37,6 +38,9 @@ pub(crate) struct Launch {
     /// Shared memory with the ranks of this host, on the TCP data plane
     /// ([`control::env::SHARED_MEMORY`]; default on).
     pub(crate) shared_memory: bool,
+    /// How long to busy-wait before sleeping ([`control::env::SPIN_US`];
+    /// `None`: the defaults).
+    pub(crate) spin: Option<Duration>,
 }
 
 impl Launch {
@@ -86,6 +90,20 @@ fn switch(s: &str) -> Option<bool> {
         "" | "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" => Some(false),
         _ => None,
+    }
+}
+
+/// [`SPIN_US`] as read by `get`: `None` when unset or empty.
+fn spin(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Duration>, InitError> {
+    let Some(v) = get(SPIN_US).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<u32>() {
+        Ok(us) => Ok(Some(Duration::from_micros(us.into()))),
+        Err(_) => Err(InitError::Environment {
+            var: SPIN_US,
+            why: format!("is {v:?}, not a whole number of microseconds"),
+        }),
     }
 }
 
@@ -171,6 +189,7 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         data_all_interfaces,
         transport,
         shared_memory,
+        spin: spin(&get)?,
     }))
 }
 
@@ -250,6 +269,31 @@ mod tests {
         for bad in ["0", "-1", "soon"] {
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains("ELASTICRUN_COORDINATOR_TIMEOUT"), "{e}");
+        }
+    }
+
+    #[test]
+    fn spin_is_whole_microseconds_or_unset() {
+        let k = Secret::generate().unwrap().to_hex();
+        let with = |extra: &[(&str, &str)]| {
+            let mut pairs = vec![
+                (COORDINATOR, "127.0.0.1:4000"),
+                (SECRET, k.as_str()),
+                (HOST, "a"),
+                (SLOT, "0"),
+            ];
+            pairs.extend_from_slice(extra);
+            read(env(&pairs))
+        };
+        assert_eq!(with(&[]).unwrap().unwrap().spin, None);
+        assert_eq!(with(&[(SPIN_US, " ")]).unwrap().unwrap().spin, None);
+        let l = with(&[(SPIN_US, "0")]).unwrap().unwrap();
+        assert_eq!(l.spin, Some(Duration::ZERO));
+        let l = with(&[(SPIN_US, "250")]).unwrap().unwrap();
+        assert_eq!(l.spin, Some(Duration::from_micros(250)));
+        for bad in ["-1", "1.5", "soon"] {
+            let e = with(&[(SPIN_US, bad)]).unwrap_err();
+            assert!(e.to_string().contains(SPIN_US), "{e}");
         }
     }
 

@@ -50,6 +50,9 @@ pub(crate) struct DataBind {
     /// On TCP, shared memory with the peers on this host
     /// ([`control::env::SHARED_MEMORY`]); QUIC never uses it.
     pub(crate) shared_memory: bool,
+    /// How long shared-memory links and the engine busy-wait before they
+    /// sleep ([`control::env::SPIN_US`]; `None`: the defaults).
+    pub(crate) spin: Option<Duration>,
 }
 
 impl DataBind {
@@ -96,7 +99,7 @@ pub(crate) async fn bind(
     let listen = SocketAddr::new(bind.listen_ip(), 0);
     let (endpoint, address) = match bind.transport {
         TransportKind::Tcp => {
-            let config = tcp_config(data_timeout, bind.shared_memory);
+            let config = tcp_config(data_timeout, bind.shared_memory, bind.spin);
             let ep = TcpEndpoint::bind(listen, config).await?;
             let addr = SocketAddr::new(bind.ip, ep.local_addr()?.port());
             (Unconnected::Tcp(ep), PeerAddress::tcp(addr))
@@ -122,12 +125,13 @@ pub(crate) async fn bind(
 /// The TCP data plane's settings: each send and receive may wait up to
 /// `data_timeout`; shared memory with the ranks of this host as
 /// `shared_memory` says, its other settings the defaults.
-fn tcp_config(data_timeout: Duration, shared_memory: bool) -> TcpConfig {
+fn tcp_config(data_timeout: Duration, shared_memory: bool, spin: Option<Duration>) -> TcpConfig {
     let defaults = TcpConfig::default();
     TcpConfig {
         io_timeout: data_timeout,
         shared_memory: ShmConfig {
             enabled: shared_memory,
+            spin: spin.unwrap_or(defaults.shared_memory.spin),
             ..defaults.shared_memory
         },
         ..defaults
@@ -205,12 +209,13 @@ pub(crate) struct Parts {
 
 /// The place, collective paths and a fresh engine for the generation of
 /// assignment `a` on `plane`, whose operations may each wait `data_timeout`
-/// (GPU ones too); `memory` keeps the autotune samples across generations.
+/// (GPU ones too) and which busy-waits at most `spin` (`None`: its
+/// default); `memory` keeps the autotune samples across generations.
 pub(crate) fn start(
     rt: &tokio::runtime::Handle,
     a: &Assignment,
     plane: DataPlane,
-    data_timeout: Duration,
+    (data_timeout, spin): (Duration, Option<Duration>),
     memory: &TuningMemory,
 ) -> (Engine, Parts) {
     let place = Place {
@@ -224,9 +229,11 @@ pub(crate) fn start(
     };
     let (options, paths, grid) = hierarchy::options(&a.knobs, &a.hosts);
     hierarchy::log_fallbacks(&paths, place.rank);
+    let base = engine_config(Some(&a.knobs), grid, memory);
     let cfg = EngineConfig {
         device_timeout: data_timeout,
-        ..engine_config(Some(&a.knobs), grid, memory)
+        settle_quiet: spin.map_or(base.settle_quiet, |s| s.min(base.settle_quiet)),
+        ..base
     };
     let breaker = plane.breaker();
     let engine = engine_on(rt, plane, options, cfg);
@@ -269,10 +276,16 @@ mod tests {
     fn tcp_config_turns_shared_memory_on_or_off_and_keeps_the_rest() {
         let defaults = TcpConfig::default();
         let timeout = Duration::from_millis(2500);
-        let on = tcp_config(timeout, true);
+        let on = tcp_config(timeout, true, None);
         assert_eq!(on.io_timeout, timeout);
         assert!(on.shared_memory.enabled);
-        let off = tcp_config(timeout, false);
+        let off = tcp_config(timeout, false, None);
+        let still = tcp_config(timeout, true, Some(Duration::ZERO));
+        assert_eq!(
+            still.shared_memory.spin,
+            Duration::ZERO,
+            "ELASTICRUN_SPIN_US=0"
+        );
         assert!(!off.shared_memory.enabled);
         for c in [&on, &off] {
             assert_eq!(

@@ -64,6 +64,7 @@ pub(crate) async fn join(
         all_interfaces: launch.data_all_interfaces,
         transport: launch.transport,
         shared_memory: launch.shared_memory,
+        spin: launch.spin,
     };
     let stream = match tokio::time::timeout_at(deadline, control::tls::over(stream, tls)).await {
         Ok(Ok(s)) => s,
@@ -216,6 +217,7 @@ mod tests {
             data_all_interfaces: false,
             transport: control::env::TransportKind::Tcp,
             shared_memory: true,
+            spin: None,
         }
     }
 

@@ -238,8 +238,8 @@ impl Worker {
     fn launched(rt: tokio::runtime::Runtime, entered: Entered, link: Link) -> Worker {
         let memory = TuningMemory::default();
         let a = entered.assignment;
-        let (engine, p) =
-            generation::start(rt.handle(), &a, entered.plane, link.data_timeout, &memory);
+        let waits = (link.data_timeout, link.data_bind.spin);
+        let (engine, p) = generation::start(rt.handle(), &a, entered.plane, waits, &memory);
         let own = a.peers.get(p.place.rank).cloned();
         let worker = Worker {
             engine,
@@ -259,11 +259,13 @@ impl Worker {
     /// Moves to the generation of assignment `a` on `plane`; returns the
     /// previous generation's engine, to be retired.
     pub(crate) fn install(&mut self, a: Assignment, plane: DataPlane) -> Engine {
-        let timeout = self
+        let waits = self
             .link
             .as_ref()
-            .map_or(EngineConfig::default().device_timeout, |l| l.data_timeout);
-        let (engine, p) = generation::start(self.rt.handle(), &a, plane, timeout, &self.memory);
+            .map_or((EngineConfig::default().device_timeout, None), |l| {
+                (l.data_timeout, l.data_bind.spin)
+            });
+        let (engine, p) = generation::start(self.rt.handle(), &a, plane, waits, &self.memory);
         let own = a.peers.get(p.place.rank).cloned();
         let old = std::mem::replace(&mut self.engine, engine);
         self.place = p.place;

@@ -26,6 +26,10 @@ pub struct EngineConfig {
     /// is aborted and the engine fails with the peers taken for lost: the
     /// data plane's timeout (`--gloo-timeout-seconds`), default 60 s.
     pub device_timeout: Duration,
+    /// How long no new submission must have come before a small burst is
+    /// taken as complete, the engine yielding and looking again meanwhile
+    /// (`ELASTICRUN_SPIN_US` caps it; 0: a few yields only). Default 50 µs.
+    pub settle_quiet: Duration,
 }
 
 impl Default for EngineConfig {
@@ -38,6 +42,7 @@ impl Default for EngineConfig {
             autotune: None,
             hierarchy: None,
             device_timeout: Duration::from_secs(60),
+            settle_quiet: Duration::from_micros(50),
         }
     }
 }

@@ -96,6 +96,12 @@ struct State<D, H> {
     /// Settings to announce in the next message (rank 0).
     retune: Option<Tuning>,
     cycle_time: Duration,
+    /// How long a burst with work in it must bring nothing new before it is
+    /// complete: yields alone end a burst early when the submitting thread
+    /// is briefly off its core (a loaded machine split three tensors
+    /// submitted together into two rounds); but where the program's own
+    /// threads keep every core busy, this busy-wait is taken from them.
+    settle_quiet: Duration,
     /// Rank 0 of an autotuned job.
     autotuner: Option<Autotuner>,
     /// The sample to announce in the next message (rank 0).
@@ -225,15 +231,9 @@ const EAGER_IDLE_ROUNDS: u32 = 3;
 /// before it takes a burst of them as complete.
 const SETTLE_YIELDS: u32 = 3;
 
-/// How long no new submission must have come before a burst with work in it
-/// is taken as complete: yields alone end a burst early when the submitting
-/// thread is briefly off its core (a loaded machine split three tensors
-/// submitted together into two rounds).
-const SETTLE_QUIET: Duration = Duration::from_micros(50);
-
 /// Bursts of at least this many submissions end as soon as a burst reaches
 /// the size of the last one; smaller ones (a gradient at a time while the
-/// backward pass computes) wait out [`SETTLE_QUIET`].
+/// backward pass computes) wait out [`EngineConfig::settle_quiet`].
 const MIN_KNOWN_BURST: usize = 8;
 
 /// Takes every submission of the burst in progress: the engine yields to
@@ -265,7 +265,7 @@ async fn settle(
         if st.last_burst >= MIN_KNOWN_BURST && st.fresh.len() >= st.last_burst {
             return;
         }
-        if quiet >= SETTLE_YIELDS && (idle || last.elapsed() >= SETTLE_QUIET) {
+        if quiet >= SETTLE_YIELDS && (idle || last.elapsed() >= st.settle_quiet) {
             return;
         }
         tokio::task::yield_now().await;
@@ -325,6 +325,7 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             timeline,
             retune: None,
             cycle_time: cfg.cycle_time.min(Duration::from_micros(MAX_CYCLE_US)),
+            settle_quiet: cfg.settle_quiet,
             autotuner: None,
             sample: None,
             autotune: cfg.autotune.clone(),
