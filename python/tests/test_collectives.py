@@ -35,3 +35,18 @@ def test_a_worker_that_fails_after_leaving_cleanly_fails_the_job():
     # exit status came: the exit status still decides.
     _, err = run_job(2, "late_failure.py", expect=1)
     assert "rank 1 on localhost exited with code 4" in err, err
+
+
+def test_the_package_turns_busy_waiting_off_unless_told_otherwise():
+    import subprocess
+    import sys
+
+    probe = "import elasticrun, os; print(os.environ['ELASTICRUN_SPIN_US'])"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "ELASTICRUN_SPIN_US"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "0", out
+    env["ELASTICRUN_SPIN_US"] = "40"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "40", out
