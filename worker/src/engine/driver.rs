@@ -157,6 +157,10 @@ pub(super) async fn run<D: GroupCollectives<Host>, H: Transport>(
 }
 
 /// Why an engine waiting for its next round woke.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a value on the stack for one match, moved once: boxing would allocate per submission"
+)]
 enum Wake {
     Command(Option<Command>),
     Round,
