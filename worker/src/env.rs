@@ -272,19 +272,21 @@ mod tests {
         }
     }
 
+    /// A launch environment of slot 0 with `extra` besides, as read.
+    fn with(extra: &[(&str, &str)]) -> Result<Option<Launch>, InitError> {
+        let k = Secret::generate().unwrap().to_hex();
+        let mut pairs = vec![
+            (COORDINATOR, "127.0.0.1:4000"),
+            (SECRET, k.as_str()),
+            (HOST, "a"),
+            (SLOT, "0"),
+        ];
+        pairs.extend_from_slice(extra);
+        read(env(&pairs))
+    }
+
     #[test]
     fn spin_is_whole_microseconds_or_unset() {
-        let k = Secret::generate().unwrap().to_hex();
-        let with = |extra: &[(&str, &str)]| {
-            let mut pairs = vec![
-                (COORDINATOR, "127.0.0.1:4000"),
-                (SECRET, k.as_str()),
-                (HOST, "a"),
-                (SLOT, "0"),
-            ];
-            pairs.extend_from_slice(extra);
-            read(env(&pairs))
-        };
         assert_eq!(with(&[]).unwrap().unwrap().spin, None);
         assert_eq!(with(&[(SPIN_US, " ")]).unwrap().unwrap().spin, None);
         let l = with(&[(SPIN_US, "0")]).unwrap().unwrap();
@@ -340,17 +342,6 @@ mod tests {
 
     #[test]
     fn shared_memory_is_on_unless_turned_off() {
-        let k = Secret::generate().unwrap().to_hex();
-        let with = |extra: &[(&str, &str)]| {
-            let mut pairs = vec![
-                (COORDINATOR, "127.0.0.1:4000"),
-                (SECRET, k.as_str()),
-                (HOST, "a"),
-                (SLOT, "0"),
-            ];
-            pairs.extend_from_slice(extra);
-            read(env(&pairs))
-        };
         assert!(with(&[]).unwrap().unwrap().shared_memory, "unset: on");
         for on in ["1", "true", "YES", "on", "", " 1 "] {
             let l = with(&[(SHARED_MEMORY, on)]).unwrap().unwrap();
