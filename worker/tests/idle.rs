@@ -17,7 +17,7 @@ mod common;
 
 use common::on_every_rank;
 
-fn sum(e: &Engine, name: &str, rank: usize) -> Vec<f32> {
+fn submit(e: &Engine, name: &str, rank: usize) -> worker::Handle<f32> {
     let data: Vec<f32> = (0..64).map(|i| (rank * 100 + i) as f32).collect();
     e.submit(
         name.into(),
@@ -26,9 +26,10 @@ fn sum(e: &Engine, name: &str, rank: usize) -> Vec<f32> {
         vec![],
         vec![],
     )
-    .wait()
-    .unwrap()
-    .data
+}
+
+fn sum(e: &Engine, name: &str, rank: usize) -> Vec<f32> {
+    submit(e, name, rank).wait().unwrap().data
 }
 
 fn want(size: usize) -> Vec<f32> {
@@ -55,17 +56,7 @@ fn a_late_rank_wakes_the_ranks_waiting_for_it_without_a_timer() {
             // Long enough that the others' engines have gone idle.
             thread::sleep(Duration::from_millis(30));
         } else {
-            let h = e.submit(
-                "late".into(),
-                Kind::Allreduce(ReduceOp::Sum),
-                Tensor::from(
-                    (0..64)
-                        .map(|i| (rank * 100 + i) as f32)
-                        .collect::<Vec<f32>>(),
-                ),
-                vec![],
-                vec![],
-            );
+            let h = submit(e, "late", rank);
             gate.wait();
             got.push(h.wait().unwrap().data);
             return got;
