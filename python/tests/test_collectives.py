@@ -38,11 +38,12 @@ def test_a_worker_that_fails_after_leaving_cleanly_fails_the_job():
 
 
 def test_the_package_turns_busy_waiting_off_unless_told_otherwise():
+    import os
     import subprocess
     import sys
 
     probe = "import elasticrun, os; print(os.environ['ELASTICRUN_SPIN_US'])"
-    env = {k: v for k, v in __import__("os").environ.items() if k != "ELASTICRUN_SPIN_US"}
+    env = {k: v for k, v in os.environ.items() if k != "ELASTICRUN_SPIN_US"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
                          text=True, timeout=60, check=True)
     assert out.stdout.strip() == "0", out

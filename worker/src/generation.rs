@@ -280,13 +280,13 @@ mod tests {
         assert_eq!(on.io_timeout, timeout);
         assert!(on.shared_memory.enabled);
         let off = tcp_config(timeout, false, None);
+        assert!(!off.shared_memory.enabled);
         let still = tcp_config(timeout, true, Some(Duration::ZERO));
         assert_eq!(
             still.shared_memory.spin,
             Duration::ZERO,
             "ELASTICRUN_SPIN_US=0"
         );
-        assert!(!off.shared_memory.enabled);
         for c in [&on, &off] {
             assert_eq!(
                 c.shared_memory.ring_bytes,

@@ -405,12 +405,6 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
         }
     }
 
-    /// Whether the next round should start now rather than at the end of
-    /// the cycle: there are new submissions or news to announce, or this
-    /// rank still waits on tensors the last few rounds did not run (the
-    /// others may have announced theirs a round later, and wait for this
-    /// rank in the next one). Work that stays stuck (a tensor the others
-    /// never submit) falls back to the cycle after [`EAGER_IDLE_ROUNDS`].
     /// Whether this engine, when not eager, still starts a round every
     /// cycle: while it is leaving or joining, or (rank 0) has settings or an
     /// autotune sample to announce, and always where the transport cannot
@@ -426,6 +420,13 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             || self.sample.is_some()
     }
 
+    /// Whether the next round should start now rather than at the end of
+    /// the cycle: there are new submissions or news to announce, or (where
+    /// the transport cannot say that another rank started a round) this
+    /// rank still waits on tensors the last few rounds did not run (the
+    /// others may have announced theirs a round later, and wait for this
+    /// rank in the next one). Work that stays stuck (a tensor the others
+    /// never submit) falls back to the cycle after [`EAGER_IDLE_ROUNDS`].
     fn eager(&self) -> bool {
         !self.fresh.is_empty()
             || self.join_news
