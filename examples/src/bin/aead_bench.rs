@@ -1,5 +1,5 @@
 //! aead_bench: what encryption alone costs on this CPU. Seals records in place
-//! with ring's AES-128-GCM (the cipher suite QUIC's TLS 1.3 picks first here),
+//! with ring's AES-128-GCM (the only cipher suite the QUIC data plane offers),
 //! one nonce per record as a QUIC stack does, and prints GB/s of plaintext per
 //! record size: the ceiling one core's encryption puts on an encrypted data
 //! plane, before header protection, packet handling and the socket.
