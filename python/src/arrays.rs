@@ -7,6 +7,8 @@ use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::pool::{self, Holds};
+
 /// A tensor's elements, of the type the array had.
 pub(crate) enum Data {
     F32(Vec<f32>),
@@ -35,12 +37,12 @@ type Gathered<T> = (Vec<T>, Vec<Vec<usize>>);
 
 /// The elements of `arrays`, all of element type `T`, one after another in
 /// one allocation, and each one's shape; `None` when the first is not `T`.
-fn gather<T: numpy::Element + Copy>(
+fn gather<T: numpy::Element + Copy + pool::Pooled>(
     arrays: &[Bound<'_, PyAny>],
     total: usize,
 ) -> Option<PyResult<Gathered<T>>> {
     let first = arrays.first()?.cast::<PyArrayDyn<T>>().ok()?;
-    let mut all = Vec::with_capacity(total);
+    let mut all = pool::take(total);
     let mut shapes = vec![append(first, &mut all)];
     for a in &arrays[1..] {
         match a.cast::<PyArrayDyn<T>>() {
@@ -101,12 +103,16 @@ pub(crate) fn from_numpy(a: &Bound<'_, PyAny>) -> PyResult<(Data, Vec<usize>)> {
     Ok((data, shapes.pop().unwrap_or_default()))
 }
 
-/// A new numpy array of `shape` holding `v`.
-pub(crate) fn to_numpy<T: numpy::Element>(
+/// A new numpy array of `shape` holding `v` (a large one lent from the
+/// pool: its memory goes back there when Python drops the array).
+pub(crate) fn to_numpy<T: numpy::Element + Holds>(
     py: Python<'_>,
     v: Vec<T>,
     shape: &[usize],
 ) -> PyResult<Py<PyAny>> {
+    if v.capacity().saturating_mul(std::mem::size_of::<T>()) >= pool::MIN_POOLED_BYTES {
+        return crate::sys::lend(py, v, shape);
+    }
     let flat = numpy::PyArray1::from_vec(py, v).reshape(shape.to_vec())?;
     Ok(flat.into_any().unbind())
 }

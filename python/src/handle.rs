@@ -61,7 +61,7 @@ enum Out {
     },
 }
 
-fn finish<T: Element + numpy::Element>(
+fn finish<T: Element + numpy::Element + crate::pool::Holds>(
     py: Python<'_>,
     h: worker::Handle<T>,
     out: &Out,

@@ -8,6 +8,9 @@
 
 mod arrays;
 mod handle;
+mod pool;
+#[allow(unsafe_code)]
+mod sys;
 
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
@@ -197,6 +200,13 @@ fn report_running() -> PyResult<()> {
     Ok(())
 }
 
+/// What the buffer pool has done: (buffers reused, buffers allocated,
+/// bytes held free).
+#[pyfunction]
+fn pool_stats() -> (u64, u64, usize) {
+    pool::stats()
+}
+
 #[pymodule]
 fn _elasticrun(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ElasticrunError", m.py().get_type::<ElasticrunError>())?;
@@ -217,6 +227,7 @@ fn _elasticrun(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cross_size, m)?)?;
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(join, m)?)?;
+    m.add_function(wrap_pyfunction!(pool_stats, m)?)?;
     m.add_class::<Handle>()?;
     m.add_class::<GroupHandle>()?;
     handle::register(m)?;

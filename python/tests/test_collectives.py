@@ -51,3 +51,10 @@ def test_the_package_turns_busy_waiting_off_unless_told_otherwise():
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
                          text=True, timeout=60, check=True)
     assert out.stdout.strip() == "40", out
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_large_results_are_lent_from_a_pool_and_reused(np_):
+    out, _ = run_job(np_, "pool.py")
+    for r in range(np_):
+        assert any(l.startswith(f"OK {r}") for l in rank_lines(out, r)), out

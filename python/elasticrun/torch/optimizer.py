@@ -1,10 +1,18 @@
-"""``DistributedOptimizer``: horovod.torch's wrapper. Each gradient is
-submitted to the engine from a hook the moment backward has accumulated it
-(after ``backward_passes_per_step`` passes), so communication overlaps the
-rest of backward; ``step()`` waits for them all (``synchronize()``) and then
-runs the wrapped optimizer's step."""
+"""``DistributedOptimizer``: horovod.torch's wrapper. Gradients are reduced in
+buckets: consecutive parameters (in backward's order, the reverse of the
+model's) of about ``ELASTICRUN_BUCKET_MB`` together, or the groups the caller
+gives (``groups=``, as horovod.torch has them). A hook submits a bucket as one
+grouped allreduce the moment backward has accumulated its last gradient (after
+``backward_passes_per_step`` passes), so communication overlaps the rest of
+backward; ``step()`` waits for them all (``synchronize()``) and then runs the
+wrapped optimizer's step.
+
+Buckets are planned from the parameters' order, sizes and dtypes alone, so
+that every rank plans the same ones."""
 
 import contextlib
+import math
+import os
 
 import torch
 
@@ -13,10 +21,79 @@ from elasticrun import _elasticrun as _native
 
 from .compression import Compression
 
+BUCKET_MB_ENV = "ELASTICRUN_BUCKET_MB"
+DEFAULT_BUCKET_MB = 4.0
+
+
+def bucket_bytes():
+    """The bucket size in bytes: ``ELASTICRUN_BUCKET_MB`` (MiB; 0 reduces
+    each gradient alone, as horovod.torch does), 4 MiB by default."""
+    raw = os.environ.get(BUCKET_MB_ENV)
+    if raw is None or raw == "":
+        return int(DEFAULT_BUCKET_MB * 2**20)
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = math.nan
+    if not (mb >= 0 and math.isfinite(mb)):
+        raise ValueError(f"{BUCKET_MB_ENV}={raw!r}: expected a size in MiB, 0 or more")
+    return int(mb * 2**20)
+
+
+def _split_by_dtype(bucket):
+    out = []
+    for p in bucket:
+        if out and out[-1][-1].dtype == p.dtype:
+            out[-1].append(p)
+        else:
+            out.append([p])
+    return out
+
+
+def plan_buckets(params, groups, cap):
+    """Lists of parameters, each reduced as one tensor. ``params`` in the
+    order their gradients are expected; ``groups``: None (buckets of about
+    ``cap`` bytes), a number of groups of about equal count, or lists of
+    parameters (the unlisted ones each alone)."""
+    if isinstance(groups, (list, tuple)):
+        seen, out = set(), []
+        ours = {id(p) for p in params}
+        for g in groups:
+            g = list(g)
+            for p in g:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must be lists of parameters (torch.Tensor)")
+                if id(p) not in ours:
+                    raise ValueError("groups name a parameter the optimizer does not have (or one without requires_grad)")
+                if id(p) in seen:
+                    raise ValueError("a parameter can only appear once in groups")
+                seen.add(id(p))
+            if len({p.dtype for p in g}) > 1:
+                raise ValueError("a group's parameters must share one dtype")
+            if g:
+                out.append(g)
+        return out + [[p] for p in params if id(p) not in seen]
+    if groups:
+        if not isinstance(groups, int) or groups < 0:
+            raise ValueError("groups must be a non-negative number or a list of lists of parameters")
+        n = min(groups, len(params))
+        chunks = [params[i * len(params) // n:(i + 1) * len(params) // n] for i in range(n)]
+        return [b for c in chunks for b in _split_by_dtype(c)]
+    out, size = [], 0
+    for p in params:
+        nbytes = p.numel() * p.element_size()
+        if out and size < cap and out[-1][-1].dtype == p.dtype:
+            out[-1].append(p)
+            size += nbytes
+        else:
+            out.append([p])
+            size = nbytes
+    return out
+
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor):
+                 gradient_predivide_factor, groups):
         super(self.__class__, self).__init__(params)
         self._compression = compression
         if named_parameters is not None:
@@ -39,63 +116,97 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("Adasum is not supported by elasticrun; use op=Average")
         self._op = op
         self._predivide = gradient_predivide_factor
+        trained = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        self._buckets = plan_buckets(trained[::-1], groups, bucket_bytes())
+        self._bucket_of = {p: b for b, ps in enumerate(self._buckets) for p in ps}
+        self._bucket_names = [
+            "allreduce." + self._names[id(ps[0])] + (f"+{len(ps) - 1}" if len(ps) > 1 else "")
+            for ps in self._buckets
+        ]
         self._delay = {}
+        self._left = []
+        self._ready = set()
         self._handles = {}
         self._should_sync = True
-        for g in self.param_groups:
-            for p in g["params"]:
-                if p.requires_grad:
-                    self._delay[p] = backward_passes_per_step
-                    p.register_post_accumulate_grad_hook(self._hook)
+        self._reset_handles()
+        for p in trained:
+            p.register_post_accumulate_grad_hook(self._hook)
 
-    def _submit(self, p):
-        name = "allreduce." + self._names[id(p)]
-        grad, ctx = self._compression.compress(p.grad)
-        if self._op == _er.Average and self._predivide != 1.0:
-            h = _er.allreduce_async(grad.detach().numpy(), name, _er.Sum,
-                                    1.0 / self._predivide, self._predivide / _er.size())
+    def _submit(self, b):
+        members = self._buckets[b]
+        grads, ctxs = [], []
+        for p in members:
+            g, ctx = self._compression.compress(p.grad)
+            grads.append(g.detach().numpy())
+            ctxs.append(ctx)
+        name = self._bucket_names[b]
+        op = self._op
+        if op == _er.Average and self._predivide != 1.0:
+            # Horovod's predivision: a sum of gradients scaled by 1/f before
+            # and f/size after.
+            op = _er.Sum
+            for g in grads:
+                _er._check_post(g, self._predivide)
+            grads = [_er._prescaled(g, 1.0 / self._predivide) for g in grads]
+        if len(members) > 1:
+            h = _native.grouped_allreduce_async(grads, name, op)
         else:
-            h = _native.allreduce_async(grad.detach().numpy(), name, self._op)
-        self._handles[p] = (h, ctx)
+            h = _native.allreduce_async(grads[0], name, op)
+        self._handles[b] = (h, ctxs)
 
     def _hook(self, p):
-        if p in self._handles:
+        if p in self._ready:
             raise RuntimeError(
                 "a gradient was computed twice before step(): call optimizer.synchronize() "
                 "between backward passes, or raise backward_passes_per_step"
             )
         self._delay[p] -= 1
         if self._delay[p] == 0:
-            self._submit(p)
+            self._ready.add(p)
+            b = self._bucket_of[p]
+            self._left[b] -= 1
+            if self._left[b] == 0:
+                self._submit(b)
 
     def synchronize(self):
-        """Waits for every gradient's allreduce; gradients no hook submitted
-        (unused parameters) are submitted now, as zeros where they have none."""
-        for g in self.param_groups:
-            for p in g["params"]:
-                if p.requires_grad and p not in self._handles:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    self._submit(p)
+        """Waits for every bucket's allreduce; buckets whose hooks did not all
+        run (unused parameters) are submitted now, with zeros for gradients
+        that are None."""
         try:
-            for p, (h, ctx) in list(self._handles.items()):
-                out = torch.from_numpy(h.wait())
-                out = self._compression.decompress(out, ctx).reshape(p.grad.shape)
-                if out.dtype == p.grad.dtype and p.grad.is_contiguous():
-                    # The result is a new array of the engine's: it becomes
-                    # the gradient, without a copy.
-                    p.grad = out
-                else:
-                    with torch.no_grad():
-                        p.grad.copy_(out)
+            for b, members in enumerate(self._buckets):
+                if b not in self._handles:
+                    for p in members:
+                        if p.grad is None:
+                            p.grad = torch.zeros_like(p)
+                    self._submit(b)
+            for b, (h, ctxs) in list(self._handles.items()):
+                members = self._buckets[b]
+                results = h.wait() if len(members) > 1 else [h.wait()]
+                if self._op == _er.Average and self._predivide != 1.0:
+                    for r in results:
+                        r *= self._predivide / _er.size()
+                for p, r, ctx in zip(members, results, ctxs):
+                    self._take(p, r, ctx)
         finally:
             # Also after a failure: the next step starts afresh (an elastic
             # run restores the state and goes on in a new generation).
             self._reset_handles()
 
+    def _take(self, p, result, ctx):
+        out = self._compression.decompress(torch.from_numpy(result), ctx).reshape(p.grad.shape)
+        if out.dtype == p.grad.dtype and p.grad.is_contiguous():
+            # The result is the engine's new array (a bucket's: a slice of
+            # it): it becomes the gradient, without a copy.
+            p.grad = out
+        else:
+            with torch.no_grad():
+                p.grad.copy_(out)
+
     def _reset_handles(self):
         self._handles.clear()
-        for p in self._delay:
+        self._ready.clear()
+        self._left = [len(ps) for ps in self._buckets]
+        for p in self._bucket_of:
             self._delay[p] = self.backward_passes_per_step
 
     @contextlib.contextmanager
@@ -124,14 +235,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          backward_passes_per_step=1, op=_er.Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
     """Wraps ``optimizer`` so that ``step()`` uses gradients averaged (``op``)
-    over every rank, as horovod.torch's does."""
+    over every rank, as horovod.torch's does. ``groups`` (a number of groups,
+    or lists of parameters reduced together; ``num_groups`` is its old name)
+    replaces the buckets of ``ELASTICRUN_BUCKET_MB``."""
     if process_set is not None:
         raise NotImplementedError("process sets are not supported by elasticrun")
-    if num_groups or groups:
-        raise NotImplementedError(
-            "gradient groups are not needed: the engine fuses gradients by itself (--fusion-threshold-mb)"
-        )
+    if groups is None and num_groups:
+        groups = num_groups
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor)
+               op, gradient_predivide_factor, groups)

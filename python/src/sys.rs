@@ -1,0 +1,56 @@
+//! The one unsafe thing this crate does: a numpy array over the memory of a
+//! pooled buffer ([`crate::pool`]), which goes back to the pool once no
+//! array looks at it any more.
+
+use numpy::PyArrayDyn;
+use numpy::ndarray::{ArrayViewMutD, IxDyn};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::pool::{Held, Holds};
+
+/// Owns a result's buffer for the numpy arrays that look at it (it is their
+/// base object); returns the buffer to the pool when the last one is gone.
+#[pyclass(module = "elasticrun._elasticrun")]
+#[derive(Debug)]
+pub(crate) struct Lent {
+    buf: Option<Held>,
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(h) = self.buf.take() {
+            h.give_back();
+        }
+    }
+}
+
+/// A new numpy array of `shape` over `v`'s memory, without a copy.
+pub(crate) fn lend<T: numpy::Element + Holds>(
+    py: Python<'_>,
+    v: Vec<T>,
+    shape: &[usize],
+) -> PyResult<Py<PyAny>> {
+    let owner = Bound::new(
+        py,
+        Lent {
+            buf: Some(T::hold(v)),
+        },
+    )?;
+    let base = owner.clone().into_any();
+    let mut lent = owner.borrow_mut();
+    let Some(elements) = lent.buf.as_mut().and_then(T::elements) else {
+        return Err(PyValueError::new_err(
+            "a lent buffer of another element type",
+        ));
+    };
+    let view = ArrayViewMutD::from_shape(IxDyn(shape), elements).map_err(|e| {
+        PyValueError::new_err(format!("a result does not fit its shape {shape:?}: {e}"))
+    })?;
+    // SAFETY: `base` (the `Lent` that owns the buffer) becomes the array's
+    // base object, so it outlives the array and every view of it; nothing
+    // touches the buffer again until `Lent` drops it, and a `Vec`'s heap
+    // memory stays where it is while the `Vec` is held there.
+    let array = unsafe { PyArrayDyn::<T>::borrow_from_array(&view, base) };
+    Ok(array.into_any().unbind())
+}
