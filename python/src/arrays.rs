@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use crate::pool::{self, Holds};
 
 /// A tensor's elements, of the type the array had.
+#[derive(Debug)]
 pub(crate) enum Data {
     F32(Vec<f32>),
     F64(Vec<f64>),

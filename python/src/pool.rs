@@ -14,6 +14,8 @@ use std::sync::{Mutex, PoisonError};
 
 use half::f16;
 
+use crate::arrays::Data;
+
 /// Smaller buffers come from malloc's free lists at no such cost.
 pub(crate) const MIN_POOLED_BYTES: usize = 64 * 1024;
 
@@ -118,46 +120,35 @@ pub(crate) fn stats() -> (u64, u64, usize) {
     (s.reused, s.allocated, s.held)
 }
 
-/// A buffer of any pooled element type.
-#[derive(Debug)]
-pub(crate) enum Held {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    F16(Vec<f16>),
-    I32(Vec<i32>),
-    I64(Vec<i64>),
-    U8(Vec<u8>),
-}
-
-impl Held {
+impl Data {
     /// Back to the pool.
     pub(crate) fn give_back(self) {
         match self {
-            Held::F32(v) => give(v),
-            Held::F64(v) => give(v),
-            Held::F16(v) => give(v),
-            Held::I32(v) => give(v),
-            Held::I64(v) => give(v),
-            Held::U8(v) => give(v),
+            Data::F32(v) => give(v),
+            Data::F64(v) => give(v),
+            Data::F16(v) => give(v),
+            Data::I32(v) => give(v),
+            Data::I64(v) => give(v),
+            Data::U8(v) => give(v),
         }
     }
 }
 
-/// Conversions between a typed buffer and [`Held`].
+/// Conversions between a typed buffer and [`Data`].
 pub(crate) trait Holds: Pooled {
-    fn hold(v: Vec<Self>) -> Held;
-    fn elements(h: &mut Held) -> Option<&mut [Self]>;
+    fn hold(v: Vec<Self>) -> Data;
+    fn elements(h: &mut Data) -> Option<&mut [Self]>;
 }
 
 macro_rules! holds {
     ($($t:ty => $variant:ident),*) => {$(
         impl Holds for $t {
-            fn hold(v: Vec<Self>) -> Held {
-                Held::$variant(v)
+            fn hold(v: Vec<Self>) -> Data {
+                Data::$variant(v)
             }
-            fn elements(h: &mut Held) -> Option<&mut [Self]> {
+            fn elements(h: &mut Data) -> Option<&mut [Self]> {
                 match h {
-                    Held::$variant(v) => Some(v.as_mut_slice()),
+                    Data::$variant(v) => Some(v.as_mut_slice()),
                     _ => None,
                 }
             }

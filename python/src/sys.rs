@@ -7,14 +7,15 @@ use numpy::ndarray::{ArrayViewMutD, IxDyn};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::pool::{Held, Holds};
+use crate::arrays::Data;
+use crate::pool::Holds;
 
 /// Owns a result's buffer for the numpy arrays that look at it (it is their
 /// base object); returns the buffer to the pool when the last one is gone.
 #[pyclass(module = "elasticrun._elasticrun")]
 #[derive(Debug)]
 pub(crate) struct Lent {
-    buf: Option<Held>,
+    buf: Option<Data>,
 }
 
 impl Drop for Lent {
