@@ -9,7 +9,11 @@
 #
 # Environment: NP (2), VENV (with torch, torchvision, numpy and the elasticrun
 # package; default target/pyenv, see python/tests/run.sh), HVD_VENV (a venv
-# with Horovod 0.28.1 and torchvision: ../shared/peers/hvd_build.sh).
+# with Horovod 0.28.1 and torchvision: ../shared/peers/hvd_build.sh),
+# BASE_MODULE (a folder holding another build of the elasticrun package, e.g.
+# an unpacked wheel of an older commit: `maturin build --release` in a
+# worktree of it, then unzip; an arm with it first on PYTHONPATH runs before
+# the others in each round).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -22,6 +26,11 @@ cargo build --release -q -p coordinator --bin elasticrun
 (cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --release -q)
 rate() { grep -o '"img_per_s": [0-9.]*' | awk '{print $2}'; }
 for r in $(seq 1 "$rounds"); do
+    base=
+    if [ -n "${BASE_MODULE:-}" ]; then
+        base=$(PYTHONPATH="$BASE_MODULE" target/release/elasticrun -np "$np" "$venv/bin/python" scripts/torch_synthetic.py --api elasticrun "$@" 2>/dev/null | rate)
+        base="elasticrun.torch of $BASE_MODULE $base img/s, "
+    fi
     a=$(target/release/elasticrun -np "$np" "$venv/bin/python" scripts/torch_synthetic.py --api elasticrun "$@" 2>/dev/null | rate)
     b=$("$venv/bin/torchrun" --nproc-per-node "$np" scripts/torch_synthetic.py --api ddp "$@" 2>/dev/null | rate)
     c=
@@ -32,5 +41,5 @@ for r in $(seq 1 "$rounds"); do
             sed 's/^\[[0-9]*\]<stdout>://' | rate)
         c=", Horovod under horovodrun $c img/s"
     fi
-    echo "round $r: elasticrun.torch $a img/s, DDP under torchrun $b img/s$c"
+    echo "round $r: ${base}elasticrun.torch $a img/s, DDP under torchrun $b img/s$c"
 done
