@@ -16,3 +16,10 @@ def test_distributed_optimizer_and_sync_batch_norm_match_one_process_on_the_glob
     out, _ = run_job(np_, "torch_train.py", mode)
     for r in range(np_):
         assert f"OK {r}" in rank_lines(out, r), out
+
+
+@pytest.mark.parametrize("bucket_mb", ["0", "4"])
+def test_unused_and_frozen_parameters_are_reduced_as_zeros_and_left_alone(bucket_mb):
+    out, _ = run_job(2, "torch_unused.py", bucket_mb)
+    for r in range(2):
+        assert f"OK {r}" in rank_lines(out, r), out

@@ -136,7 +136,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         members = self._buckets[b]
         grads, ctxs = [], []
         for p in members:
-            g, ctx = self._compression.compress(p.grad)
+            # A parameter frozen since the plan was made has no gradient:
+            # zeros go in its place, so that every rank sends the same bucket.
+            grad = p.grad if p.grad is not None else torch.zeros_like(p)
+            g, ctx = self._compression.compress(grad)
             grads.append(g.detach().numpy())
             ctxs.append(ctx)
         name = self._bucket_names[b]
@@ -171,12 +174,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every bucket's allreduce; buckets whose hooks did not all
         run (unused parameters) are submitted now, with zeros for gradients
-        that are None."""
+        that are None (a parameter that no longer requires a gradient keeps
+        None)."""
         try:
             for b, members in enumerate(self._buckets):
                 if b not in self._handles:
                     for p in members:
-                        if p.grad is None:
+                        if p.grad is None and p.requires_grad:
                             p.grad = torch.zeros_like(p)
                     self._submit(b)
             for b, (h, ctxs) in list(self._handles.items()):
@@ -186,7 +190,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     for r in results:
                         r *= self._predivide / _er.size()
                 for p, r, ctx in zip(members, results, ctxs):
-                    self._take(p, r, ctx)
+                    if p.grad is not None:
+                        self._take(p, r, ctx)
         finally:
             # Also after a failure: the next step starts afresh (an elastic
             # run restores the state and goes on in a new generation).
