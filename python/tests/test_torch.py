@@ -23,3 +23,10 @@ def test_unused_and_frozen_parameters_are_reduced_as_zeros_and_left_alone(bucket
     out, _ = run_job(2, "torch_unused.py", bucket_mb)
     for r in range(2):
         assert f"OK {r}" in rank_lines(out, r), out
+
+
+@pytest.mark.parametrize("mode", ["accumulate", "fp16"])
+def test_distributed_optimizer_accumulating_passes_or_in_fp16_matches_one_process(mode):
+    out, _ = run_job(2, "torch_accum.py", mode)
+    for r in range(2):
+        assert f"OK {r}" in rank_lines(out, r), out
