@@ -15,22 +15,7 @@ use worker::{Engine, EngineConfig, EngineError, EngineStats, Tensor};
 
 mod common;
 
-use common::{DEADLINE, on_every_rank, runtime};
-
-fn allreduce<T: collectives::Element>(
-    e: &Engine,
-    name: &str,
-    data: Vec<T>,
-    op: ReduceOp,
-) -> worker::Handle<T> {
-    e.submit(
-        name.into(),
-        Kind::Allreduce(op),
-        Tensor::from(data),
-        vec![],
-        vec![],
-    )
-}
+use common::{DEADLINE, allreduce, on_every_rank, runtime};
 
 /// A value that sums exactly in f32 over a few ranks.
 fn value(rank: usize, tensor: usize, i: usize) -> f32 {

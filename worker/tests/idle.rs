@@ -10,22 +10,15 @@ use std::thread;
 use std::time::Duration;
 
 use collectives::ReduceOp;
-use worker::engine::Kind;
-use worker::{Engine, EngineConfig, Tensor};
+use worker::{Engine, EngineConfig};
 
 mod common;
 
-use common::on_every_rank;
+use common::{allreduce, on_every_rank};
 
 fn submit(e: &Engine, name: &str, rank: usize) -> worker::Handle<f32> {
     let data: Vec<f32> = (0..64).map(|i| (rank * 100 + i) as f32).collect();
-    e.submit(
-        name.into(),
-        Kind::Allreduce(ReduceOp::Sum),
-        Tensor::from(data),
-        vec![],
-        vec![],
-    )
+    allreduce(e, name, data, ReduceOp::Sum)
 }
 
 fn sum(e: &Engine, name: &str, rank: usize) -> Vec<f32> {

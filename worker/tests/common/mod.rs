@@ -103,3 +103,20 @@ pub(crate) fn on_every_rank<R: Send + 'static>(
         f,
     )
 }
+
+/// Submits `data` to `e` as an allreduce with `op` under `name`.
+#[allow(dead_code)] // Not every test binary uses every helper.
+pub(crate) fn allreduce<T: collectives::Element>(
+    e: &Engine,
+    name: &str,
+    data: Vec<T>,
+    op: collectives::ReduceOp,
+) -> worker::Handle<T> {
+    e.submit(
+        name.into(),
+        worker::engine::Kind::Allreduce(op),
+        worker::Tensor::from(data),
+        vec![],
+        vec![],
+    )
+}
