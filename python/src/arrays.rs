@@ -7,7 +7,7 @@ use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::pool::{self, Holds};
+use crate::pool::{self, Pooled};
 
 /// A tensor's elements, of the type the array had.
 #[derive(Debug)]
@@ -38,7 +38,7 @@ type Gathered<T> = (Vec<T>, Vec<Vec<usize>>);
 
 /// The elements of `arrays`, all of element type `T`, one after another in
 /// one allocation, and each one's shape; `None` when the first is not `T`.
-fn gather<T: numpy::Element + Copy + pool::Pooled>(
+fn gather<T: numpy::Element + Copy + Pooled>(
     arrays: &[Bound<'_, PyAny>],
     total: usize,
 ) -> Option<PyResult<Gathered<T>>> {
@@ -106,12 +106,12 @@ pub(crate) fn from_numpy(a: &Bound<'_, PyAny>) -> PyResult<(Data, Vec<usize>)> {
 
 /// A new numpy array of `shape` holding `v` (a large one lent from the
 /// pool: its memory goes back there when Python drops the array).
-pub(crate) fn to_numpy<T: numpy::Element + Holds>(
+pub(crate) fn to_numpy<T: numpy::Element + Pooled>(
     py: Python<'_>,
     v: Vec<T>,
     shape: &[usize],
 ) -> PyResult<Py<PyAny>> {
-    if v.capacity().saturating_mul(std::mem::size_of::<T>()) >= pool::MIN_POOLED_BYTES {
+    if pool::keeps::<T>(v.capacity()) {
         return crate::sys::lend(py, v, shape);
     }
     let flat = numpy::PyArray1::from_vec(py, v).reshape(shape.to_vec())?;

@@ -61,7 +61,7 @@ enum Out {
     },
 }
 
-fn finish<T: Element + numpy::Element + crate::pool::Holds>(
+fn finish<T: Element + numpy::Element + crate::pool::Pooled>(
     py: Python<'_>,
     h: worker::Handle<T>,
     out: &Out,

@@ -17,7 +17,7 @@ use half::f16;
 use crate::arrays::Data;
 
 /// Smaller buffers come from malloc's free lists at no such cost.
-pub(crate) const MIN_POOLED_BYTES: usize = 64 * 1024;
+const MIN_POOLED_BYTES: usize = 64 * 1024;
 
 /// The most free memory the pool holds on to.
 pub(crate) const MAX_POOLED_BYTES: usize = 1 << 30;
@@ -50,29 +50,45 @@ static SHELVES: Mutex<Shelves> = Mutex::new(Shelves {
     allocated: 0,
 });
 
-/// An element type the pool keeps buffers of.
+/// An element type the pool keeps buffers of, and its [`Data`] variant.
 pub(crate) trait Pooled: Sized {
     fn shelf(s: &mut Shelves) -> &mut Vec<Vec<Self>>;
+    fn hold(v: Vec<Self>) -> Data;
+    fn elements(h: &mut Data) -> Option<&mut [Self]>;
 }
 
 macro_rules! pooled {
-    ($($t:ty => $field:ident),*) => {$(
+    ($($t:ty => $field:ident, $variant:ident);*) => {$(
         impl Pooled for $t {
             fn shelf(s: &mut Shelves) -> &mut Vec<Vec<Self>> {
                 &mut s.$field
             }
+            fn hold(v: Vec<Self>) -> Data {
+                Data::$variant(v)
+            }
+            fn elements(h: &mut Data) -> Option<&mut [Self]> {
+                match h {
+                    Data::$variant(v) => Some(v.as_mut_slice()),
+                    _ => None,
+                }
+            }
         }
     )*};
 }
-pooled!(f32 => f32, f64 => f64, f16 => f16, i32 => i32, i64 => i64, u8 => u8);
+pooled!(f32 => f32, F32; f64 => f64, F64; f16 => f16, F16; i32 => i32, I32; i64 => i64, I64; u8 => u8, U8);
 
 fn bytes<T>(capacity: usize) -> usize {
     capacity.saturating_mul(std::mem::size_of::<T>())
 }
 
+/// Whether the pool keeps buffers of `len` elements of `T`.
+pub(crate) fn keeps<T>(len: usize) -> bool {
+    bytes::<T>(len) >= MIN_POOLED_BYTES
+}
+
 /// An empty buffer with room for `len` elements.
 pub(crate) fn take<T: Pooled>(len: usize) -> Vec<T> {
-    if bytes::<T>(len) < MIN_POOLED_BYTES {
+    if !keeps::<T>(len) {
         return Vec::with_capacity(len);
     }
     let mut s = SHELVES.lock().unwrap_or_else(PoisonError::into_inner);
@@ -101,10 +117,10 @@ pub(crate) fn take<T: Pooled>(len: usize) -> Vec<T> {
 /// Returns `v`'s memory to the pool (or to malloc, when it is small or the
 /// pool is full).
 pub(crate) fn give<T: Pooled>(mut v: Vec<T>) {
-    let b = bytes::<T>(v.capacity());
-    if b < MIN_POOLED_BYTES {
+    if !keeps::<T>(v.capacity()) {
         return;
     }
+    let b = bytes::<T>(v.capacity());
     v.clear();
     let mut s = SHELVES.lock().unwrap_or_else(PoisonError::into_inner);
     if s.held.saturating_add(b) > MAX_POOLED_BYTES {
@@ -133,26 +149,3 @@ impl Data {
         }
     }
 }
-
-/// Conversions between a typed buffer and [`Data`].
-pub(crate) trait Holds: Pooled {
-    fn hold(v: Vec<Self>) -> Data;
-    fn elements(h: &mut Data) -> Option<&mut [Self]>;
-}
-
-macro_rules! holds {
-    ($($t:ty => $variant:ident),*) => {$(
-        impl Holds for $t {
-            fn hold(v: Vec<Self>) -> Data {
-                Data::$variant(v)
-            }
-            fn elements(h: &mut Data) -> Option<&mut [Self]> {
-                match h {
-                    Data::$variant(v) => Some(v.as_mut_slice()),
-                    _ => None,
-                }
-            }
-        }
-    )*};
-}
-holds!(f32 => F32, f64 => F64, f16 => F16, i32 => I32, i64 => I64, u8 => U8);

@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::arrays::Data;
-use crate::pool::Holds;
+use crate::pool::Pooled;
 
 /// Owns a result's buffer for the numpy arrays that look at it (it is their
 /// base object); returns the buffer to the pool when the last one is gone.
@@ -27,7 +27,7 @@ impl Drop for Lent {
 }
 
 /// A new numpy array of `shape` over `v`'s memory, without a copy.
-pub(crate) fn lend<T: numpy::Element + Holds>(
+pub(crate) fn lend<T: numpy::Element + Pooled>(
     py: Python<'_>,
     v: Vec<T>,
     shape: &[usize],
