@@ -333,9 +333,12 @@ fn the_timeline_records_every_phase_of_every_tensor() {
             path: path.clone(),
             mark_cycles: true,
         }),
-        // Long cycles: what is submitted right after one round completes
-        // goes into the next round together on both ranks.
         cycle_time: Duration::from_millis(300),
+        // A burst is complete only after 50 ms without a submission, so the
+        // three tensors submitted together meet in one round on both ranks
+        // however their thread is scheduled: with the default 50 µs, a
+        // loaded machine once split them into two rounds.
+        settle_quiet: Duration::from_millis(50),
         ..EngineConfig::default()
     };
     on_every_rank(2, cfg, |rank, e| {

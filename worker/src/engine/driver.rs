@@ -242,7 +242,7 @@ const MIN_KNOWN_BURST: usize = 8;
 
 /// Takes every submission of the burst in progress: the engine yields to
 /// the threads submitting and drains its queue until a few yields in a row,
-/// and (when there is work) [`SETTLE_QUIET`], bring nothing, so that the
+/// and (when there is work) [`EngineConfig::settle_quiet`], bring nothing, so that the
 /// tensors a step submits together meet in one round (and one fused
 /// collective) without a timer, whose millisecond granularity cost more
 /// than the whole collective. A burst as large as the last one (a training
