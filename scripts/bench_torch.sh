@@ -13,7 +13,9 @@
 # BASE_MODULE (a folder holding another build of the elasticrun package, e.g.
 # an unpacked wheel of an older commit: `maturin build --release` in a
 # worktree of it, then unzip; an arm with it first on PYTHONPATH runs before
-# the others in each round).
+# the others in each round), ALLOCATOR_AB=1 (also elasticrun with glibc's
+# allocator defaults, `GLIBC_TUNABLES=`, and the peers with the allocator
+# settings elasticrun gives its workers: docs/launching.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -25,6 +27,14 @@ cargo build --release -q -p coordinator --bin elasticrun
 "$venv/bin/python" -c 'import torchvision' 2>/dev/null || "$venv/bin/pip" install -q torchvision
 (cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --release -q)
 rate() { grep -o '"img_per_s": [0-9.]*' | awk '{print $2}'; }
+tuned=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864
+ddp() { "$venv/bin/torchrun" --nproc-per-node "$np" scripts/torch_synthetic.py --api ddp "$@" 2>/dev/null | rate; }
+hvd() {
+    # horovodrun sets no OMP_NUM_THREADS; the other two launchers set 1.
+    OMP_NUM_THREADS=1 PATH="$HVD_VENV/bin:$PATH" "$HVD_VENV/bin/horovodrun" --gloo -np "$np" -H "localhost:$np" \
+        --network-interface lo "$HVD_VENV/bin/python" scripts/torch_synthetic.py --api horovod "$@" 2>/dev/null |
+        sed 's/^\[[0-9]*\]<stdout>://' | rate
+}
 for r in $(seq 1 "$rounds"); do
     base=
     if [ -n "${BASE_MODULE:-}" ]; then
@@ -32,14 +42,15 @@ for r in $(seq 1 "$rounds"); do
         base="elasticrun.torch of $BASE_MODULE $base img/s, "
     fi
     a=$(target/release/elasticrun -np "$np" "$venv/bin/python" scripts/torch_synthetic.py --api elasticrun "$@" 2>/dev/null | rate)
-    b=$("$venv/bin/torchrun" --nproc-per-node "$np" scripts/torch_synthetic.py --api ddp "$@" 2>/dev/null | rate)
+    b=$(ddp "$@")
     c=
     if [ -n "${HVD_VENV:-}" ]; then
-        # horovodrun sets no OMP_NUM_THREADS; the other two launchers set 1.
-        c=$(OMP_NUM_THREADS=1 PATH="$HVD_VENV/bin:$PATH" "$HVD_VENV/bin/horovodrun" --gloo -np "$np" -H "localhost:$np" \
-            --network-interface lo "$HVD_VENV/bin/python" scripts/torch_synthetic.py --api horovod "$@" 2>/dev/null |
-            sed 's/^\[[0-9]*\]<stdout>://' | rate)
-        c=", Horovod under horovodrun $c img/s"
+        c=", Horovod under horovodrun $(hvd "$@") img/s"
+    fi
+    if [ -n "${ALLOCATOR_AB:-}" ]; then
+        u=$(GLIBC_TUNABLES= target/release/elasticrun -np "$np" "$venv/bin/python" scripts/torch_synthetic.py --api elasticrun "$@" 2>/dev/null | rate)
+        c="$c; with glibc's allocator defaults: elasticrun.torch $u img/s; with elasticrun's allocator settings: DDP $(GLIBC_TUNABLES=$tuned ddp "$@") img/s"
+        [ -n "${HVD_VENV:-}" ] && c="$c, Horovod $(GLIBC_TUNABLES=$tuned hvd "$@") img/s"
     fi
     echo "round $r: ${base}elasticrun.torch $a img/s, DDP under torchrun $b img/s$c"
 done

@@ -97,3 +97,81 @@ fn a_failing_rank_of_such_a_program_ends_the_job_and_nothing_is_left() {
     );
     assert_all_gone(&all, Duration::from_secs(10));
 }
+
+/// Allocates 24 blocks of 1 MiB, writes them and frees them, six times;
+/// prints `GLIBC_TUNABLES` and the page faults of the last four rounds.
+const ALLOCATOR: &str = r#"
+import ctypes, json, os, resource
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+def step():
+    blocks = [libc.malloc(1 << 20) for _ in range(24)]
+    assert all(blocks)
+    for b in blocks:
+        ctypes.memset(b, 1, 1 << 20)
+    for b in reversed(blocks):
+        libc.free(b)
+step(); step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(4):
+    step()
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(json.dumps({"tunables": os.environ.get("GLIBC_TUNABLES"), "faults": faults}), flush=True)
+"#;
+
+/// What the rank 0 worker of `elasticrun -np 1 python3 -c ALLOCATOR` printed,
+/// with elasticrun's own `GLIBC_TUNABLES` as given.
+fn allocator_report(tunables: Option<&str>) -> serde_json::Value {
+    let mut cmd = std::process::Command::new(integration_tests::elasticrun());
+    cmd.args([
+        "-np",
+        "1",
+        "--start-timeout",
+        "1",
+        "python3",
+        "-c",
+        ALLOCATOR,
+    ]);
+    match tunables {
+        Some(v) => cmd.env("GLIBC_TUNABLES", v),
+        None => cmd.env_remove("GLIBC_TUNABLES"),
+    };
+    let run = integration_tests::start(cmd).finish(Duration::from_secs(60));
+    run.expect_code(0);
+    let line = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("[0]<stdout>:"))
+        .unwrap_or_else(|| panic!("no report in\n{}", run.stdout));
+    serde_json::from_str(line).unwrap()
+}
+
+#[test]
+fn workers_keep_freed_memory_mapped_unless_the_user_set_glibcs_tunables() {
+    let tuned = allocator_report(None);
+    assert_eq!(
+        tuned["tunables"],
+        "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864"
+    );
+    // 4 rounds of 24 MiB would be 24,576 faults if the memory went back to
+    // the kernel after each.
+    let faults = tuned["faults"].as_u64().unwrap();
+    assert!(
+        faults < 2_000,
+        "{faults} page faults with the thresholds set"
+    );
+    // An empty value is the user's choice of glibc's defaults: it reaches
+    // the worker as it is, and the memory is given back and faulted in again.
+    let plain = allocator_report(Some(""));
+    assert_eq!(plain["tunables"], "");
+    let faults = plain["faults"].as_u64().unwrap();
+    assert!(
+        faults > 20_000,
+        "{faults} page faults with glibc's defaults: the test no longer tells the two apart"
+    );
+    // The user's own allocator settings are kept as they are.
+    let own = allocator_report(Some("glibc.malloc.arena_max=2"));
+    assert_eq!(own["tunables"], "glibc.malloc.arena_max=2");
+}

@@ -3,6 +3,7 @@
 //! ([`start::ProcessLauncher`]).
 
 pub mod address;
+pub mod alloc_env;
 mod launcher;
 pub mod output;
 pub mod process;

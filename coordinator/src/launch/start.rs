@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 
 use super::address::{control_addresses, is_this_machine};
+use super::alloc_env;
 use super::launcher::{LaunchError, Launcher, Started};
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
@@ -109,6 +110,8 @@ pub async fn start_one(
     let host = one.host;
     let mut env = one.program_env.clone();
     env.append(&mut job_env(cfg, one));
+    let tunables = std::env::var_os(alloc_env::GLIBC_TUNABLES);
+    env.extend(alloc_env::malloc_tunables(tunables.as_deref()));
     let (argv, stdin_line) = if is_this_machine(host) {
         // In the environment, never on a command line: not visible in ps.
         env.push((control::env::SECRET.into(), secret.to_hex()));
