@@ -192,7 +192,10 @@ impl Driver {
                     let now = self.now();
                     self.discovered = true;
                     match offer {
-                        Offer::Hosts(hosts) => self.core.discovered(now, &hosts),
+                        Offer::Hosts(hosts) => {
+                            self.launcher.hosts_discovered(&hosts);
+                            self.core.discovered(now, &hosts)
+                        }
                         Offer::Slots(slots) => self.core.offered(now, &slots),
                     }
                 }

@@ -15,6 +15,7 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use elastic::hosts::HostSlots;
 use elastic::membership::SlotId;
 use futures::future::BoxFuture;
 
@@ -48,6 +49,12 @@ pub trait Launcher: Send + std::fmt::Debug {
     fn adopt(&mut self, label: usize, slot: &SlotId, pid: u32) -> Option<Box<dyn Started>> {
         let _ = (label, slot, pid);
         None
+    }
+
+    /// The hosts and slots an elastic job's discovery has just given (the
+    /// whole list, each time it changes); the default ignores them.
+    fn hosts_discovered(&mut self, hosts: &[HostSlots]) {
+        let _ = hosts;
     }
 
     /// Waits for what the launcher does besides running workers (forwarding

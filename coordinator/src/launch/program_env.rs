@@ -75,13 +75,15 @@ pub fn program_env(
     ]
 }
 
-/// `OMP_NUM_THREADS=1` for the worker at `p` when its host runs several
-/// workers and the user set no value (`inherited`), as torchrun does: each
-/// process's math library otherwise starts a thread per core, and the
-/// processes of one host fight over the cores (30% fewer images a second
-/// for a ResNet on two cores, docs/BENCHMARKS.md).
-pub fn omp_threads(p: &Placement, inherited: bool) -> Option<(String, String)> {
-    (p.local_size > 1 && !inherited).then(|| ("OMP_NUM_THREADS".into(), "1".into()))
+/// `OMP_NUM_THREADS=1` for a worker whose host runs `workers` of the job's
+/// workers (a static job's local size; the slots discovery gave the host in
+/// an elastic one) when there are several and the user set no value
+/// (`inherited`), as torchrun does: each process's math library otherwise
+/// starts a thread per core, and the processes of one host fight over the
+/// cores (30% fewer images a second for a ResNet on two cores,
+/// docs/BENCHMARKS.md).
+pub fn omp_threads(workers: usize, inherited: bool) -> Option<(String, String)> {
+    (workers > 1 && !inherited).then(|| ("OMP_NUM_THREADS".into(), "1".into()))
 }
 
 /// A port nobody listens on here now (the kernel's pick), for rank 0's
@@ -153,15 +155,11 @@ mod tests {
         let l = layout();
         let two = l.placement("b", 0).unwrap();
         assert_eq!(
-            omp_threads(two, false),
+            omp_threads(two.local_size, false),
             Some(("OMP_NUM_THREADS".into(), "1".into()))
         );
-        assert_eq!(omp_threads(two, true), None);
-        let alone = Placement {
-            local_size: 1,
-            ..two.clone()
-        };
-        assert_eq!(omp_threads(&alone, false), None);
+        assert_eq!(omp_threads(two.local_size, true), None);
+        assert_eq!(omp_threads(1, false), None);
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! others, with its output forwarded. [`ProcessLauncher`] is the job
 //! driver's launcher for real jobs.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use control::Secret;
+use elastic::hosts::HostSlots;
 use elastic::membership::SlotId;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -179,6 +181,8 @@ pub struct ProcessLauncher {
     /// A static job's layout: its workers get torchrun's and Horovod's
     /// variables.
     layout: Option<StaticLayout>,
+    /// An elastic job's hosts and their slots, as discovery last gave them.
+    host_slots: HashMap<String, usize>,
 }
 
 impl ProcessLauncher {
@@ -191,6 +195,7 @@ impl ProcessLauncher {
             spans_hosts: coordinator.ip().is_unspecified(),
             forwarders: Vec::new(),
             layout: None,
+            host_slots: HashMap::new(),
         }
     }
 
@@ -223,10 +228,28 @@ impl ProcessLauncher {
             .map(|q| q.host)
             .max()
             .map_or(0, |m| m + 1);
-        let mut env = program_env(p, size, hosts, &slot.host, &master, l.master_port);
-        let inherited = std::env::var_os("OMP_NUM_THREADS").is_some();
-        env.extend(omp_threads(p, inherited));
-        env
+        program_env(p, size, hosts, &slot.host, &master, l.master_port)
+    }
+
+    /// How many of the job's workers `host` runs: a static job's local size
+    /// there; in an elastic job the slots discovery last gave it (at most
+    /// `--max-np`), 1 for a host it has not named.
+    fn workers_on(&self, host: &str) -> usize {
+        if let Some(l) = &self.layout {
+            let h = l.hosts.iter().position(|x| x.host == host);
+            return l
+                .placements
+                .iter()
+                .find(|p| Some(p.host) == h)
+                .map_or(1, |p| p.local_size);
+        }
+        let cap = self
+            .cfg
+            .elastic
+            .as_ref()
+            .and_then(|e| e.max_np)
+            .unwrap_or(usize::MAX);
+        self.host_slots.get(host).copied().unwrap_or(1).min(cap)
     }
 
     async fn start_process(
@@ -247,7 +270,12 @@ impl ProcessLauncher {
             slot: slot.slot,
             coordinator: SocketAddr::new(ip, self.port),
             spans_hosts: self.spans_hosts,
-            program_env: self.program_env(slot, ip),
+            program_env: {
+                let mut env = self.program_env(slot, ip);
+                let inherited = std::env::var_os("OMP_NUM_THREADS").is_some();
+                env.extend(omp_threads(self.workers_on(&slot.host), inherited));
+                env
+            },
         };
         let (process, mut forwarders) = start_one(&self.cfg, &self.secret, &one).await?;
         self.forwarders.append(&mut forwarders);
@@ -262,6 +290,10 @@ impl Launcher for ProcessLauncher {
         slot: &'a SlotId,
     ) -> BoxFuture<'a, Result<Box<dyn Started>, LaunchError>> {
         self.start_process(label, slot).boxed()
+    }
+
+    fn hosts_discovered(&mut self, hosts: &[HostSlots]) {
+        self.host_slots = hosts.iter().map(|h| (h.host.clone(), h.slots)).collect();
     }
 
     /// Waits until every worker's output has been forwarded.
@@ -304,6 +336,25 @@ mod tests {
 
     fn value<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
         env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn an_elastic_jobs_worker_counts_the_slots_discovery_gave_its_host() {
+        let cfg = config("--host-discovery-script ./hosts.sh --min-np 1 --max-np 3 prog");
+        let secret = control::Secret::from_hex(&"5a".repeat(32)).unwrap();
+        let mut l = ProcessLauncher::new(cfg, secret, "127.0.0.1:9".parse().unwrap());
+        assert_eq!(l.workers_on("a"), 1, "before any discovery");
+        let hosts = [("a", 4), ("b", 1)].map(|(h, slots)| HostSlots {
+            host: h.into(),
+            slots,
+        });
+        l.hosts_discovered(&hosts);
+        // At most --max-np of the job's workers run on a host.
+        assert_eq!(l.workers_on("a"), 3);
+        assert_eq!(l.workers_on("b"), 1);
+        assert_eq!(l.workers_on("c"), 1);
+        l.hosts_discovered(&hosts[1..]);
+        assert_eq!(l.workers_on("a"), 1, "a host discovery no longer names");
     }
 
     #[test]

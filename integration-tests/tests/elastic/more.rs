@@ -219,3 +219,23 @@ fn survivors_train_on_while_a_slow_replacement_starts_and_it_joins_later() {
     assert_eq!(sizes, [3, 2, 3], "{}", run.stderr);
     check_done(&run, 3, train.expected_steps());
 }
+
+#[test]
+fn workers_of_a_host_with_several_slots_get_one_math_thread() {
+    let scratch = Scratch::new("omp-threads");
+    scratch.set_hosts("localhost:2\n");
+    let discovery = scratch.file_discovery();
+    let options = elastic(&discovery, &["--min-np", "2", "--max-np", "2"]);
+    let script = r#"echo "omp=${OMP_NUM_THREADS-unset}"; exec "$@""#;
+    let job = Job::start_wrapped(&options, &["sh", "-c", script, "sh"], &SHORT);
+    let run = job.finish(JOB);
+    run.expect_code(0);
+    // A value this test was started with reaches the workers as it is.
+    let want = std::env::var("OMP_NUM_THREADS").unwrap_or_else(|_| "1".into());
+    let seen: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("<stdout>:omp=").map(|(_, v)| v))
+        .collect();
+    assert_eq!(seen, [want.as_str(); 2], "{}", run.stdout);
+}
