@@ -7,6 +7,7 @@
 //! every worker.
 
 mod address;
+pub mod alloc_env;
 mod auth;
 #[cfg(feature = "io")]
 mod codec;

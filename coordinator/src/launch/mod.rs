@@ -3,7 +3,6 @@
 //! ([`start::ProcessLauncher`]).
 
 pub mod address;
-pub mod alloc_env;
 mod launcher;
 pub mod output;
 pub mod process;

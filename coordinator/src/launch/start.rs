@@ -13,13 +13,13 @@ use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 
 use super::address::{control_addresses, is_this_machine};
-use super::alloc_env;
 use super::launcher::{LaunchError, Launcher, Started};
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
 use super::program_env::{StaticLayout, omp_threads, program_env};
 use super::ssh::{self, SshOptions};
 use crate::config::JobConfig;
+use control::alloc_env;
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot start rank {rank} on {host} ({program}): {why}")]

@@ -68,6 +68,12 @@ fn spawn(
         }
         None => Command::new(exe),
     };
+    // The allocator settings elasticrun gives the workers it starts, so that
+    // the ranks here measure what a job's do.
+    let tunables = std::env::var_os(control::alloc_env::GLIBC_TUNABLES);
+    if let Some((k, v)) = control::alloc_env::malloc_tunables(tunables.as_deref()) {
+        cmd.env(k, v);
+    }
     let mut child = cmd
         .args(std::env::args_os().skip(1))
         .arg("--worker-rank")
