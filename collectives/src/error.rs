@@ -156,6 +156,8 @@ pub enum CollectiveError {
     NoHierarchy,
     #[error("the hierarchical allreduce runs on one buffer, not {pieces} pieces")]
     PiecesOnHierarchy { pieces: usize },
+    #[error("this backend takes each tensor in one piece of memory, not in segments")]
+    SegmentsUnsupported,
     #[error("rank {rank} is not among the ranks {members:?} of a group collective")]
     NotAMember { rank: Rank, members: Vec<Rank> },
     /// A collective library that runs its own collectives (NCCL) failed; its

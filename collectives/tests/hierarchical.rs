@@ -263,6 +263,88 @@ async fn fused_against_alone(
     }
 }
 
+/// Tensors given to [`Collectives::allreduce_segments`] in pieces (an empty
+/// one among them) get the bits they get alone, on every layout and
+/// algorithm, in a group of several and alone.
+#[tokio::test]
+async fn tensors_in_segments_get_the_bits_they_get_alone() {
+    let lens = [1, 7, 4099, 0, 333, 20_000];
+    for (name, hosts, _) in layouts() {
+        let n = hosts.len();
+        for (variant, opts) in variants() {
+            let (hier, flat) = worlds(&hosts, &opts);
+            let lens = match opts.allreduce {
+                AllreduceAlgorithm::Auto => &lens[..5],
+                _ => &lens[..],
+            };
+            for (path, world) in [("hierarchical", &hier), ("flat", &flat)] {
+                let ctx = format!("{name} {variant} {path}");
+                segments_against_alone(world, n, lens, &ctx).await;
+                segments_against_alone(world, n, &[20_000], &format!("{ctx}, alone")).await;
+            }
+            shutdown_all(hier).await;
+            shutdown_all(flat).await;
+        }
+    }
+}
+
+/// `t` cut at a third (twice: an empty piece) and past the half.
+fn pieces(t: &mut [f32]) -> Vec<&mut [f32]> {
+    let (a, rest) = t.split_at_mut(t.len() / 3);
+    let (b, rest) = rest.split_at_mut(0);
+    let at = (rest.len() / 2 + 1).min(rest.len());
+    let (c, d) = rest.split_at_mut(at);
+    vec![a, b, c, d]
+}
+
+async fn segments_against_alone(
+    world: &[Communicator<MemTransport>],
+    n: usize,
+    lens: &[usize],
+    ctx: &str,
+) {
+    let mut per_rank: Vec<Vec<Vec<f32>>> = (0..n)
+        .map(|r| {
+            lens.iter()
+                .enumerate()
+                .map(|(t, &len)| noisy_inputs(n, len, 17 * t + 5)[r].clone())
+                .collect()
+        })
+        .collect();
+    let mut alone = per_rank.clone();
+    for t in 0..lens.len() {
+        let mut bufs: Vec<Vec<f32>> = alone.iter().map(|ts| ts[t].clone()).collect();
+        allreduce_all(world, &mut bufs, ReduceOp::Sum, ctx).await;
+        for (r, b) in bufs.into_iter().enumerate() {
+            alone[r][t] = b;
+        }
+    }
+    let res = with_buffers(world, &mut per_rank, |c, ts| async move {
+        let mut segs: Vec<Vec<&mut [f32]>> = ts.iter_mut().map(|t| pieces(t)).collect();
+        let (mut scratch, mut phases) = (Vec::new(), FusedPhases::default());
+        Collectives::<Host>::allreduce_segments(
+            c,
+            &mut segs,
+            ReduceOp::Sum,
+            &mut scratch,
+            &mut phases,
+        )
+        .await
+    })
+    .await;
+    for r in res {
+        ok(r, ctx);
+    }
+    for (r, got) in per_rank.iter().enumerate() {
+        for (t, g) in got.iter().enumerate() {
+            assert!(
+                bytes(g) == bytes(&alone[r][t]),
+                "{ctx}: tensor {t} on rank {r}"
+            );
+        }
+    }
+}
+
 fn gather_value(rank: usize, i: usize) -> f64 {
     ((rank * 31 + i) % 120) as f64
 }

@@ -43,10 +43,27 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
     buf: &mut Vec<T>,
     phases: &mut FusedPhases,
 ) -> Result<()> {
+    let mut tensors: Vec<Vec<&mut [T]>> = data.iter_mut().map(|d| vec![d.as_mut_slice()]).collect();
+    allreduce_segments(comm, &mut tensors, op, buf, phases).await
+}
+
+/// Allreduces the tensors of `data`, each the concatenation of its segments,
+/// in one collective (the hierarchical path packs into `buf`, left empty).
+pub(super) async fn allreduce_segments<T: Element, X: Transport>(
+    comm: &Communicator<X>,
+    data: &mut [Vec<&mut [T]>],
+    op: ReduceOp,
+    buf: &mut Vec<T>,
+    phases: &mut FusedPhases,
+) -> Result<()> {
     buf.clear();
-    if data.len() == 1 {
-        return comm.allreduce(&mut data[0], op).await;
+    if let [one] = data
+        && let [whole] = &mut one[..]
+    {
+        return comm.allreduce(whole, op).await;
     }
+    let lens: Vec<usize> = data.iter().map(|d| total(d)).collect();
+    let bytes = |n: usize| n * std::mem::size_of::<T>();
     // The fusion planner groups tensors of one size class, so the first says
     // which algorithm each of them takes alone. Between two ranks every
     // algorithm combines each element once, the two ranks' values in either
@@ -54,13 +71,10 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
     // doubling needs to agree with itself across ranks), so a fused group of
     // small tensors may take the algorithm its whole size calls for: the ring
     // moves and reduces half as much per rank as doubling the whole buffer.
-    let bytes0 = std::mem::size_of_val(data.first().map_or(&[][..], Vec::as_slice));
-    let sized_as = if comm.size() == 2 {
-        data.iter()
-            .map(|d| std::mem::size_of_val(d.as_slice()))
-            .sum()
+    let sized_as = if comm.size() == 2 || lens.len() == 1 {
+        bytes(lens.iter().sum())
     } else {
-        bytes0
+        bytes(lens.first().copied().unwrap_or(0))
     };
     let doubling = comm.allreduce_is_doubling(sized_as);
     let Some(h) = comm.options().hierarchical_allreduce.clone() else {
@@ -77,10 +91,10 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
         CrossStep::Ring
     };
     let (local, hosts) = (h.local_size(), h.cross_size());
-    let ranges: Vec<Vec<Range<usize>>> = data
+    let ranges: Vec<Vec<Range<usize>>> = lens
         .iter()
-        .map(|d| {
-            let l = HierarchicalLayout::even(d.len(), local, hosts, cross);
+        .map(|&len| {
+            let l = HierarchicalLayout::even(len, local, hosts, cross);
             block_ranges(&l.pieces.concat())
         })
         .collect();
@@ -91,7 +105,7 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
     let layout = Layout::Hierarchical(HierarchicalLayout { pieces, cross });
     for p in 0..local * hosts {
         for (d, r) in data.iter().zip(&ranges) {
-            buf.extend_from_slice(&d[r[p].clone()]);
+            copy_out(d, r[p].clone(), buf);
         }
     }
     phases.packed = Some(Instant::now());
@@ -102,31 +116,90 @@ pub(super) async fn allreduce<T: Element, X: Transport>(
     for p in 0..local * hosts {
         for (d, r) in data.iter_mut().zip(&ranges) {
             let len = r[p].len();
-            d[r[p].clone()].copy_from_slice(&buf[at..at + len]);
+            copy_in(d, r[p].clone(), &buf[at..at + len]);
             at += len;
         }
     }
     Ok(())
 }
 
-/// The tensors of `data` as the pieces of one flat allreduce, where they
-/// lie: whole, one after another, for recursive doubling; block-major (each
-/// cut into `n` blocks as it would be alone) for the ring, with the ring's
-/// block sizes.
-fn flat_view<T>(data: &mut [Vec<T>], n: usize, doubling: bool) -> (Vec<&mut [T]>, Layout) {
+/// How many elements the segments hold together.
+fn total<T>(segments: &[&mut [T]]) -> usize {
+    segments.iter().map(|s| s.len()).sum()
+}
+
+/// Each segment of `segments` with the range of the concatenation it covers.
+fn spans<'s, T>(segments: &'s [&mut [T]]) -> impl Iterator<Item = (Range<usize>, &'s [T])> {
+    let mut at = 0;
+    segments.iter().map(move |s| {
+        let r = at..at + s.len();
+        at = r.end;
+        (r, &**s)
+    })
+}
+
+/// Appends elements `range` of the concatenation of `segments` to `out`.
+fn copy_out<T: Copy>(segments: &[&mut [T]], range: Range<usize>, out: &mut Vec<T>) {
+    for (r, s) in spans(segments) {
+        let (lo, hi) = (range.start.max(r.start), range.end.min(r.end));
+        if lo < hi {
+            out.extend_from_slice(&s[lo - r.start..hi - r.start]);
+        }
+    }
+}
+
+/// Writes `src` over elements `range` of the concatenation of `segments`.
+fn copy_in<T: Copy>(segments: &mut [&mut [T]], range: Range<usize>, src: &[T]) {
+    let mut at = 0;
+    for s in segments.iter_mut() {
+        let r = at..at + s.len();
+        at = r.end;
+        let (lo, hi) = (range.start.max(r.start), range.end.min(r.end));
+        if lo < hi {
+            let from = lo - range.start;
+            s[lo - r.start..hi - r.start].copy_from_slice(&src[from..from + (hi - lo)]);
+        }
+    }
+}
+
+/// The tensors of `data` (each the concatenation of its segments) as the
+/// pieces of one flat allreduce, where they lie: whole, one after another,
+/// for recursive doubling; block-major (each cut into `n` blocks as it would
+/// be alone) for the ring, with the ring's block sizes.
+fn flat_view<'a, T>(
+    data: &'a mut [Vec<&mut [T]>],
+    n: usize,
+    doubling: bool,
+) -> (Vec<&'a mut [T]>, Layout) {
     if doubling {
-        let whole = data.iter_mut().map(Vec::as_mut_slice).collect();
+        let whole = data
+            .iter_mut()
+            .flat_map(|d| d.iter_mut().map(|s| &mut **s))
+            .collect();
         return (whole, Layout::Doubling);
     }
     let mut blocks: Vec<Vec<&mut [T]>> = (0..n).map(|_| Vec::with_capacity(data.len())).collect();
     let mut counts = vec![0; n];
     for d in data.iter_mut() {
-        let mut rest = d.as_mut_slice();
-        for (c, len) in even_counts(rest.len(), n).into_iter().enumerate() {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
-            counts[c] += len;
-            blocks[c].push(head);
-            rest = tail;
+        let lens = even_counts(total(d), n);
+        let mut segments = d.iter_mut().map(|s| &mut **s);
+        let mut rest: &mut [T] = &mut [];
+        for (c, mut want) in lens.into_iter().enumerate() {
+            counts[c] += want;
+            while want > 0 {
+                if rest.is_empty() {
+                    match segments.next() {
+                        Some(s) => rest = s,
+                        None => break,
+                    }
+                    continue;
+                }
+                let take = want.min(rest.len());
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(take);
+                blocks[c].push(head);
+                rest = tail;
+                want -= take;
+            }
         }
     }
     (

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use crate::comm::{CollectiveOptions, Communicator};
 use crate::dtype::Element;
-use crate::error::Result;
+use crate::error::{CollectiveError, Result};
 use crate::reduce::ReduceOp;
 use crate::tag::Rank;
 use crate::transport::Transport;
@@ -83,6 +83,21 @@ pub trait Collectives<M: Memory>: Send + Sync {
         scratch: &mut M::Owned<T>,
         phases: &mut FusedPhases,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// [`Collectives::allreduce_fused`] of tensors that each lie in several
+    /// pieces of memory (a tensor is the concatenation of its segments,
+    /// reduced where they lie), each element combined as when its tensor
+    /// runs alone. The default: [`CollectiveError::SegmentsUnsupported`].
+    fn allreduce_segments<T: Element>(
+        &self,
+        tensors: &mut [Vec<&mut M::Slice<T>>],
+        op: ReduceOp,
+        scratch: &mut M::Owned<T>,
+        phases: &mut FusedPhases,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (tensors, op, scratch, phases);
+        std::future::ready(Err(CollectiveError::SegmentsUnsupported))
+    }
 
     /// Gathers every rank's `input` (`counts[r]` elements from rank `r`) into
     /// `out`, in rank order.
@@ -193,6 +208,16 @@ impl<X: Transport> Collectives<Host> for Communicator<X> {
         phases: &mut FusedPhases,
     ) -> Result<()> {
         fused::allreduce(self, tensors, op, scratch, phases).await
+    }
+
+    async fn allreduce_segments<T: Element>(
+        &self,
+        tensors: &mut [Vec<&mut [T]>],
+        op: ReduceOp,
+        scratch: &mut Vec<T>,
+        phases: &mut FusedPhases,
+    ) -> Result<()> {
+        fused::allreduce_segments(self, tensors, op, scratch, phases).await
     }
 
     async fn allgatherv_into<T: Element>(
