@@ -8,7 +8,8 @@ use collectives::{Element, ReduceOp};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::engine::{Handle, Invalid, Kind, Tensor, op_name, refuse};
+use crate::engine::{Handle, Invalid, Kind, LentHandle, Tensor, op_name, refuse};
+use crate::sys::LentHost;
 use crate::{Error, ObjectError, Worker};
 
 /// Names for unnamed submissions: `allreduce.sum.noname.3` is the fourth
@@ -116,6 +117,24 @@ impl Worker {
                 .submit(name, kind, data, Vec::new(), parts.clone()),
             parts,
         }
+    }
+
+    /// Starts reducing memory the program lends (one tensor, the
+    /// concatenation of its segments; `parts`: the lengths of the members of
+    /// a group, empty for one tensor) in place over all ranks: negotiated,
+    /// cached and fused as an owned tensor of that many elements, every rank
+    /// submitting the same. [`LentHandle::wait`] gives the memory back.
+    pub fn allreduce_lent_async(
+        &self,
+        name: Option<&str>,
+        data: LentHost,
+        parts: Vec<usize>,
+        op: ReduceOp,
+    ) -> LentHandle {
+        let kind = Kind::Allreduce(op);
+        let name = self.name(name, kind);
+        let shape = vec![data.len()];
+        self.engine.submit_lent(name, kind, data, shape, parts)
     }
 
     /// Starts gathering every rank's `data` (first dimensions may differ) in

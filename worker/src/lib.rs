@@ -38,8 +38,8 @@ pub use data_plane::DataPlane;
 #[cfg(feature = "cuda")]
 pub use engine::GpuHandle;
 pub use engine::{
-    Engine, EngineConfig, EngineError, EngineStats, Handle, Internal, Invalid, Mismatch, Planes,
-    Storage, Tensor, TimelineConfig, Tuning, TuningMemory,
+    Engine, EngineConfig, EngineError, EngineStats, Handle, Internal, Invalid, LentHandle,
+    Mismatch, Planes, Storage, Tensor, TimelineConfig, Tuning, TuningMemory,
 };
 pub use error::{Error, InitError, ObjectError};
 #[cfg(feature = "cuda")]
@@ -47,4 +47,5 @@ pub use gpu::{DeviceBuffer, DeviceTensor, GpuError};
 pub use hierarchy::{CollectivePath, CollectivePaths};
 pub use optimizer::{Compression, DistributedOptimizer, Gradients, OptimizerOptions};
 pub use rejoin::RejoinError;
+pub use sys::{LendError, LentHost};
 pub use worker::{Place, Worker, init};

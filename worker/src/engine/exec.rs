@@ -9,7 +9,7 @@ use collectives::{Collectives, Element, FusedPhases, Host, ReduceOp};
 use super::error::{EngineError, Internal};
 use super::fusion_buffer::FusionBuffer;
 use super::messages::{Kind, Ready};
-use super::tensor::{Submission, with_element};
+use super::tensor::{Held, Storage, Submission, with_element};
 
 type Result<T> = std::result::Result<T, EngineError>;
 
@@ -42,64 +42,61 @@ async fn run_typed<T: Element, B: Collectives<Host>>(
     at: Fused<'_>,
     active: usize,
 ) -> std::result::Result<(), (EngineError, Vec<Submission>)> {
-    let taken: Result<Vec<Vec<T>>> = locals.iter_mut().map(Submission::take::<T>).collect();
-    let data = match taken {
+    let taken: Result<Vec<Held<T>>> = locals.iter_mut().map(Submission::take_held::<T>).collect();
+    let held = match taken {
         Ok(d) => d,
         Err(e) => return Err((e, locals)),
     };
-    let result = match group[0].kind() {
-        Kind::Allreduce(op) if op == ReduceOp::Average && active < comm.size() => {
-            allreduce(comm, ReduceOp::Sum, data, at)
-                .await
-                .map(|mut outs| {
-                    outs.iter_mut().for_each(|d| average_over(d, active));
-                    outs.into_iter().map(|d| (d, None, vec![])).collect()
-                })
-        }
-        Kind::Allreduce(op) => allreduce(comm, op, data, at)
-            .await
-            .map(|outs| outs.into_iter().map(|d| (d, None, vec![])).collect()),
-        Kind::Allgather => allgather(comm, group, data, at).await.map(|outs| {
+    let owned =
+        |held: Vec<Held<T>>| -> Vec<Vec<T>> { held.into_iter().map(Held::into_vec).collect() };
+    let as_stored = |outs: Vec<Out<T>>| -> Vec<Answer> {
+        outs.into_iter()
+            .map(|(d, shape, splits)| (d.into(), shape, splits))
+            .collect()
+    };
+    let result: Result<Vec<Answer>> = match group[0].kind() {
+        Kind::Allreduce(op) => allreduce(comm, op, held, at, active).await.map(|outs| {
+            outs.into_iter()
+                .map(|d| (d.into_storage(), None, vec![]))
+                .collect()
+        }),
+        Kind::Allgather => allgather(comm, group, owned(held), at).await.map(|outs| {
             outs.into_iter()
                 .zip(group)
                 .map(|((d, rows), g)| {
                     let rest = g.per_rank[0].shape.get(1..).unwrap_or_default();
-                    (
-                        d,
-                        Some(std::iter::once(rows).chain(rest.iter().copied()).collect()),
-                        vec![],
-                    )
+                    let shape = std::iter::once(rows).chain(rest.iter().copied()).collect();
+                    (d.into(), Some(shape), vec![])
                 })
                 .collect()
         }),
-        Kind::Broadcast { root } => {
-            single(data, |mut d| async move {
-                comm.broadcast(&mut d, root as usize)
-                    .await
-                    .map(|()| (d, None, vec![]))
-            })
-            .await
-        }
-        Kind::Reducescatter(op) => {
-            single(data, |mut d| async move {
-                let counts = even_counts(d.len(), comm.size());
-                let mine = comm.reducescatter(&mut d, &counts, op).await?;
-                let n = mine.len();
-                Ok((d[mine].to_vec(), Some(vec![n]), vec![]))
-            })
-            .await
-        }
+        Kind::Broadcast { root } => single(owned(held), |mut d| async move {
+            comm.broadcast(&mut d, root as usize)
+                .await
+                .map(|()| (d, None, vec![]))
+        })
+        .await
+        .map(as_stored),
+        Kind::Reducescatter(op) => single(owned(held), |mut d| async move {
+            let counts = even_counts(d.len(), comm.size());
+            let mine = comm.reducescatter(&mut d, &counts, op).await?;
+            let n = mine.len();
+            Ok((d[mine].to_vec(), Some(vec![n]), vec![]))
+        })
+        .await
+        .map(as_stored),
         Kind::Alltoall => {
             let splits = locals[0].splits.clone();
-            single(data, |d| async move {
+            single(owned(held), |d| async move {
                 comm.alltoall(&d, &splits)
                     .await
                     .map(|(out, counts)| (out, None, counts))
             })
             .await
+            .map(as_stored)
         }
     };
-    let outs: Vec<Out<T>> = match result {
+    let outs = match result {
         Ok(o) => o,
         Err(e) => return Err((e, locals)),
     };
@@ -107,10 +104,14 @@ async fn run_typed<T: Element, B: Collectives<Host>>(
         // The submitted shape goes back with the result unless the
         // collective changed it.
         let shape = shape.unwrap_or_else(|| std::mem::take(&mut local.req.shape));
-        local.finish(data, shape, splits);
+        local.answer(data, shape, splits);
     }
     Ok(())
 }
+
+/// A result as the submitter gets it: data, its shape when the collective
+/// changed it, alltoall's received counts.
+type Answer = (Storage, Option<Vec<usize>>, Vec<usize>);
 
 /// A result: data, its shape when the collective changed it, alltoall's
 /// received counts.
@@ -125,24 +126,42 @@ where
     Ok(vec![f(d).await?])
 }
 
-/// One tensor in place; several packed into the fusion buffer by the backend
-/// so that each element is reduced as it would be alone.
+/// Reduces every submission's tensor where it lies (owned or lent, in one or
+/// more pieces of memory) in one collective, the backend packing into the
+/// fusion buffer only where its path needs it, so that each element is
+/// reduced as it would be alone. An average over fewer ranks than the world
+/// (the others joined) is a sum divided by `active`.
 async fn allreduce<T: Element, B: Collectives<Host>>(
     comm: &B,
     op: ReduceOp,
-    mut data: Vec<Vec<T>>,
+    mut data: Vec<Held<T>>,
     at: Fused<'_>,
-) -> Result<Vec<Vec<T>>> {
-    if let [one] = &mut data[..] {
-        comm.allreduce(one, op).await?;
-        return Ok(data);
+    active: usize,
+) -> Result<Vec<Held<T>>> {
+    let average = op == ReduceOp::Average && active < comm.size();
+    let op = if average { ReduceOp::Sum } else { op };
+    let mut tensors: Vec<Vec<&mut [T]>> = data.iter_mut().map(Held::segments).collect();
+    if let [one] = &mut tensors[..]
+        && let [whole] = &mut one[..]
+    {
+        comm.allreduce(whole, op).await?;
+    } else {
+        let Fused { buffer, marks } = at;
+        let total: usize = tensors.iter().flatten().map(|s| s.len()).sum();
+        let mut buf = buffer.take::<T>(total);
+        let result = comm
+            .allreduce_segments(&mut tensors, op, &mut buf, marks)
+            .await;
+        buffer.put_back(buf);
+        result?;
     }
-    let Fused { buffer, marks } = at;
-    let total: usize = data.iter().map(Vec::len).sum();
-    let mut buf = buffer.take::<T>(total);
-    let result = comm.allreduce_fused(&mut data, op, &mut buf, marks).await;
-    buffer.put_back(buf);
-    result?;
+    if average {
+        tensors
+            .iter_mut()
+            .flatten()
+            .for_each(|s| average_over(s, active));
+    }
+    drop(tensors);
     Ok(data)
 }
 

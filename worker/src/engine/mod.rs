@@ -20,6 +20,7 @@ mod fusion_buffer;
 mod gpu_exec;
 #[cfg(feature = "cuda")]
 mod gpu_handle;
+mod lent;
 mod messages;
 mod negotiate;
 mod pending;
@@ -41,6 +42,7 @@ pub use driver::EngineStats;
 pub use error::{EngineError, Internal, Invalid, Mismatch};
 #[cfg(feature = "cuda")]
 pub use gpu_handle::GpuHandle;
+pub use lent::LentHandle;
 pub use messages::{Kind, Location, Tuning};
 pub use pending::PendingBoard;
 pub use tensor::{Output, Storage, Tensor};
@@ -48,6 +50,15 @@ pub use timeline::TimelineConfig;
 
 use messages::Request;
 use tensor::Submission;
+
+/// What a host submission is: its element type, shape, and (grouped) its
+/// members' lengths.
+#[derive(Debug)]
+struct Place {
+    dtype: collectives::DType,
+    shape: Vec<usize>,
+    parts: Vec<usize>,
+}
 
 /// A submission's answer, as it arrives: what [`Handle`] and the GPU handle
 /// poll and wait on.
@@ -211,30 +222,47 @@ impl Engine {
         splits: Vec<usize>,
         parts: Vec<usize>,
     ) -> Handle<T> {
+        let at = Place {
+            dtype: T::DTYPE,
+            shape: data.shape,
+            parts,
+        };
+        Handle {
+            reply: self.submit_storage(name, kind, at, data.data.into(), splits),
+            _t: PhantomData,
+        }
+    }
+
+    /// Submits `data` for `kind` under `name`; the reply to wait on.
+    fn submit_storage(
+        &self,
+        name: String,
+        kind: Kind,
+        at: Place,
+        data: Storage,
+        splits: Vec<usize>,
+    ) -> Reply {
         let (reply, rx) = oneshot::channel();
         let entry = self.pending.enter(&name, std::time::Instant::now());
         let req = Request {
             name,
             kind,
-            dtype: T::DTYPE,
-            shape: data.shape,
-            parts,
+            dtype: at.dtype,
+            shape: at.shape,
+            parts: at.parts,
             place: Location::Host,
         };
         let local = Submission {
             req,
-            data: data.data.into(),
+            data,
             splits,
             reply,
             submitted: std::time::Instant::now(),
             _pending: entry,
         };
         match self.tx.send(Command::Submit(local)) {
-            Ok(()) => Handle {
-                reply: Reply::waiting(rx),
-                _t: PhantomData,
-            },
-            Err(_) => failed(EngineError::ShutDown),
+            Ok(()) => Reply::waiting(rx),
+            Err(_) => Reply::known(Err(EngineError::ShutDown)),
         }
     }
 

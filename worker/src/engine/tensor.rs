@@ -37,6 +37,9 @@ impl<T> Tensor<T> {
 #[non_exhaustive]
 pub enum Storage {
     Host(HostBuffer),
+    /// Host memory the program lent for one allreduce: reduced where it
+    /// lies and handed back with the result.
+    Lent(crate::sys::LentHost),
     #[cfg(feature = "cuda")]
     Gpu(gpu::DeviceTensor),
 }
@@ -47,8 +50,7 @@ impl Storage {
     pub fn into_host<T: Element>(self) -> Result<Vec<T>, Storage> {
         match self {
             Storage::Host(b) => b.into_vec().map_err(Storage::Host),
-            #[cfg(feature = "cuda")]
-            g @ Storage::Gpu(_) => Err(g),
+            other => Err(other),
         }
     }
 
@@ -58,13 +60,14 @@ impl Storage {
     pub fn into_gpu<T: Element>(self) -> Result<gpu::DeviceBuffer<T>, Storage> {
         match self {
             Storage::Gpu(t) => t.into_typed().map_err(Storage::Gpu),
-            h @ Storage::Host(_) => Err(h),
+            other => Err(other),
         }
     }
 
     pub fn dtype(&self) -> DType {
         match self {
             Storage::Host(b) => b.dtype(),
+            Storage::Lent(l) => l.dtype(),
             #[cfg(feature = "cuda")]
             Storage::Gpu(t) => t.dtype(),
         }
@@ -74,6 +77,41 @@ impl Storage {
 impl<T: Element> From<Vec<T>> for Storage {
     fn from(v: Vec<T>) -> Self {
         Storage::Host(v.into())
+    }
+}
+
+/// A submission's host elements as a collective runs on them: the engine's
+/// own, or lent by the program.
+#[derive(Debug)]
+pub(crate) enum Held<T> {
+    Owned(Vec<T>),
+    Lent(crate::sys::LentHost),
+}
+
+impl<T: Element> Held<T> {
+    /// The tensor as the pieces of memory it lies in.
+    pub(crate) fn segments(&mut self) -> Vec<&mut [T]> {
+        match self {
+            Held::Owned(v) => vec![v.as_mut_slice()],
+            // `take_held` made it of this element type.
+            Held::Lent(l) => l.segments_mut::<T>().unwrap_or_default(),
+        }
+    }
+
+    /// The elements in memory of the engine's (lent ones copied).
+    pub(crate) fn into_vec(mut self) -> Vec<T> {
+        match self {
+            Held::Owned(v) => v,
+            Held::Lent(_) => self.segments().concat(),
+        }
+    }
+
+    /// The result as a submitter gets it back.
+    pub(crate) fn into_storage(self) -> Storage {
+        match self {
+            Held::Owned(v) => v.into(),
+            Held::Lent(l) => Storage::Lent(l),
+        }
     }
 }
 
@@ -103,9 +141,13 @@ pub(crate) struct Submission {
 }
 
 impl Submission {
-    /// The host elements, leaving an empty buffer in their place.
-    pub(crate) fn take<T: Element>(&mut self) -> Result<Vec<T>, EngineError> {
-        self.take_as::<T, _>(Storage::into_host::<T>)
+    /// The host elements, owned or lent, leaving an empty buffer in their
+    /// place.
+    pub(crate) fn take_held<T: Element>(&mut self) -> Result<Held<T>, EngineError> {
+        self.take_as::<T, _>(|s| match s {
+            Storage::Lent(l) if l.dtype() == T::DTYPE => Ok(Held::Lent(l)),
+            other => other.into_host::<T>().map(Held::Owned),
+        })
     }
 
     /// The elements as `as_t` makes them of the storage (left empty), or,
@@ -124,10 +166,6 @@ impl Submission {
             self.data = held;
             e.into()
         })
-    }
-
-    pub(crate) fn finish<T: Element>(self, data: Vec<T>, shape: Vec<usize>, splits: Vec<usize>) {
-        self.answer(data.into(), shape, splits);
     }
 
     pub(crate) fn answer(self, data: Storage, shape: Vec<usize>, splits: Vec<usize>) {
