@@ -8,6 +8,7 @@
 
 mod arrays;
 mod handle;
+mod inplace;
 mod pool;
 #[allow(unsafe_code)]
 mod sys;
@@ -231,5 +232,6 @@ fn _elasticrun(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Handle>()?;
     m.add_class::<GroupHandle>()?;
     handle::register(m)?;
+    inplace::register(m)?;
     Ok(())
 }

@@ -55,3 +55,38 @@ pub(crate) fn lend<T: numpy::Element + Pooled>(
     let array = unsafe { PyArrayDyn::<T>::borrow_from_array(&view, base) };
     Ok(array.into_any().unbind())
 }
+
+/// The memory of `arrays` (C-contiguous, writeable) lent to the engine as one
+/// tensor, their elements one after another, reduced in place; references to
+/// the arrays go with it and keep the memory alive until it comes back.
+pub(crate) fn lend_arrays<T: numpy::Element + worker::Element>(
+    arrays: &[Bound<'_, PyArrayDyn<T>>],
+) -> PyResult<worker::LentHost> {
+    use numpy::{PyArrayMethods, PyUntypedArrayMethods};
+    let mut segments = Vec::with_capacity(arrays.len());
+    let mut owner: Vec<Py<PyAny>> = Vec::with_capacity(arrays.len());
+    for (i, a) in arrays.iter().enumerate() {
+        if !a.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!(
+                "array {i} of an in-place allreduce is not C-contiguous"
+            )));
+        }
+        // Writeable, and not borrowed mutably elsewhere in Rust code.
+        drop(a.try_readwrite().map_err(|e| {
+            PyValueError::new_err(format!("array {i} of an in-place allreduce: {e}"))
+        })?);
+        segments.push((a.data(), a.len()));
+        owner.push(a.clone().into_any().unbind());
+    }
+    // SAFETY: each segment is the whole memory of a C-contiguous, writeable
+    // numpy array of `len` elements of `T` (checked above); `owner` holds a
+    // reference to every array, so neither the arrays nor the memory they
+    // look at (their base objects, a torch tensor's storage among them) are
+    // freed until the engine hands `owner` back. That no Python code reads or
+    // writes the arrays meanwhile is the contract of the in-place operation,
+    // as of Horovod's: elasticrun.torch's optimizer, its one caller, submits
+    // a gradient once backward has finished it and touches it again only
+    // after the handle's `wait()`. Overlapping arrays are refused by `new`.
+    let lent = unsafe { worker::LentHost::new(&segments, Box::new(owner)) };
+    lent.map_err(|e| PyValueError::new_err(format!("an in-place allreduce's arrays: {e}")))
+}

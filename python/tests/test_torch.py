@@ -30,3 +30,10 @@ def test_distributed_optimizer_accumulating_passes_or_in_fp16_matches_one_proces
     out, _ = run_job(2, "torch_accum.py", mode)
     for r in range(2):
         assert f"OK {r}" in rank_lines(out, r), out
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_contiguous_gradients_are_reduced_where_they_lie(np_):
+    out, _ = run_job(np_, "torch_inplace.py")
+    for r in range(np_):
+        assert f"OK {r}" in rank_lines(out, r), out

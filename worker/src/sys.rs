@@ -21,7 +21,7 @@ pub struct LentHost {
     dtype: collectives::DType,
     /// (address, elements) of each segment.
     segments: Vec<(usize, usize)>,
-    owner: Box<dyn std::any::Any + Send>,
+    owner: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl std::fmt::Debug for LentHost {
@@ -61,7 +61,7 @@ impl LentHost {
     /// value) reads or writes it.
     pub unsafe fn new<T: collectives::Element>(
         segments: &[(*mut T, usize)],
-        owner: Box<dyn std::any::Any + Send>,
+        owner: Box<dyn std::any::Any + Send + Sync>,
     ) -> Result<Self, LendError> {
         let size = std::mem::size_of::<T>();
         let mut spans = Vec::with_capacity(segments.len());
@@ -118,7 +118,7 @@ impl LentHost {
     }
 
     /// What kept the memory alive; the memory is the program's again.
-    pub fn into_owner(self) -> Box<dyn std::any::Any + Send> {
+    pub fn into_owner(self) -> Box<dyn std::any::Any + Send + Sync> {
         self.owner
     }
 

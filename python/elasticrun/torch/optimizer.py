@@ -22,6 +22,7 @@ from elasticrun import _elasticrun as _native
 from .compression import Compression
 
 BUCKET_MB_ENV = "ELASTICRUN_BUCKET_MB"
+_IN_PLACE_DTYPES = (torch.float32, torch.float64, torch.float16)
 DEFAULT_BUCKET_MB = 4.0
 
 
@@ -132,8 +133,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in trained:
             p.register_post_accumulate_grad_hook(self._hook)
 
+    def _in_place(self, members):
+        """Whether bucket ``members`` can be reduced where its gradients lie:
+        no compression or predivision, and every gradient a contiguous CPU
+        tensor of a type numpy and the engine share."""
+        if self._compression is not Compression.none or self._predivide != 1.0:
+            return False
+        for p in members:
+            g = p.grad
+            if g is None:
+                continue
+            if g.device.type != "cpu" or not g.is_contiguous() or g.dtype not in _IN_PLACE_DTYPES:
+                return False
+        return True
+
     def _submit(self, b):
         members = self._buckets[b]
+        name = self._bucket_names[b]
+        if self._in_place(members):
+            # The gradients' own memory goes to the engine and comes back
+            # reduced: nothing is copied in or out. A parameter frozen since
+            # the plan was made sends zeros and keeps its None.
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in members]
+            arrays = [g.detach().numpy() for g in grads]
+            self._handles[b] = (_native.allreduce_inplace_async(arrays, name, self._op), None)
+            return
         grads, ctxs = [], []
         for p in members:
             # A parameter frozen since the plan was made has no gradient:
@@ -142,7 +166,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             g, ctx = self._compression.compress(grad)
             grads.append(g.detach().numpy())
             ctxs.append(ctx)
-        name = self._bucket_names[b]
         op = self._op
         if op == _er.Average and self._predivide != 1.0:
             # Horovod's predivision: a sum of gradients scaled by 1/f before
@@ -184,6 +207,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                             p.grad = torch.zeros_like(p)
                     self._submit(b)
             for b, (h, ctxs) in list(self._handles.items()):
+                if ctxs is None:
+                    h.wait()  # reduced in place
+                    continue
                 members = self._buckets[b]
                 results = h.wait() if len(members) > 1 else [h.wait()]
                 if self._op == _er.Average and self._predivide != 1.0:
