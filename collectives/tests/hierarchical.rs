@@ -181,15 +181,15 @@ async fn floats_differ_from_the_flat_ring_only_by_rounding() {
     assert!(differing > 0, "every float equals the flat ring's");
 }
 
-/// The engine fuses through [`Collectives::allreduce_fused`]: on every
-/// layout (hierarchical, and the flat ones that fall back) and algorithm,
-/// each element must get exactly the bits it gets when its tensor is reduced
-/// alone.
+/// The engine fuses through [`Collectives::allreduce_fused`] and
+/// [`Collectives::allreduce_segments`] (tensors in pieces of memory, an
+/// empty piece among them): on every layout (hierarchical, and the flat ones
+/// that fall back) and algorithm, each element must get exactly the bits it
+/// gets when its tensor is reduced alone.
 #[tokio::test]
 async fn fused_tensors_get_the_bits_they_get_alone() {
     let lens = [1, 7, 4099, 0, 333, 20_000];
     for (name, hosts, _) in layouts() {
-        let n = hosts.len();
         for (variant, opts) in variants() {
             let (hier, flat) = worlds(&hosts, &opts);
             // As the engine fuses: only tensors that take the same algorithm
@@ -200,7 +200,10 @@ async fn fused_tensors_get_the_bits_they_get_alone() {
             };
             for (path, world) in [("hierarchical", &hier), ("flat", &flat)] {
                 let ctx = format!("{name} {variant} {path}");
-                fused_against_alone(world, n, lens, &ctx).await;
+                fused_against_alone(world, lens, &ctx).await;
+                segments_against_alone(world, lens, &format!("{ctx}, in segments")).await;
+                let one = format!("{ctx}, one tensor in segments");
+                segments_against_alone(world, &[20_000], &one).await;
             }
             shutdown_all(hier).await;
             shutdown_all(flat).await;
@@ -208,20 +211,20 @@ async fn fused_tensors_get_the_bits_they_get_alone() {
     }
 }
 
-/// The hierarchical path packs the tensors into the scratch buffer; the
-/// flat ones run on the tensors where they lie.
-async fn fused_against_alone(
+/// Every rank's tensors of lengths `lens` (seeded by `salt`), and what each
+/// gets reduced alone.
+async fn inputs_and_alone(
     world: &[Communicator<MemTransport>],
-    n: usize,
     lens: &[usize],
+    salt: usize,
     ctx: &str,
-) {
-    let packs = world[0].options().hierarchical_allreduce.is_some();
-    let mut per_rank: Vec<Vec<Vec<f32>>> = (0..n)
+) -> (Vec<Vec<Vec<f32>>>, Vec<Vec<Vec<f32>>>) {
+    let n = world.len();
+    let per_rank: Vec<Vec<Vec<f32>>> = (0..n)
         .map(|r| {
             lens.iter()
                 .enumerate()
-                .map(|(t, &len)| noisy_inputs(n, len, 31 * t)[r].clone())
+                .map(|(t, &len)| noisy_inputs(n, len, 31 * t + salt)[r].clone())
                 .collect()
         })
         .collect();
@@ -233,6 +236,14 @@ async fn fused_against_alone(
             alone[r][t] = b;
         }
     }
+    (per_rank, alone)
+}
+
+/// The hierarchical path packs the tensors into the scratch buffer; the
+/// flat ones run on the tensors where they lie.
+async fn fused_against_alone(world: &[Communicator<MemTransport>], lens: &[usize], ctx: &str) {
+    let packs = world[0].options().hierarchical_allreduce.is_some();
+    let (mut per_rank, alone) = inputs_and_alone(world, lens, 0, ctx).await;
     let res = with_buffers(world, &mut per_rank, |c, ts| async move {
         let (mut scratch, mut phases) = (Vec::new(), FusedPhases::default());
         Collectives::<Host>::allreduce_fused(c, ts, ReduceOp::Sum, &mut scratch, &mut phases)
@@ -263,31 +274,6 @@ async fn fused_against_alone(
     }
 }
 
-/// Tensors given to [`Collectives::allreduce_segments`] in pieces (an empty
-/// one among them) get the bits they get alone, on every layout and
-/// algorithm, in a group of several and alone.
-#[tokio::test]
-async fn tensors_in_segments_get_the_bits_they_get_alone() {
-    let lens = [1, 7, 4099, 0, 333, 20_000];
-    for (name, hosts, _) in layouts() {
-        let n = hosts.len();
-        for (variant, opts) in variants() {
-            let (hier, flat) = worlds(&hosts, &opts);
-            let lens = match opts.allreduce {
-                AllreduceAlgorithm::Auto => &lens[..5],
-                _ => &lens[..],
-            };
-            for (path, world) in [("hierarchical", &hier), ("flat", &flat)] {
-                let ctx = format!("{name} {variant} {path}");
-                segments_against_alone(world, n, lens, &ctx).await;
-                segments_against_alone(world, n, &[20_000], &format!("{ctx}, alone")).await;
-            }
-            shutdown_all(hier).await;
-            shutdown_all(flat).await;
-        }
-    }
-}
-
 /// `t` cut at a third (twice: an empty piece) and past the half.
 fn pieces(t: &mut [f32]) -> Vec<&mut [f32]> {
     let (a, rest) = t.split_at_mut(t.len() / 3);
@@ -297,28 +283,8 @@ fn pieces(t: &mut [f32]) -> Vec<&mut [f32]> {
     vec![a, b, c, d]
 }
 
-async fn segments_against_alone(
-    world: &[Communicator<MemTransport>],
-    n: usize,
-    lens: &[usize],
-    ctx: &str,
-) {
-    let mut per_rank: Vec<Vec<Vec<f32>>> = (0..n)
-        .map(|r| {
-            lens.iter()
-                .enumerate()
-                .map(|(t, &len)| noisy_inputs(n, len, 17 * t + 5)[r].clone())
-                .collect()
-        })
-        .collect();
-    let mut alone = per_rank.clone();
-    for t in 0..lens.len() {
-        let mut bufs: Vec<Vec<f32>> = alone.iter().map(|ts| ts[t].clone()).collect();
-        allreduce_all(world, &mut bufs, ReduceOp::Sum, ctx).await;
-        for (r, b) in bufs.into_iter().enumerate() {
-            alone[r][t] = b;
-        }
-    }
+async fn segments_against_alone(world: &[Communicator<MemTransport>], lens: &[usize], ctx: &str) {
+    let (mut per_rank, alone) = inputs_and_alone(world, lens, 5, ctx).await;
     let res = with_buffers(world, &mut per_rank, |c, ts| async move {
         let mut segs: Vec<Vec<&mut [f32]>> = ts.iter_mut().map(|t| pieces(t)).collect();
         let (mut scratch, mut phases) = (Vec::new(), FusedPhases::default());
