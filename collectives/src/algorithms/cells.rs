@@ -15,6 +15,40 @@ use tokio::sync::Notify;
 
 use crate::schedule::{segment, segment_count};
 
+/// Cuts consecutive runs of elements off pieces of memory laid end to end.
+pub(crate) struct Cutter<'a, T, I> {
+    pieces: I,
+    rest: &'a mut [T],
+}
+
+impl<'a, T, I: Iterator<Item = &'a mut [T]>> Cutter<'a, T, I> {
+    pub(crate) fn new(pieces: impl IntoIterator<IntoIter = I>) -> Self {
+        Self {
+            pieces: pieces.into_iter(),
+            rest: &mut [],
+        }
+    }
+
+    /// Appends to `out` the slices that hold the next `n` elements (fewer
+    /// when the pieces run out).
+    pub(crate) fn cut(&mut self, mut n: usize, out: &mut Vec<&'a mut [T]>) {
+        while n > 0 {
+            if self.rest.is_empty() {
+                match self.pieces.next() {
+                    Some(p) => self.rest = p,
+                    None => return,
+                }
+                continue;
+            }
+            let len = n.min(self.rest.len());
+            let (head, tail) = std::mem::take(&mut self.rest).split_at_mut(len);
+            out.push(head);
+            self.rest = tail;
+            n -= len;
+        }
+    }
+}
+
 /// One cell: consecutive slices of the buffer's pieces.
 pub(crate) type Cell<'a, T> = Vec<&'a mut [T]>;
 
@@ -41,27 +75,12 @@ impl<'a, T> Cells<'a, T> {
     pub(crate) fn new(pieces: Vec<&'a mut [T]>, blocks: &[Range<usize>], seg: usize) -> Self {
         let mut slots = Vec::new();
         let mut first = Vec::with_capacity(blocks.len());
-        let mut pieces = pieces.into_iter();
-        let mut rest: &'a mut [T] = &mut [];
+        let mut cutter = Cutter::new(pieces);
         for b in blocks {
             first.push(slots.len());
             for k in 0..segment_count(b.len(), seg) {
-                let mut need = segment(b, seg, k).len();
                 let mut cell = Vec::with_capacity(1);
-                while need > 0 {
-                    if rest.is_empty() {
-                        match pieces.next() {
-                            Some(p) => rest = p,
-                            None => break,
-                        }
-                        continue;
-                    }
-                    let len = need.min(rest.len());
-                    let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
-                    cell.push(head);
-                    rest = tail;
-                    need -= len;
-                }
+                cutter.cut(segment(b, seg, k).len(), &mut cell);
                 slots.push(Some(cell));
             }
         }

@@ -20,6 +20,7 @@ mod ring;
 pub(crate) use alltoall::{alltoall, count_from_wire, exchange_counts};
 pub(crate) use announce::announce;
 pub(crate) use broadcast::pipeline_broadcast;
+pub(crate) use cells::Cutter;
 pub(crate) use doubling::{doubling_allreduce, doubling_parts};
 pub(crate) use hierarchical::{hierarchical_allgatherv, hierarchical_allreduce};
 pub(crate) use ring::{ring_pass, ring_pass_parts};

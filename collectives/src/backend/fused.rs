@@ -28,6 +28,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use super::FusedPhases;
+use crate::algorithms::Cutter;
 use crate::comm::{Communicator, Layout, Scaling};
 use crate::dtype::Element;
 use crate::error::Result;
@@ -182,24 +183,10 @@ fn flat_view<'a, T>(
     let mut counts = vec![0; n];
     for d in data.iter_mut() {
         let lens = even_counts(total(d), n);
-        let mut segments = d.iter_mut().map(|s| &mut **s);
-        let mut rest: &mut [T] = &mut [];
-        for (c, mut want) in lens.into_iter().enumerate() {
-            counts[c] += want;
-            while want > 0 {
-                if rest.is_empty() {
-                    match segments.next() {
-                        Some(s) => rest = s,
-                        None => break,
-                    }
-                    continue;
-                }
-                let take = want.min(rest.len());
-                let (head, tail) = std::mem::take(&mut rest).split_at_mut(take);
-                blocks[c].push(head);
-                rest = tail;
-                want -= take;
-            }
+        let mut cutter = Cutter::new(d.iter_mut().map(|s| &mut **s));
+        for (c, len) in lens.into_iter().enumerate() {
+            counts[c] += len;
+            cutter.cut(len, &mut blocks[c]);
         }
     }
     (
