@@ -36,27 +36,42 @@ fn append<T: numpy::Element + Copy>(a: &Bound<'_, PyArrayDyn<T>>, out: &mut Vec<
 /// Several arrays' elements one after another, and each one's shape.
 type Gathered<T> = (Vec<T>, Vec<Vec<usize>>);
 
-/// The elements of `arrays`, all of element type `T`, one after another in
-/// one allocation, and each one's shape; `None` when the first is not `T`.
-fn gather<T: numpy::Element + Copy + Pooled>(
-    arrays: &[Bound<'_, PyAny>],
-    total: usize,
-) -> Option<PyResult<Gathered<T>>> {
+/// `arrays` as arrays of element type `T`: `None` when the first is not `T`,
+/// an error naming both dtypes when a later one is not (`what`: the
+/// operation, for the message).
+pub(crate) fn typed<'py, T: numpy::Element>(
+    arrays: &[Bound<'py, PyAny>],
+    what: &str,
+) -> Option<PyResult<Vec<Bound<'py, PyArrayDyn<T>>>>> {
     let first = arrays.first()?.cast::<PyArrayDyn<T>>().ok()?;
-    let mut all = pool::take(total);
-    let mut shapes = vec![append(first, &mut all)];
-    for a in &arrays[1..] {
+    let mut out = Vec::with_capacity(arrays.len());
+    for a in arrays {
         match a.cast::<PyArrayDyn<T>>() {
-            Ok(arr) => shapes.push(append(arr, &mut all)),
+            Ok(arr) => out.push(arr.clone()),
             Err(_) => {
                 return Some(Err(PyTypeError::new_err(format!(
-                    "a grouped allreduce's arrays must share one dtype: {} and {}",
+                    "{what}'s arrays must share one dtype: {} and {}",
                     dtype_of(first.as_any()),
                     dtype_of(a)
                 ))));
             }
         }
     }
+    Some(Ok(out))
+}
+
+/// The elements of `arrays`, all of element type `T`, one after another in
+/// one allocation, and each one's shape; `None` when the first is not `T`.
+fn gather<T: numpy::Element + Copy + Pooled>(
+    arrays: &[Bound<'_, PyAny>],
+    total: usize,
+) -> Option<PyResult<Gathered<T>>> {
+    let typed = match typed::<T>(arrays, "a grouped allreduce")? {
+        Ok(t) => t,
+        Err(e) => return Some(Err(e)),
+    };
+    let mut all = pool::take(total);
+    let shapes = typed.iter().map(|a| append(a, &mut all)).collect();
     Some(Ok((all, shapes)))
 }
 

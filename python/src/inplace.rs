@@ -5,7 +5,6 @@
 //! writeable and of one element type.
 
 use half::f16;
-use numpy::PyArrayDyn;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -44,19 +43,8 @@ impl InPlaceHandle {
 fn lend<T: numpy::Element + worker::Element>(
     arrays: &[Bound<'_, PyAny>],
 ) -> Option<PyResult<worker::LentHost>> {
-    let first = arrays.first()?.cast::<PyArrayDyn<T>>().ok()?.clone();
-    let mut typed = vec![first];
-    for a in &arrays[1..] {
-        match a.cast::<PyArrayDyn<T>>() {
-            Ok(x) => typed.push(x.clone()),
-            Err(_) => {
-                return Some(Err(PyTypeError::new_err(
-                    "an in-place allreduce's arrays must share one dtype",
-                )));
-            }
-        }
-    }
-    Some(crate::sys::lend_arrays(&typed))
+    let typed = crate::arrays::typed::<T>(arrays, "an in-place allreduce")?;
+    Some(typed.and_then(|t| crate::sys::lend_arrays(&t)))
 }
 
 /// Starts reducing `arrays` (C-contiguous, writeable, one element type) in

@@ -231,16 +231,13 @@ impl ProcessLauncher {
         program_env(p, size, hosts, &slot.host, &master, l.master_port)
     }
 
-    /// How many of the job's workers `host` runs: a static job's local size
-    /// there; in an elastic job the slots discovery last gave it (at most
-    /// `--max-np`), 1 for a host it has not named.
-    fn workers_on(&self, host: &str) -> usize {
+    /// How many of the job's workers run on `slot`'s host: a static job's
+    /// local size there; in an elastic job the slots discovery last gave the
+    /// host (at most `--max-np`), 1 for a host it has not named.
+    fn workers_on(&self, slot: &SlotId) -> usize {
         if let Some(l) = &self.layout {
-            let h = l.hosts.iter().position(|x| x.host == host);
             return l
-                .placements
-                .iter()
-                .find(|p| Some(p.host) == h)
+                .placement(&slot.host, slot.slot)
                 .map_or(1, |p| p.local_size);
         }
         let cap = self
@@ -249,7 +246,11 @@ impl ProcessLauncher {
             .as_ref()
             .and_then(|e| e.max_np)
             .unwrap_or(usize::MAX);
-        self.host_slots.get(host).copied().unwrap_or(1).min(cap)
+        self.host_slots
+            .get(&slot.host)
+            .copied()
+            .unwrap_or(1)
+            .min(cap)
     }
 
     async fn start_process(
@@ -273,7 +274,7 @@ impl ProcessLauncher {
             program_env: {
                 let mut env = self.program_env(slot, ip);
                 let inherited = std::env::var_os("OMP_NUM_THREADS").is_some();
-                env.extend(omp_threads(self.workers_on(&slot.host), inherited));
+                env.extend(omp_threads(self.workers_on(slot), inherited));
                 env
             },
         };
@@ -343,18 +344,23 @@ mod tests {
         let cfg = config("--host-discovery-script ./hosts.sh --min-np 1 --max-np 3 prog");
         let secret = control::Secret::from_hex(&"5a".repeat(32)).unwrap();
         let mut l = ProcessLauncher::new(cfg, secret, "127.0.0.1:9".parse().unwrap());
-        assert_eq!(l.workers_on("a"), 1, "before any discovery");
+        let on = |h: &str| SlotId::new(h, 0);
+        assert_eq!(l.workers_on(&on("a")), 1, "before any discovery");
         let hosts = [("a", 4), ("b", 1)].map(|(h, slots)| HostSlots {
             host: h.into(),
             slots,
         });
         l.hosts_discovered(&hosts);
         // At most --max-np of the job's workers run on a host.
-        assert_eq!(l.workers_on("a"), 3);
-        assert_eq!(l.workers_on("b"), 1);
-        assert_eq!(l.workers_on("c"), 1);
+        assert_eq!(l.workers_on(&on("a")), 3);
+        assert_eq!(l.workers_on(&on("b")), 1);
+        assert_eq!(l.workers_on(&on("c")), 1);
         l.hosts_discovered(&hosts[1..]);
-        assert_eq!(l.workers_on("a"), 1, "a host discovery no longer names");
+        assert_eq!(
+            l.workers_on(&on("a")),
+            1,
+            "a host discovery no longer names"
+        );
     }
 
     #[test]

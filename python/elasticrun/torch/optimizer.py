@@ -92,6 +92,13 @@ def plan_buckets(params, groups, cap):
     return out
 
 
+def _grads(members):
+    """The members' gradients to send. A parameter frozen since the plan was
+    made has no gradient: zeros go in its place, so that every rank sends the
+    same bucket."""
+    return [p.grad if p.grad is not None else torch.zeros_like(p) for p in members]
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, groups):
@@ -152,17 +159,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         name = self._bucket_names[b]
         if self._in_place(members):
             # The gradients' own memory goes to the engine and comes back
-            # reduced: nothing is copied in or out. A parameter frozen since
-            # the plan was made sends zeros and keeps its None.
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in members]
-            arrays = [g.detach().numpy() for g in grads]
+            # reduced: nothing is copied in or out. A frozen parameter's
+            # zeros are dropped after; it keeps its None.
+            arrays = [g.detach().numpy() for g in _grads(members)]
             self._handles[b] = (_native.allreduce_inplace_async(arrays, name, self._op), None)
             return
         grads, ctxs = [], []
-        for p in members:
-            # A parameter frozen since the plan was made has no gradient:
-            # zeros go in its place, so that every rank sends the same bucket.
-            grad = p.grad if p.grad is not None else torch.zeros_like(p)
+        for grad in _grads(members):
             g, ctx = self._compression.compress(grad)
             grads.append(g.detach().numpy())
             ctxs.append(ctx)
