@@ -36,6 +36,7 @@ pub(crate) mod quic;
 pub(crate) mod shm;
 pub(crate) mod stream;
 pub(crate) mod tcp;
+pub(crate) mod tls;
 
 use end::Breaker;
 

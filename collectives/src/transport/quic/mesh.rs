@@ -24,6 +24,7 @@ use crate::tag::{Generation, Rank};
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT, prove};
 use crate::transport::stream::handshake::Hello;
 use crate::transport::stream::{StreamLimits, StreamTransport};
+use crate::transport::tls::TlsSetupError;
 
 /// The dialer's first bytes on its stream: a QUIC stream is announced to the
 /// acceptor only by data, and the acceptor speaks first in the handshake.
@@ -131,7 +132,7 @@ impl QuicEndpoint {
         job_key: DataKey,
         grant: &TlsGrant,
         connect_timeout: Duration,
-    ) -> Result<(), tls::TlsSetupError> {
+    ) -> Result<(), TlsSetupError> {
         self.config.job_key = job_key;
         self.config.connect_timeout = connect_timeout;
         let server = tls::server(grant, self.key.private_der(), &self.config)?;

@@ -34,7 +34,6 @@ mod sender;
 mod tls;
 
 pub use mesh::{QuicAddress, QuicEndpoint};
-pub use tls::TlsSetupError;
 
 /// Settings of the QUIC data plane, with the defaults a training job wants.
 #[derive(Clone, Debug)]

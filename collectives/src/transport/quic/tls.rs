@@ -1,6 +1,6 @@
-//! rustls and quinn settings of the QUIC data plane: mutual TLS 1.3 under
-//! the job's authority only, with the `ring` provider, and a transport tuned
-//! for bulk transfer between a few peers.
+//! quinn settings of the QUIC data plane: the TLS settings of
+//! [`crate::transport::tls::settings`] for QUIC, and a transport tuned for
+//! bulk transfer between a few peers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,42 +9,10 @@ use control::TlsGrant;
 use quinn::congestion::CubicConfig;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
-use rustls::RootCertStore;
-use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::PrivateKeyDer;
 
 use super::QuicConfig;
-
-/// The protocol name both ends offer (ALPN): a QUIC client of anything else
-/// fails the handshake.
-pub(crate) const ALPN: &[u8] = b"elasticrun-data/1";
-
-/// Why the TLS settings could not be made from a grant.
-#[derive(Debug, thiserror::Error)]
-#[error("the data plane's TLS settings: {0}")]
-pub struct TlsSetupError(String);
-
-fn setup<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> TlsSetupError + '_ {
-    move |e| TlsSetupError(format!("{what}: {e}"))
-}
-
-/// ring with TLS 1.3's AES-128-GCM only. rustls offers AES-256-GCM first,
-/// whose four more rounds per block cost a bulk transfer more than a tenth of
-/// its time; 128-bit keys are TLS 1.3's mandatory suite and QUIC needs it for
-/// its Initial packets anyway.
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    let mut provider = rustls::crypto::ring::default_provider();
-    provider.cipher_suites = vec![rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
-    Arc::new(provider)
-}
-
-fn roots(grant: &TlsGrant) -> Result<Arc<RootCertStore>, TlsSetupError> {
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(grant.ca_der())
-        .map_err(setup("the job's CA certificate"))?;
-    Ok(Arc::new(roots))
-}
+use crate::transport::tls::settings::{self, TlsSetupError, setup};
 
 /// The server side: a peer must present a leaf of the job's authority.
 pub(crate) fn server(
@@ -52,16 +20,7 @@ pub(crate) fn server(
     key: PrivateKeyDer<'static>,
     config: &QuicConfig,
 ) -> Result<quinn::ServerConfig, TlsSetupError> {
-    let verifier = WebPkiClientVerifier::builder_with_provider(roots(grant)?, provider())
-        .build()
-        .map_err(setup("the client verifier"))?;
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(setup("TLS 1.3"))?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(vec![grant.leaf_der()], key)
-        .map_err(setup("this rank's leaf"))?;
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let tls = settings::server(grant, key)?;
     let crypto = QuicServerConfig::try_from(tls).map_err(setup("QUIC's cipher suites"))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(transport(config, config.max_udp_payload));
@@ -77,13 +36,7 @@ pub(crate) fn client(
     key: PrivateKeyDer<'static>,
     config: &QuicConfig,
 ) -> Result<quinn::ClientConfig, TlsSetupError> {
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(setup("TLS 1.3"))?
-        .with_root_certificates(roots(grant)?)
-        .with_client_auth_cert(vec![grant.leaf_der()], key)
-        .map_err(setup("this rank's leaf"))?;
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let tls = settings::client(grant, key)?;
     let crypto = QuicClientConfig::try_from(tls).map_err(setup("QUIC's cipher suites"))?;
     let mut client = quinn::ClientConfig::new(Arc::new(crypto));
     client.transport_config(transport(config, config.max_udp_payload));

@@ -159,7 +159,12 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
                 armed: true,
             };
             let mut buf = Buf::chain(&header[..], Pieces::new(parts));
-            let res = w.write_all_buf(&mut buf).await;
+            // A TLS session may keep sealed bytes the socket did not take
+            // yet until it is flushed; TCP's and QUIC's flushes are no-ops.
+            let res = match w.write_all_buf(&mut buf).await {
+                Ok(()) => w.flush().await,
+                Err(e) => Err(e),
+            };
             guard.armed = false;
             res
         };

@@ -9,10 +9,12 @@
 //! once, retrying failed dials until the deadline; a peer that keeps refusing
 //! (nothing listens at its address) is given up after [`REFUSED_GRACE`].
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout_at};
@@ -25,7 +27,7 @@ use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
 use crate::transport::shm::{self, ShmConfig};
 use crate::transport::stream::StreamLimits;
-use crate::transport::stream::greet::{self, prove};
+use crate::transport::stream::greet::{self, HELLO_TIMEOUT, prove};
 use crate::transport::stream::handshake::Hello;
 
 /// A bound, listening data-plane socket whose address can be handed to peers
@@ -80,33 +82,13 @@ impl TcpEndpoint {
         generation: Generation,
         peers: &[SocketAddr],
     ) -> Result<TcpTransport, TransportError> {
-        let size = peers.len();
-        if rank >= size {
-            return Err(TransportError::InvalidRank { rank, size });
-        }
-        let me = Hello {
-            generation,
-            rank,
-            size,
-        };
-        let deadline = Instant::now() + self.config.connect_timeout;
-        let mut dials = JoinSet::new();
-        for (peer, &addr) in peers.iter().enumerate().take(rank) {
-            dials.spawn(dial(peer, addr, me, deadline, self.config.clone()));
-        }
-        let (dialed, accepted) = tokio::try_join!(
-            collect_dials(dials),
-            accept_all(&self.listener, me, deadline, &self.config)
-        )?;
+        let (me, deadline) = self.start(rank, generation, peers.len())?;
+        let size = me.size;
+        let proven = self.proven(me, deadline, peers, Plain).await?;
         let shm = self.config.shared_memory;
         let host = shm.enabled.then(shm::host_key).flatten();
         let mut links = JoinSet::new();
-        for (peer, s) in dialed {
-            let side = Side::Dialer;
-            links.spawn(timeout_at(deadline, link(rank, peer, s, side, shm, host)));
-        }
-        for (peer, s) in accepted {
-            let side = Side::Acceptor;
+        for (peer, s, side) in proven {
             links.spawn(timeout_at(deadline, link(rank, peer, s, side, shm, host)));
         }
         let mut streams: Vec<Option<_>> = (0..size).map(|_| None).collect();
@@ -131,11 +113,102 @@ impl TcpEndpoint {
                 }
             }
         }
-        let limits = StreamLimits {
+        let limits = self.limits();
+        Ok(TcpTransport::start(rank, generation, streams, limits).with_shared_memory(shared))
+    }
+
+    /// The hello of `rank` in a mesh of `size`, and set-up's deadline.
+    pub(crate) fn start(
+        &self,
+        rank: Rank,
+        generation: Generation,
+        size: usize,
+    ) -> Result<(Hello, Instant), TransportError> {
+        if rank >= size {
+            return Err(TransportError::InvalidRank { rank, size });
+        }
+        let me = Hello {
+            generation,
+            rank,
+            size,
+        };
+        Ok((me, Instant::now() + self.config.connect_timeout))
+    }
+
+    /// Dials the ranks below `me`, accepts those above, and secures
+    /// (`layer`) and proves each connection: every peer's stream, with
+    /// which end of it this rank is.
+    pub(crate) async fn proven<L: Layer>(
+        &self,
+        me: Hello,
+        deadline: Instant,
+        peers: &[SocketAddr],
+        layer: L,
+    ) -> Result<Vec<(Rank, L::Stream, Side)>, TransportError> {
+        let mut dials = JoinSet::new();
+        for (peer, &addr) in peers.iter().enumerate().take(me.rank) {
+            let d = Dial {
+                peer,
+                addr,
+                me,
+                deadline,
+            };
+            dials.spawn(d.run(self.config.clone(), layer.clone()));
+        }
+        let accepting = accept_all(&self.listener, me, deadline, &self.config, layer);
+        let (dialed, accepted) = tokio::try_join!(collect_dials(dials), accepting)?;
+        let dialed = dialed.into_iter().map(|(p, s)| (p, s, Side::Dialer));
+        let accepted = accepted.into_iter().map(|(p, s)| (p, s, Side::Acceptor));
+        Ok(dialed.chain(accepted).collect())
+    }
+
+    /// The stream transport's limits, from this endpoint's settings.
+    pub(crate) fn limits(&self) -> StreamLimits {
+        StreamLimits {
             io_timeout: self.config.io_timeout,
             max_frame_bytes: self.config.max_frame_bytes,
-        };
-        Ok(TcpTransport::start(rank, generation, streams, limits).with_shared_memory(shared))
+        }
+    }
+}
+
+/// What a mesh's connections run over once TCP has connected them and
+/// before the handshake: the socket itself ([`Plain`]), or a TLS session
+/// over it ([`crate::transport::tls`]).
+pub(crate) trait Layer: Clone + Send + Sync + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// The dialer's (`me`) end of a connection to `peer` at `addr`.
+    fn dial(
+        &self,
+        s: TcpStream,
+        me: Hello,
+        peer: Rank,
+        addr: SocketAddr,
+    ) -> impl Future<Output = Result<Self::Stream, TransportError>> + Send;
+
+    /// The acceptor's end: `Err(why)` refuses the connection.
+    fn accept(&self, s: TcpStream) -> impl Future<Output = Result<Self::Stream, String>> + Send;
+}
+
+/// The socket itself.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Plain;
+
+impl Layer for Plain {
+    type Stream = TcpStream;
+
+    async fn dial(
+        &self,
+        s: TcpStream,
+        _: Hello,
+        _: Rank,
+        _: SocketAddr,
+    ) -> Result<TcpStream, TransportError> {
+        Ok(s)
+    }
+
+    async fn accept(&self, s: TcpStream) -> Result<TcpStream, String> {
+        Ok(s)
     }
 }
 
@@ -149,7 +222,7 @@ fn crowded(local: usize) -> bool {
 
 /// Which end of a connection this rank is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
+pub(crate) enum Side {
     Dialer,
     Acceptor,
 }
@@ -174,7 +247,6 @@ async fn link(
         after: started.elapsed(),
         source: Arc::new(e),
     };
-    s.set_nodelay(true).map_err(failed)?;
     let segment = match side {
         Side::Dialer => shm::offer(&mut s, &cfg, host).await,
         Side::Acceptor => shm::answer(&mut s, host).await,
@@ -203,9 +275,9 @@ fn setup_timeout<T>(me: Hello, config: &TcpConfig, streams: &[Option<T>]) -> Tra
     }
 }
 
-async fn collect_dials(
-    mut dials: JoinSet<Result<(Rank, TcpStream), TransportError>>,
-) -> Result<Vec<(Rank, TcpStream)>, TransportError> {
+async fn collect_dials<S: 'static>(
+    mut dials: JoinSet<Result<(Rank, S), TransportError>>,
+) -> Result<Vec<(Rank, S)>, TransportError> {
     let mut out = Vec::with_capacity(dials.len());
     while let Some(joined) = dials.join_next().await {
         match joined {
@@ -222,41 +294,76 @@ async fn collect_dials(
 /// instead of waiting out the whole set-up time.
 const REFUSED_GRACE: Duration = Duration::from_secs(2);
 
-async fn dial(
+/// One dial of a lower rank.
+struct Dial {
     peer: Rank,
     addr: SocketAddr,
     me: Hello,
     deadline: Instant,
-    config: TcpConfig,
-) -> Result<(Rank, TcpStream), TransportError> {
-    let started = Instant::now();
-    let connect_err = |e: std::io::Error| TransportError::Connect {
-        from: me.rank,
+}
+
+impl Dial {
+    async fn run<L: Layer>(
+        self,
+        config: TcpConfig,
+        layer: L,
+    ) -> Result<(Rank, L::Stream), TransportError> {
+        let started = Instant::now();
+        let (peer, addr, deadline) = (self.peer, self.addr, self.deadline);
+        let connect_err = |e: std::io::Error| failure(self.me.rank, peer, addr, started, e);
+        let give_up = deadline.min(started + REFUSED_GRACE);
+        let mut backoff = Duration::from_millis(5);
+        let stream = loop {
+            let attempt = async { new_socket(addr, &config)?.connect(addr).await };
+            match timeout_at(deadline, attempt).await {
+                Ok(Ok(s)) => break s,
+                Ok(Err(e)) if Instant::now() + backoff < retry_until(&e, deadline, give_up) => {
+                    tracing::trace!(peer, %addr, %e, "dial failed, retrying");
+                    sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                }
+                Ok(Err(e)) => return Err(connect_err(e)),
+                Err(_) => return Err(connect_err(std::io::ErrorKind::TimedOut.into())),
+            }
+        };
+        stream.set_nodelay(true).map_err(connect_err)?;
+        let secured = layer.dial(stream, self.me, peer, addr);
+        let mut stream = match timeout_at(deadline, secured).await {
+            Ok(s) => s?,
+            Err(_) => return Err(connect_err(std::io::ErrorKind::TimedOut.into())),
+        };
+        match timeout_at(deadline, prove(&mut stream, self.me, &config.job_key)).await {
+            Ok(Ok(Ok(()))) => Ok((peer, stream)),
+            Ok(Ok(Err(reason))) => Err(TransportError::Handshake { rank: peer, reason }),
+            Ok(Err(e)) => Err(connect_err(e)),
+            Err(_) => Err(connect_err(std::io::ErrorKind::TimedOut.into())),
+        }
+    }
+}
+
+/// The error of a dial from `from` to `peer` at `addr` that failed with `e`:
+/// TLS's refusal (whose alert a TLS 1.3 client of a refused certificate
+/// reads only after its own handshake completed) or an i/o failure.
+pub(crate) fn failure(
+    from: Rank,
+    peer: Rank,
+    addr: SocketAddr,
+    started: Instant,
+    e: std::io::Error,
+) -> TransportError {
+    if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        return TransportError::Tls {
+            rank: peer,
+            addr,
+            reason: tls.to_string(),
+        };
+    }
+    TransportError::Connect {
+        from,
         rank: peer,
         addr,
         after: started.elapsed(),
         source: Arc::new(e),
-    };
-    let give_up = deadline.min(started + REFUSED_GRACE);
-    let mut backoff = Duration::from_millis(5);
-    let mut stream = loop {
-        let attempt = async { new_socket(addr, &config)?.connect(addr).await };
-        match timeout_at(deadline, attempt).await {
-            Ok(Ok(s)) => break s,
-            Ok(Err(e)) if Instant::now() + backoff < retry_until(&e, deadline, give_up) => {
-                tracing::trace!(peer, %addr, %e, "dial failed, retrying");
-                sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(200));
-            }
-            Ok(Err(e)) => return Err(connect_err(e)),
-            Err(_) => return Err(connect_err(std::io::ErrorKind::TimedOut.into())),
-        }
-    };
-    match timeout_at(deadline, prove(&mut stream, me, &config.job_key)).await {
-        Ok(Ok(Ok(()))) => Ok((peer, stream)),
-        Ok(Ok(Err(reason))) => Err(TransportError::Handshake { rank: peer, reason }),
-        Ok(Err(e)) => Err(connect_err(e)),
-        Err(_) => Err(connect_err(std::io::ErrorKind::TimedOut.into())),
     }
 }
 
@@ -269,20 +376,21 @@ fn retry_until(e: &std::io::Error, deadline: Instant, refused_until: Instant) ->
     }
 }
 
-async fn accept_all(
+async fn accept_all<L: Layer>(
     listener: &TcpListener,
     me: Hello,
     deadline: Instant,
     config: &TcpConfig,
-) -> Result<Vec<(Rank, TcpStream)>, TransportError> {
+    layer: L,
+) -> Result<Vec<(Rank, L::Stream)>, TransportError> {
     let expected = me.size - me.rank - 1;
-    let mut got: Vec<(Rank, TcpStream)> = Vec::with_capacity(expected);
+    let mut got: Vec<(Rank, L::Stream)> = Vec::with_capacity(expected);
     let mut hellos = JoinSet::new();
     while got.len() < expected {
         tokio::select! {
             acc = listener.accept() => match acc {
                 Ok((s, from)) => {
-                    hellos.spawn(answer_hello(s, from, me, config.job_key.clone()));
+                    hellos.spawn(answer_hello(s, from, me, config.job_key.clone(), layer.clone()));
                     tracing::trace!(%from, "data-plane connection accepted");
                 }
                 Err(e) => tracing::debug!(%e, "accept failed"),
@@ -309,13 +417,27 @@ async fn accept_all(
     Ok(got)
 }
 
-/// Runs the acceptor's side of the handshake on a stream from `from`.
-async fn answer_hello(
-    mut s: TcpStream,
+/// Secures a stream from `from` and runs the acceptor's side of the
+/// handshake on it: `None` (said) for anything that is not a proven peer.
+async fn answer_hello<L: Layer>(
+    s: TcpStream,
     from: SocketAddr,
     me: Hello,
     key: DataKey,
-) -> Option<(Rank, TcpStream)> {
+    layer: L,
+) -> Option<(Rank, L::Stream)> {
+    let _ = s.set_nodelay(true);
+    let mut s = match tokio::time::timeout(HELLO_TIMEOUT, layer.accept(s)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(why)) => {
+            greet::refused(from, &why);
+            return None;
+        }
+        Err(_) => {
+            greet::refused(from, "no TLS handshake in time");
+            return None;
+        }
+    };
     greet::answer(&mut s, from, me, &key)
         .await
         .map(|rank| (rank, s))

@@ -16,7 +16,7 @@ use tokio_util::either::Either;
 use super::shm::{ShmConfig, ShmRead, ShmWrite};
 use super::stream::StreamTransport;
 
-mod mesh;
+pub(crate) mod mesh;
 
 pub use mesh::TcpEndpoint;
 

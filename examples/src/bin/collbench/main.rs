@@ -53,6 +53,8 @@ pub(crate) enum DataPlane {
     Tcp,
     /// QUIC under mutual TLS 1.3, the job's CA derived from the run's secret.
     Quic,
+    /// TCP under mutual TLS 1.3, the same CA.
+    Tls,
 }
 
 impl DataPlane {
@@ -60,6 +62,7 @@ impl DataPlane {
         match self {
             DataPlane::Tcp => "tcp",
             DataPlane::Quic => "quic",
+            DataPlane::Tls => "tls",
         }
     }
 }
@@ -142,7 +145,7 @@ pub(crate) struct Args {
     /// library's UDP socket buffers over QUIC).
     #[arg(long, value_parser = bytes::parse_bytes)]
     pub(crate) socket_buffer_bytes: Option<usize>,
-    /// Data plane: tcp, or quic (mutual TLS 1.3).
+    /// Data plane: tcp, quic (mutual TLS 1.3), or tls (TCP under mutual TLS 1.3).
     #[arg(long, value_enum, default_value_t = DataPlane::Tcp)]
     pub(crate) transport: DataPlane,
     /// Buffers in host memory, or on GPUs through NCCL.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use collectives::{
     Communicator, Generation, QuicConfig, QuicEndpoint, ShmConfig, TcpConfig, TcpEndpoint,
-    Transport,
+    TlsEndpoint, Transport,
 };
 use control::pki::JobCa;
 use tokio::sync::oneshot;
@@ -96,15 +96,15 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
         .and_then(|t| control::Secret::from_hex(&t).ok())
         .ok_or_else(|| format!("{SECRET_ENV} is not set: ranks are started by collbench itself"))?;
     let listen = SocketAddr::new(args.bind_of(rank), 0);
+    let config = TcpConfig {
+        io_timeout: Duration::from_secs(args.timeout_secs),
+        socket_buffer_bytes: args.socket_buffer_bytes,
+        job_key: secret.data_key(0),
+        shared_memory: shm_config(args),
+        ..TcpConfig::default()
+    };
     match args.transport {
         DataPlane::Tcp => {
-            let config = TcpConfig {
-                io_timeout: Duration::from_secs(args.timeout_secs),
-                socket_buffer_bytes: args.socket_buffer_bytes,
-                job_key: secret.data_key(0),
-                shared_memory: shm_config(args),
-                ..TcpConfig::default()
-            };
             let ep = TcpEndpoint::bind(listen, config)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -128,6 +128,21 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())?;
             bench(transport, args, "quic").await
+        }
+        DataPlane::Tls => {
+            let connect_timeout = config.connect_timeout;
+            let mut ep = TlsEndpoint::bind(listen, config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let grant = self_grant(&secret, &ep.public_key(), rank)?;
+            ep.prepare(secret.data_key(0), &grant, connect_timeout)
+                .map_err(|e| e.to_string())?;
+            let peers = exchange(ep.local_addr().map_err(|e| e.to_string())?, rank, np).await?;
+            let transport = ep
+                .connect(rank, GENERATION, &peers)
+                .await
+                .map_err(|e| e.to_string())?;
+            bench(transport, args, "tls").await
         }
     }
 }
@@ -161,12 +176,22 @@ fn quic_config(args: &Args, secret: &control::Secret) -> QuicConfig {
     }
 }
 
-/// Binds a QUIC endpoint and grants it its leaf.
+/// The leaf of `rank` for `key`.
 ///
 /// Every rank derives the job's CA from the run's secret and grants ITSELF
 /// the leaf of its rank: in a job, the coordinator does that and a worker
 /// never holds the CA's key. Acceptable for a benchmark, whose ranks share
 /// the secret anyway and which measures the data plane, not the grant.
+fn self_grant(
+    secret: &control::Secret,
+    key: &control::LeafPublicKey,
+    rank: usize,
+) -> Result<control::TlsGrant, String> {
+    let ca = JobCa::from_secret(secret).map_err(|e| e.to_string())?;
+    ca.grant(key, rank, GENERATION).map_err(|e| e.to_string())
+}
+
+/// Binds a QUIC endpoint and grants it its leaf ([`self_grant`]).
 async fn quic_endpoint(
     args: &Args,
     secret: &control::Secret,
@@ -178,10 +203,7 @@ async fn quic_endpoint(
     let mut ep = QuicEndpoint::bind(listen, config)
         .await
         .map_err(|e| e.to_string())?;
-    let ca = JobCa::from_secret(secret).map_err(|e| e.to_string())?;
-    let grant = ca
-        .grant(&ep.public_key(), rank, GENERATION)
-        .map_err(|e| e.to_string())?;
+    let grant = self_grant(secret, &ep.public_key(), rank)?;
     ep.prepare(secret.data_key(0), &grant, connect_timeout)
         .map_err(|e| e.to_string())?;
     Ok(ep)

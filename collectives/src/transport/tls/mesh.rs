@@ -1,0 +1,156 @@
+//! Building the TLS mesh of one generation: the TCP mesh's dials and
+//! accepts ([`crate::transport::tcp`]) with a TLS session over each
+//! connection before the handshake.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use control::pki::{LeafKey, leaf_name};
+use control::{DataKey, LeafPublicKey, TlsGrant};
+use rustls_pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
+
+use super::settings::{self, TlsSetupError};
+use super::{TlsRead, TlsTransport, TlsWrite};
+use crate::error::TransportError;
+use crate::tag::{Generation, Rank};
+use crate::transport::shm::ShmConfig;
+use crate::transport::stream::StreamTransport;
+use crate::transport::stream::handshake::Hello;
+use crate::transport::tcp::mesh::{Layer, failure};
+use crate::transport::tcp::{TcpConfig, TcpEndpoint};
+
+/// A bound, listening TLS endpoint whose address and public key can be
+/// handed to peers before the mesh is built.
+#[derive(Debug)]
+pub struct TlsEndpoint {
+    tcp: TcpEndpoint,
+    key: LeafKey,
+    layer: Option<Tls>,
+}
+
+impl TlsEndpoint {
+    /// Binds and listens on `addr` (port 0 picks a free port) and makes this
+    /// endpoint's TLS key. `config`'s shared memory is not used: every
+    /// peer's link is its TLS session.
+    pub async fn bind(addr: SocketAddr, config: TcpConfig) -> Result<Self, TransportError> {
+        let config = TcpConfig {
+            shared_memory: ShmConfig {
+                enabled: false,
+                ..config.shared_memory
+            },
+            ..config
+        };
+        let tcp = TcpEndpoint::bind(addr, config).await?;
+        let key =
+            LeafKey::generate().map_err(|e| TransportError::socket(std::io::Error::other(e)))?;
+        Ok(Self {
+            tcp,
+            key,
+            layer: None,
+        })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        self.tcp.local_addr()
+    }
+
+    /// The public half of this endpoint's TLS key, for the coordinator to
+    /// certify.
+    pub fn public_key(&self) -> LeafPublicKey {
+        self.key.public()
+    }
+
+    /// Sets the job key the handshake proves, the coordinator's `grant` and
+    /// how long [`TlsEndpoint::connect`] may take.
+    pub fn prepare(
+        &mut self,
+        job_key: DataKey,
+        grant: &TlsGrant,
+        connect_timeout: Duration,
+    ) -> Result<(), TlsSetupError> {
+        self.tcp.prepare(job_key, connect_timeout);
+        let server = settings::server(grant, self.key.private_der())?;
+        let client = settings::client(grant, self.key.private_der())?;
+        self.layer = Some(Tls {
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            connector: TlsConnector::from(Arc::new(client)),
+        });
+        Ok(())
+    }
+
+    /// Connects to every peer (`peers[i]` is rank `i`'s address) and starts
+    /// the transport. [`TlsEndpoint::prepare`] must have been called.
+    pub async fn connect(
+        self,
+        rank: Rank,
+        generation: Generation,
+        peers: &[SocketAddr],
+    ) -> Result<TlsTransport, TransportError> {
+        let (me, deadline) = self.tcp.start(rank, generation, peers.len())?;
+        let Some(layer) = self.layer else {
+            return Err(TransportError::Handshake {
+                rank,
+                reason: "no certificate was granted to this rank",
+            });
+        };
+        let proven = self.tcp.proven(me, deadline, peers, layer).await?;
+        let mut streams: Vec<Option<(TlsRead, TlsWrite)>> =
+            (0..peers.len()).map(|_| None).collect();
+        for (peer, s, _) in proven {
+            streams[peer] = Some(tokio::io::split(s));
+        }
+        let limits = self.tcp.limits();
+        Ok(StreamTransport::start(rank, generation, streams, limits))
+    }
+}
+
+/// Both ends of the job's TLS.
+#[derive(Clone)]
+struct Tls {
+    acceptor: TlsAcceptor,
+    connector: TlsConnector,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls(..)")
+    }
+}
+
+impl Layer for Tls {
+    type Stream = TlsStream<TcpStream>;
+
+    /// A session with `peer`, which must present the leaf of its rank and
+    /// generation.
+    async fn dial(
+        &self,
+        s: TcpStream,
+        me: Hello,
+        peer: Rank,
+        addr: SocketAddr,
+    ) -> Result<Self::Stream, TransportError> {
+        let name = ServerName::try_from(leaf_name(peer, me.generation)).map_err(|e| {
+            TransportError::Tls {
+                rank: peer,
+                addr,
+                reason: e.to_string(),
+            }
+        })?;
+        let started = Instant::now();
+        match self.connector.connect(name, s).await {
+            Ok(s) => Ok(TlsStream::Client(s)),
+            Err(e) => Err(failure(me.rank, peer, addr, started, e)),
+        }
+    }
+
+    async fn accept(&self, s: TcpStream) -> Result<Self::Stream, String> {
+        match self.acceptor.accept(s).await {
+            Ok(s) => Ok(TlsStream::Server(s)),
+            Err(e) => Err(format!("TLS: {e}")),
+        }
+    }
+}
