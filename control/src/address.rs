@@ -29,6 +29,12 @@ pub enum DataEndpoint {
         addr: SocketAddr,
         key: LeafPublicKey,
     },
+    /// The TLS-over-TCP data plane's listening socket, and the public half
+    /// of the worker's TLS key, as for QUIC.
+    Tls {
+        addr: SocketAddr,
+        key: LeafPublicKey,
+    },
 }
 
 /// A worker's TLS public key: the 32 bytes of an Ed25519 public key.
@@ -85,6 +91,30 @@ impl PeerAddress {
         })
     }
 
+    /// A worker reachable over TLS on TCP at `addr` only, whose TLS key is `key`.
+    pub fn tls(addr: SocketAddr, key: LeafPublicKey) -> Self {
+        Self {
+            endpoints: vec![DataEndpoint::Tls { addr, key }],
+        }
+    }
+
+    /// The TLS-over-TCP endpoint and its key, if the worker offers one.
+    pub fn tls_addr(&self) -> Option<(SocketAddr, LeafPublicKey)> {
+        self.endpoints.iter().find_map(|e| match e {
+            DataEndpoint::Tls { addr, key } => Some((*addr, *key)),
+            _ => None,
+        })
+    }
+
+    /// The key of the first endpoint that needs a certificate (QUIC's or
+    /// TLS's), if the worker offers one.
+    pub fn leaf_key(&self) -> Option<LeafPublicKey> {
+        self.endpoints.iter().find_map(|e| match e {
+            DataEndpoint::Quic { key, .. } | DataEndpoint::Tls { key, .. } => Some(*key),
+            _ => None,
+        })
+    }
+
     /// A worker reachable on the in-memory fabric at `address` only.
     pub fn mem(address: u64) -> Self {
         Self {
@@ -118,7 +148,7 @@ impl From<SocketAddr> for PeerAddress {
 /// Why a data-plane address could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AddressError {
-    #[error("unknown data-plane address kind {kind:?} (this build knows: tcp, quic, mem)")]
+    #[error("unknown data-plane address kind {kind:?} (this build knows: tcp, quic, tls, mem)")]
     UnknownKind { kind: String },
     #[error("malformed {kind} data-plane address {address:?}")]
     Malformed { kind: &'static str, address: String },
@@ -134,6 +164,7 @@ struct WireEndpoint {
 const TCP: &str = "tcp";
 const MEM: &str = "mem";
 const QUIC: &str = "quic";
+const TLS: &str = "tls";
 
 impl From<DataEndpoint> for WireEndpoint {
     fn from(e: DataEndpoint) -> Self {
@@ -149,6 +180,10 @@ impl From<DataEndpoint> for WireEndpoint {
             // `ip:port/key`, the key in hex.
             DataEndpoint::Quic { addr, key } => WireEndpoint {
                 kind: QUIC.into(),
+                address: format!("{addr}/{}", hex(&key.0)),
+            },
+            DataEndpoint::Tls { addr, key } => WireEndpoint {
+                kind: TLS.into(),
                 address: format!("{addr}/{}", hex(&key.0)),
             },
         }
@@ -176,21 +211,19 @@ impl TryFrom<WireEndpoint> for DataEndpoint {
                     kind: MEM,
                     address: w.address,
                 }),
-            QUIC => {
-                let parsed = w.address.split_once('/').and_then(|(a, k)| {
-                    Some(DataEndpoint::Quic {
-                        addr: a.parse().ok()?,
-                        key: LeafPublicKey(unhex(k)?),
-                    })
-                });
-                parsed.ok_or(AddressError::Malformed {
-                    kind: QUIC,
-                    address: w.address,
-                })
-            }
+            QUIC => keyed(QUIC, w.address).map(|(addr, key)| DataEndpoint::Quic { addr, key }),
+            TLS => keyed(TLS, w.address).map(|(addr, key)| DataEndpoint::Tls { addr, key }),
             _ => Err(AddressError::UnknownKind { kind: w.kind }),
         }
     }
+}
+
+/// A `kind` address of the form `ip:port/key`, the key in hex.
+fn keyed(kind: &'static str, address: String) -> Result<(SocketAddr, LeafPublicKey), AddressError> {
+    let parsed = address
+        .split_once('/')
+        .and_then(|(a, k)| Some((a.parse().ok()?, LeafPublicKey(unhex(k)?))));
+    parsed.ok_or(AddressError::Malformed { kind, address })
 }
 
 #[cfg(test)]
@@ -228,21 +261,26 @@ mod tests {
     }
 
     #[test]
-    fn a_quic_address_round_trips_with_its_key() {
+    fn quic_and_tls_addresses_round_trip_with_their_keys() {
         let key = LeafPublicKey([0xab; 32]);
-        let a = PeerAddress::quic("10.1.2.3:4567".parse().unwrap(), key);
-        let back = decode(&encode(&a)).unwrap();
-        assert_eq!(
-            back.quic_addr(),
-            Some(("10.1.2.3:4567".parse().unwrap(), key))
-        );
-        assert_eq!(back.tcp_addr(), None);
-        for bad in ["10.0.0.1:7000", "10.0.0.1:7000/abc", "nowhere/00"] {
-            let w = vec![WireEndpoint {
-                kind: QUIC.into(),
-                address: bad.into(),
-            }];
-            assert!(decode(&encode(&w)).is_err(), "{bad}");
+        let at: SocketAddr = "10.1.2.3:4567".parse().unwrap();
+        let back = decode(&encode(&PeerAddress::quic(at, key))).unwrap();
+        assert_eq!(back.quic_addr(), Some((at, key)));
+        assert_eq!((back.tcp_addr(), back.tls_addr()), (None, None));
+        assert_eq!(back.leaf_key(), Some(key));
+        let back = decode(&encode(&PeerAddress::tls(at, key))).unwrap();
+        assert_eq!(back.tls_addr(), Some((at, key)));
+        assert_eq!((back.tcp_addr(), back.quic_addr()), (None, None));
+        assert_eq!(back.leaf_key(), Some(key));
+        assert_eq!(PeerAddress::tcp(at).leaf_key(), None);
+        for kind in [QUIC, TLS] {
+            for bad in ["10.0.0.1:7000", "10.0.0.1:7000/abc", "nowhere/00"] {
+                let w = vec![WireEndpoint {
+                    kind: kind.into(),
+                    address: bad.into(),
+                }];
+                assert!(decode(&encode(&w)).is_err(), "{kind} {bad}");
+            }
         }
     }
 

@@ -46,14 +46,14 @@ pub const THREAD_AFFINITY: &str = "ELASTICRUN_THREAD_AFFINITY";
 /// `0` or unset: it listens where it reaches the coordinator from.
 pub const DATA_ALL_INTERFACES: &str = "ELASTICRUN_DATA_ALL_INTERFACES";
 
-/// The data plane the worker binds: `tcp` (unset or empty: the default) or
-/// `quic` (`--transport`). Every rank of a job must use the same one.
+/// The data plane the worker binds: `tcp` (unset or empty: the default),
+/// `quic` or `tls` (`--transport`). Every rank of a job must use the same one.
 pub const TRANSPORT: &str = "ELASTICRUN_TRANSPORT";
 
 /// `0` turns shared memory between ranks of one host off: they keep to their
 /// TCP connections (`--no-shared-memory`). `1` or unset: on. Only the TCP
-/// data plane uses shared memory; with [`TRANSPORT`] `quic` every peer is
-/// reached over QUIC whatever this says.
+/// data plane uses shared memory; with [`TRANSPORT`] `quic` or `tls` every
+/// peer is reached over its encrypted connection whatever this says.
 pub const SHARED_MEMORY: &str = "ELASTICRUN_SHARED_MEMORY";
 
 /// Microseconds a worker may busy-wait (yield and look again) before it
@@ -71,23 +71,34 @@ pub enum TransportKind {
     Tcp,
     /// QUIC under mutual TLS 1.3 with the job's certificate authority.
     Quic,
+    /// TCP under mutual TLS 1.3 with the job's certificate authority.
+    Tls,
 }
 
 impl TransportKind {
-    pub const NAMES: &'static str = "tcp, quic";
+    pub const NAMES: &'static str = "tcp, quic, tls";
 
     pub fn name(self) -> &'static str {
         match self {
             TransportKind::Tcp => "tcp",
             TransportKind::Quic => "quic",
+            TransportKind::Tls => "tls",
         }
     }
 
-    /// `tcp` or `quic`, any case, spaces around allowed.
+    /// Whether this data plane is encrypted under the job's certificate
+    /// authority: then every worker is granted a leaf, and the control
+    /// connection runs over TLS too.
+    pub fn encrypted(self) -> bool {
+        matches!(self, TransportKind::Quic | TransportKind::Tls)
+    }
+
+    /// `tcp`, `quic` or `tls`, any case, spaces around allowed.
     pub fn parse(s: &str) -> Option<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
             "tcp" => Some(TransportKind::Tcp),
             "quic" => Some(TransportKind::Quic),
+            "tls" => Some(TransportKind::Tls),
             _ => None,
         }
     }

@@ -232,16 +232,26 @@ fn a_host_that_vanishes_from_the_network_and_discovery_is_left_behind() {
 /// onto a new QUIC mesh of their own.
 #[test]
 fn a_quic_job_across_two_hosts_goes_on_when_one_vanishes() {
-    let Some(c) = cluster("s4", (231, 4)) else {
+    encrypted_job_goes_on("quic", ("s4", (231, 4)));
+}
+
+/// The same over TLS on TCP (`--transport tls`).
+#[test]
+fn a_tls_job_across_two_hosts_goes_on_when_one_vanishes() {
+    encrypted_job_goes_on("tls", ("s5", (231, 5)));
+}
+
+fn encrypted_job_goes_on(transport: &str, (name, net): (&str, (u8, u8))) {
+    let Some(c) = cluster(name, net) else {
         return;
     };
     let hosts_file = c.dir().join("hosts");
-    let job = running_job(&c, &hosts_file, &["--transport", "quic"]);
+    let job = running_job(&c, &hosts_file, &["--transport", transport]);
     let vanished_at = Instant::now();
     c.set_link(0, false);
     write_atomically(&hosts_file, &hosts_text(&c, &[1]));
-    let what = "QUIC job: host vanished from the network and discovery";
-    let lines = finishes_on_two(job, what, &c.host(1), vanished_at, Duration::from_secs(45));
+    let what = format!("{transport} job: host vanished from the network and discovery");
+    let lines = finishes_on_two(job, &what, &c.host(1), vanished_at, Duration::from_secs(45));
     never_said(&lines, "did not rejoin");
     never_said(&lines, "data-plane connection refused");
     let limit = Duration::from_secs(10);

@@ -100,6 +100,19 @@ fn a_hierarchical_job_over_quic_gives_the_flat_results() {
     }
 }
 
+/// The same over `--transport tls`: both legs on the job's TLS mesh.
+#[test]
+fn a_hierarchical_job_over_tls_gives_the_flat_results() {
+    let mut args = vec!["-H", "localhost:2,127.0.0.1:2", "--transport", "tls"];
+    args.extend(FLAGS);
+    let lines = collectives_job(&args);
+    assert_job(&lines, 2, 2, "hierarchical");
+    for p in &lines {
+        assert_eq!(p["udp_sockets"], 0, "TLS runs over TCP: {p}");
+        assert_eq!(p["shm_segments"], 0, "TLS uses no shared memory: {p}");
+    }
+}
+
 #[test]
 fn layouts_without_a_grid_run_flat_and_say_why() {
     let uneven = collectives_job(&["-H", "localhost:3,127.0.0.1:1", FLAGS[0], FLAGS[1]]);

@@ -1,8 +1,9 @@
-//! `elasticrun --transport quic` on one machine: a static job ends with the
-//! weights of the same job over TCP, bit for bit; an elastic job over QUIC
-//! survives a worker killed with `kill -9` and ends with the weights of an
-//! undisturbed run. (The job across two network namespaces over QUIC is in
-//! `elastic_netns.rs`; the transport's own tests in `collectives/tests/quic.rs`.)
+//! `elasticrun --transport quic` and `--transport tls` on one machine: a
+//! static job ends with the weights of the same job over TCP, bit for bit;
+//! an elastic job over either survives a worker killed with `kill -9` and
+//! ends with the weights of an undisturbed run. (The job across two network
+//! namespaces is in `elastic_netns.rs`; the transports' own tests in
+//! `collectives/tests/quic.rs` and `tls.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -41,11 +42,13 @@ fn done_state(transport: &str) -> (String, f64) {
 }
 
 #[test]
-fn a_job_over_quic_ends_with_the_weights_of_the_same_job_over_tcp() {
-    let (quic, quic_loss) = done_state("quic");
+fn jobs_over_quic_and_tls_end_with_the_weights_of_the_same_job_over_tcp() {
     let (tcp, tcp_loss) = done_state("tcp");
-    assert_eq!(quic, tcp, "the weights differ between the data planes");
-    assert_eq!(quic_loss.to_bits(), tcp_loss.to_bits());
+    for transport in ["quic", "tls"] {
+        let (state, loss) = done_state(transport);
+        assert_eq!(state, tcp, "the weights differ between tcp and {transport}");
+        assert_eq!(loss.to_bits(), tcp_loss.to_bits(), "{transport}");
+    }
 }
 
 const SHORT: Train = Train {
@@ -57,13 +60,24 @@ const SHORT: Train = Train {
 
 #[test]
 fn a_worker_killed_over_quic_is_replaced_and_no_committed_step_is_lost() {
+    killed_and_replaced("quic");
+}
+
+#[test]
+fn a_worker_killed_over_tls_is_replaced_and_no_committed_step_is_lost() {
+    killed_and_replaced("tls");
+}
+
+/// An elastic job of 3 on `transport` loses a worker to `kill -9`; a new
+/// generation replaces it and the job ends with the undisturbed weights.
+fn killed_and_replaced(transport: &str) {
     let mut chaos = Chaos::from_env();
-    let scratch = Scratch::new("quic-kill");
+    let scratch = Scratch::new(&format!("{transport}-kill"));
     scratch.set_hosts("localhost:3\n");
     let discovery = scratch.file_discovery();
     let args = [
         "--transport",
-        "quic",
+        transport,
         "--host-discovery-script",
         &discovery,
         "--min-np",

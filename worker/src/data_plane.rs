@@ -5,8 +5,8 @@
 
 use bytes::Bytes;
 use collectives::{
-    Breaker, Generation, MemTransport, QuicTransport, Rank, Tag, TcpTransport, Transport,
-    TransportError,
+    Breaker, Generation, MemTransport, QuicTransport, Rank, Tag, TcpTransport, TlsTransport,
+    Transport, TransportError,
 };
 
 /// One generation's connected transport, whichever kind it is.
@@ -16,6 +16,8 @@ pub enum DataPlane {
     Tcp(TcpTransport),
     /// The QUIC mesh of a launched job (`--transport quic`).
     Quic(QuicTransport),
+    /// The TLS-over-TCP mesh of a launched job (`--transport tls`).
+    Tls(TlsTransport),
     /// The in-process transport: a world of one, or ranks in one process.
     Mem(MemTransport),
 }
@@ -32,6 +34,12 @@ impl From<QuicTransport> for DataPlane {
     }
 }
 
+impl From<TlsTransport> for DataPlane {
+    fn from(t: TlsTransport) -> Self {
+        DataPlane::Tls(t)
+    }
+}
+
 impl From<MemTransport> for DataPlane {
     fn from(t: MemTransport) -> Self {
         DataPlane::Mem(t)
@@ -44,6 +52,7 @@ macro_rules! delegate {
         match $plane {
             DataPlane::Tcp($t) => $body,
             DataPlane::Quic($t) => $body,
+            DataPlane::Tls($t) => $body,
             DataPlane::Mem($t) => $body,
         }
     };

@@ -44,10 +44,10 @@ pub(crate) struct Launch {
 }
 
 impl Launch {
-    /// TLS to the coordinator, which a job on the QUIC data plane uses for
-    /// its control connections too.
+    /// TLS to the coordinator, which a job on an encrypted data plane (QUIC
+    /// or TLS) uses for its control connections too.
     pub(crate) fn control_tls(&self) -> Result<Option<control::tls::ControlConnector>, InitError> {
-        if self.transport != TransportKind::Quic {
+        if !self.transport.encrypted() {
             return Ok(None);
         }
         control::tls::ControlConnector::new(&self.secret)

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use collectives::{
     Breaker, CollectiveOptions, Communicator, OpSpace, QuicConfig, QuicEndpoint, ShmConfig,
-    TcpConfig, TcpEndpoint, Transport, TransportError,
+    TcpConfig, TcpEndpoint, TlsEndpoint, TlsSetupError, Transport, TransportError,
 };
 use control::env::TransportKind;
-use control::{Assignment, PeerAddress, Secret};
+use control::{Assignment, PeerAddress, Secret, TlsGrant};
 
 use crate::data_plane::DataPlane;
 use crate::engine::{Engine, EngineConfig, Planes, TuningMemory};
@@ -87,6 +87,7 @@ pub(crate) struct Bound {
 enum Unconnected {
     Tcp(TcpEndpoint),
     Quic(QuicEndpoint),
+    Tls(TlsEndpoint),
 }
 
 /// Binds a data-plane endpoint as `bind` says; each send and receive of its
@@ -113,6 +114,13 @@ pub(crate) async fn bind(
             let addr = SocketAddr::new(bind.ip, ep.local_addr()?.port());
             let address = PeerAddress::quic(addr, ep.public_key());
             (Unconnected::Quic(ep), address)
+        }
+        TransportKind::Tls => {
+            let config = tcp_config(data_timeout, false, bind.spin);
+            let ep = TlsEndpoint::bind(listen, config).await?;
+            let addr = SocketAddr::new(bind.ip, ep.local_addr()?.port());
+            let address = PeerAddress::tls(addr, ep.public_key());
+            (Unconnected::Tls(ep), address)
         }
     };
     Ok(Bound {
@@ -176,16 +184,16 @@ impl Bound {
             }
             Unconnected::Quic(mut ep) => {
                 let peers = peers_of(&assignment, |p| p.quic_addr().map(|q| q.0), NO_QUIC)?;
-                let grant = assignment.tls.as_ref().ok_or(TransportError::Handshake {
-                    rank,
-                    reason: "the coordinator granted this worker no certificate",
-                })?;
+                let grant = granted(&assignment, &peers)?;
                 ep.prepare(key, grant, left)
-                    .map_err(|e| TransportError::Tls {
-                        rank,
-                        addr: peers[rank],
-                        reason: e.to_string(),
-                    })?;
+                    .map_err(tls_setup(&peers, rank))?;
+                ep.connect(rank, generation, &peers).await?.into()
+            }
+            Unconnected::Tls(mut ep) => {
+                let peers = peers_of(&assignment, |p| p.tls_addr().map(|q| q.0), NO_TLS)?;
+                let grant = granted(&assignment, &peers)?;
+                ep.prepare(key, grant, left)
+                    .map_err(tls_setup(&peers, rank))?;
                 ep.connect(rank, generation, &peers).await?.into()
             }
         };
@@ -197,6 +205,28 @@ const NO_TCP: &str =
     "the peer offers no TCP data-plane address (is every worker's ELASTICRUN_TRANSPORT the same?)";
 const NO_QUIC: &str =
     "the peer offers no QUIC data-plane address (is every worker's ELASTICRUN_TRANSPORT the same?)";
+const NO_TLS: &str =
+    "the peer offers no TLS data-plane address (is every worker's ELASTICRUN_TRANSPORT the same?)";
+
+/// This worker's certificate in `a`, for an encrypted data plane.
+fn granted<'a>(a: &'a Assignment, peers: &[SocketAddr]) -> Result<&'a TlsGrant, TransportError> {
+    let rank = a.rank as usize;
+    a.tls.as_ref().ok_or(TransportError::Tls {
+        rank,
+        addr: peers[rank],
+        reason: "the coordinator granted this worker no certificate".into(),
+    })
+}
+
+/// The error of TLS settings that could not be made from this worker's grant.
+fn tls_setup(peers: &[SocketAddr], rank: usize) -> impl FnOnce(TlsSetupError) -> TransportError {
+    let addr = peers[rank];
+    move |e| TransportError::Tls {
+        rank,
+        addr,
+        reason: e.to_string(),
+    }
+}
 
 /// What a worker runs with in one generation, besides its engine.
 #[derive(Debug)]

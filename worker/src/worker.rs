@@ -160,8 +160,7 @@ fn init_pod(rt: tokio::runtime::Runtime, pe: pod::PodEnv) -> Result<Worker, Init
         var: pod::ETCD,
         why: "cannot describe the job".into(),
     })?;
-    let quic = launch.transport == control::env::TransportKind::Quic;
-    if pod.first.1.tls != quic {
+    if pod.first.1.tls != launch.transport.encrypted() {
         return Err(InitError::TransportMismatch {
             leader: pod.first.1.instance.clone(),
             ours: launch.transport.name(),

@@ -388,7 +388,7 @@ fn help_spells_np_as_users_type_it_and_does_not_require_it() {
         "--gloo-timeout-seconds <SECONDS>",
         "--thread-affinity <CPU,...>",
         "--tcp ",
-        "--transport <tcp|quic>",
+        "--transport <tcp|quic|tls>",
         "--no-shared-memory ",
         "--shared-memory ",
         "--mpi ",

@@ -134,8 +134,8 @@ pub enum Refusal {
          (the workers reach each other from the addresses they reach it through)"
     )]
     OneInterface { interfaces: String },
-    #[error("--tcp keeps the data plane on TCP, and the QUIC data plane was asked for")]
-    TcpAndQuic,
+    #[error("--tcp keeps the data plane on plain TCP, and the {asked} data plane was asked for")]
+    TcpAnd { asked: &'static str },
 }
 
 /// One of the layers an option can come from, as a message names it.

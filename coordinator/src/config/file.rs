@@ -124,7 +124,7 @@ pub struct LibraryOptions {
     pub gloo_timeout_seconds: Option<f64>,
     /// CPU ids, one per slot of a host: `[0, 2]`.
     pub thread_affinity: Option<Vec<usize>>,
-    /// `tcp` or `quic`.
+    /// `tcp`, `quic` or `tls`.
     #[serde(default, deserialize_with = "transport")]
     pub transport: Option<control::env::TransportKind>,
     /// `false`: ranks of one host keep to TCP (`--no-shared-memory`).

@@ -148,7 +148,7 @@ fn huge_numbers_are_refused_not_a_panic() {
 
 #[test]
 fn transport_from_each_layer_and_refused_beside_tcp() {
-    use control::env::TransportKind::{Quic, Tcp};
+    use control::env::TransportKind::{Quic, Tcp, Tls};
     assert_eq!(run("-np 2 ./t", &[], "").unwrap().transport, Tcp);
     assert_eq!(
         run("--transport quic -np 2 ./t", &[], "")
@@ -160,6 +160,10 @@ fn transport_from_each_layer_and_refused_beside_tcp() {
     assert_eq!(run("-np 2 ./t", &env, "").unwrap().transport, Quic);
     let file = "library_options:\n  transport: quic\n";
     assert_eq!(run("-np 2 ./t", &[], file).unwrap().transport, Quic);
+    let tls = run("--transport TLS -np 2 ./t", &[], "").unwrap();
+    assert_eq!(tls.transport, Tls);
+    let tls_file = "library_options:\n  transport: tls\n";
+    assert_eq!(run("-np 2 ./t", &[], tls_file).unwrap().transport, Tls);
     // The command line wins over the environment and the file.
     assert_eq!(
         run("--transport tcp -np 2 ./t", &env, file)
@@ -169,11 +173,15 @@ fn transport_from_each_layer_and_refused_beside_tcp() {
     );
     let e = run("-np 2 ./t", &[("ELASTICRUN_TRANSPORT", "udp")], "").unwrap_err();
     assert!(e.to_string().contains("\"udp\" is not a data plane"), "{e}");
-    let e = run("--tcp --transport quic -np 2 ./t", &[], "").unwrap_err();
-    assert!(
-        e.to_string().contains("--tcp keeps the data plane on TCP"),
-        "{e}"
-    );
+    for asked in ["quic", "tls"] {
+        let e = run(&format!("--tcp --transport {asked} -np 2 ./t"), &[], "").unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "--tcp keeps the data plane on plain TCP, and the {asked} data plane was asked for"
+            )),
+            "{e}"
+        );
+    }
 }
 
 #[test]

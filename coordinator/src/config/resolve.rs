@@ -161,8 +161,9 @@ pub fn resolve(
     let data_timeout = l.pick(&opt::GLOO_TIMEOUT_SECONDS)?;
     let tcp_only = l.pick(&opt::TCP)?.value;
     let transport = l.pick(&opt::TRANSPORT)?.value;
-    if tcp_only && transport == control::env::TransportKind::Quic {
-        return Err(invalid(opt::TRANSPORT.flag, Refusal::TcpAndQuic));
+    if tcp_only && transport != control::env::TransportKind::Tcp {
+        let asked = transport.name();
+        return Err(invalid(opt::TRANSPORT.flag, Refusal::TcpAnd { asked }));
     }
     Ok(JobConfig {
         command: cli.command.clone(),

@@ -40,6 +40,10 @@ fn reachable(addr: &PeerAddress, loopback_as: Option<IpAddr>) -> PeerAddress {
                 addr: SocketAddr::new(ip, addr.port()),
                 key: *key,
             },
+            DataEndpoint::Tls { addr, key } if addr.ip().is_loopback() => DataEndpoint::Tls {
+                addr: SocketAddr::new(ip, addr.port()),
+                key: *key,
+            },
             other => *other,
         })
         .collect();
@@ -95,10 +99,10 @@ pub fn assignments(
 }
 
 /// The TLS grant of the worker at `addr`, rank `rank`: `None` for a worker
-/// that offers no QUIC endpoint (or, never seen, one whose leaf cannot be
-/// signed: its QUIC set-up then says no certificate was granted).
+/// that offers no encrypted (QUIC or TLS) endpoint (or, never seen, one whose
+/// leaf cannot be signed: its set-up then says no certificate was granted).
 fn grant(g: &AssignmentBase<'_>, rank: usize, addr: &PeerAddress) -> Option<TlsGrant> {
-    let (_, key) = addr.quic_addr()?;
+    let key = addr.leaf_key()?;
     g.ca.grant(&key, rank, g.generation)
         .inspect_err(|e| tracing::warn!(rank, %e, "no leaf certificate for a worker"))
         .ok()
@@ -120,10 +124,10 @@ mod tests {
         JobCa::from_secret(&control::Secret::from_hex(&"5a".repeat(32)).unwrap()).unwrap()
     }
 
-    /// Workers on QUIC get the job's CA and a leaf for their own key, named
-    /// for their rank and generation; a worker on TCP gets none.
+    /// Workers on QUIC or TLS get the job's CA and a leaf for their own key,
+    /// named for their rank and generation; a worker on TCP gets none.
     #[test]
-    fn quic_workers_are_granted_a_leaf_for_their_rank() {
+    fn quic_and_tls_workers_are_granted_a_leaf_for_their_rank() {
         let ranks = vec![slot("a", 0), slot("a", 1), slot("b", 0)];
         let key = |i: u8| control::pki::LeafKey::generate().map(|k| (i, k.public()));
         let keys: Vec<_> = (0..2).map(|i| key(i).unwrap().1).collect();
@@ -134,7 +138,7 @@ mod tests {
             ),
             (
                 ranks[1].clone(),
-                PeerAddress::quic(([127, 0, 0, 1], 9001).into(), keys[1]),
+                PeerAddress::tls(([127, 0, 0, 1], 9001).into(), keys[1]),
             ),
             (
                 ranks[2].clone(),
@@ -154,7 +158,7 @@ mod tests {
         let a = assignments(&g, &ranks, &addrs).unwrap();
         let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
         for r in 0..2 {
-            let grant = a[r].tls.as_ref().expect("a grant for a QUIC worker");
+            let grant = a[r].tls.as_ref().expect("a grant for a QUIC or TLS worker");
             assert_eq!(grant.ca, ca.certificate());
             assert!(
                 has(&grant.leaf, &keys[r].0),
@@ -169,7 +173,11 @@ mod tests {
         assert!(a[2].tls.is_none());
         // Handed to the other host with this machine's routable address.
         assert_eq!(
-            a[2].peers[1].quic_addr(),
+            a[2].peers[0].quic_addr(),
+            Some((SocketAddr::from(([10, 0, 0, 1], 9000)), keys[0]))
+        );
+        assert_eq!(
+            a[2].peers[1].tls_addr(),
             Some((SocketAddr::from(([10, 0, 0, 1], 9001)), keys[1]))
         );
     }

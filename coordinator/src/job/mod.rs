@@ -200,13 +200,13 @@ pub fn job_ca(secret: &Secret) -> Result<std::sync::Arc<control::pki::JobCa>, Jo
         .map_err(|e| JobError::Secret { why: e.to_string() })
 }
 
-/// TLS for the control plane of a job on `transport`: with QUIC, the
-/// control connections are encrypted too.
+/// TLS for the control plane of a job on `transport`: with an encrypted data
+/// plane (QUIC or TLS), the control connections are encrypted too.
 pub fn control_tls(
     transport: control::env::TransportKind,
     ca: &control::pki::JobCa,
 ) -> Result<Option<control::tls::ControlAcceptor>, JobError> {
-    if transport != control::env::TransportKind::Quic {
+    if !transport.encrypted() {
         return Ok(None);
     }
     control::tls::ControlAcceptor::new(ca)
