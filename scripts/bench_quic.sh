@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# QUIC beside TCP on this machine, in one run: collbench allreduce, 2 ranks on
-# loopback, the two data planes interleaved round by round (tcp, quic, tcp, quic,
-# ...) so that both see the same machine state; then ring's AES-128-GCM alone.
+# The encrypted data planes beside TCP on this machine, in one run: collbench
+# allreduce, 2 ranks on loopback, the three data planes interleaved round by
+# round (tcp, quic, tls, tcp, quic, tls, ...) so that all see the same machine
+# state; then ring's AES-128-GCM alone.
 #
 #   scripts/bench_quic.sh [ROUNDS] [EXTRA COLLBENCH OPTIONS FOR QUIC...]
 #                                  (default 5 rounds; about 30 seconds a round)
@@ -13,7 +14,7 @@
 #
 # Raw outputs go to target/bench/quic-DATE/ (or $OUT); the summary (markdown:
 # medians over rounds of each run's median time and busbw, and quic/tcp) is
-# printed and saved there as report.md. $COLLBENCH and $AEAD_BENCH name other
+# printed and saved there as report.md (QUIC's and TLS's against TCP). $COLLBENCH and $AEAD_BENCH name other
 # binaries (default: the release build of this checkout). With $QUIC_ENV set
 # (e.g. QUIC_ENV="MALLOC_TRIM_THRESHOLD_=268435456 MALLOC_MMAP_THRESHOLD_=33554432")
 # a third arm runs QUIC again with that environment, interleaved too.
@@ -50,6 +51,7 @@ for r in $(seq "$rounds"); do
   echo "round $r/$rounds ($(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$out/load.txt" >&2
   "$bench" "${sweep[@]}" --transport tcp --no-shared-memory > "$out/tcp_$r.jsonl"
   "$bench" "${sweep[@]}" --transport quic "$@" > "$out/quic_$r.jsonl"
+  "$bench" "${sweep[@]}" --transport tls > "$out/tls_$r.jsonl"
   if [[ -n ${QUIC_ENV:-} ]]; then
     env $QUIC_ENV "$bench" "${sweep[@]}" --transport quic "$@" > "$out/quicenv_$r.jsonl"
   fi
@@ -62,7 +64,7 @@ def runs(t):
     return [list(map(json.loads, open(p))) for p in sorted(glob.glob(f"{d}/{t}_*.jsonl"))]
 def med(rows, b, k):
     return statistics.median(r[k] for run in rows for r in run if r["bytes"] == b)
-tcp, quic, qenv = runs("tcp"), runs("quic"), runs("quicenv")
+tcp, quic, tls, qenv = runs("tcp"), runs("quic"), runs("tls"), runs("quicenv")
 print(f"n = 2, allreduce f32, {os.environ['WHERE']}; medians over {len(tcp)} interleaved rounds\n")
 print("| bytes | TCP µs | QUIC µs | time QUIC/TCP | TCP busbw GB/s | QUIC busbw GB/s | busbw QUIC/TCP |")
 print("|---:|---:|---:|---:|---:|---:|---:|")
@@ -70,6 +72,13 @@ for b in sorted({r["bytes"] for run in tcp for r in run}):
     tt, qt = med(tcp, b, "time_us"), med(quic, b, "time_us")
     tb, qb = med(tcp, b, "busbw_gbps"), med(quic, b, "busbw_gbps")
     print(f"| {b} | {tt:.1f} | {qt:.1f} | {qt / tt:.2f} | {tb:.3f} | {qb:.3f} | {qb / tb:.2f} |")
+print("\nTLS over TCP (`--transport tls`):\n")
+print("| bytes | TLS µs | time TLS/TCP | TLS busbw GB/s | busbw TLS/TCP | busbw TLS/QUIC |")
+print("|---:|---:|---:|---:|---:|---:|")
+for b in sorted({r["bytes"] for run in tcp for r in run}):
+    tt, lt = med(tcp, b, "time_us"), med(tls, b, "time_us")
+    tb, lb, qb = med(tcp, b, "busbw_gbps"), med(tls, b, "busbw_gbps"), med(quic, b, "busbw_gbps")
+    print(f"| {b} | {lt:.1f} | {lt / tt:.2f} | {lb:.3f} | {lb / tb:.2f} | {lb / qb:.2f} |")
 if qenv:
     print(f"\nQUIC with {os.environ.get('QUIC_ENV', '')}:\n")
     print("| bytes | QUIC µs | time /TCP | busbw GB/s | busbw /TCP |")

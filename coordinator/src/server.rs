@@ -102,7 +102,7 @@ pub struct Server {
 
 impl Server {
     /// Listens on `addr` and starts authenticating connections with `secret`,
-    /// each inside TLS first when `tls` is given (`--transport quic`).
+    /// each inside TLS first when `tls` is given (`--transport quic` or `tls`).
     pub async fn bind(
         addr: SocketAddr,
         secret: Secret,
@@ -356,7 +356,7 @@ mod tests {
         }
     }
 
-    /// With TLS (`--transport quic`): a worker of the job registers through
+    /// With TLS (`--transport quic` or `tls`): a worker of the job registers through
     /// TLS and the HMAC handshake inside it; one that speaks the control
     /// plane in the clear, even with the right secret, is refused, and so is
     /// a TLS client that trusts another job's authority (it refuses the

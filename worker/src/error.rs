@@ -39,9 +39,10 @@ pub enum InitError {
         "no coordinator leads job {job} (none in etcd within {waited:?}): is `elasticrun serve` running?"
     )]
     NoLeader { job: String, waited: Duration },
-    /// The leading coordinator runs the other data plane: with
-    /// `--transport quic` its control plane is TLS, and every pod and
-    /// replica of a job must say the same transport.
+    /// The leading coordinator's control plane is TLS and this pod's is
+    /// not, or the other way round: with `--transport quic` or `tls` the
+    /// control plane is TLS, and every pod and replica of a job must say
+    /// the same transport.
     #[error(
         "this pod runs with ELASTICRUN_TRANSPORT={ours} but the coordinator {leader} does not: \
          give every pod and `elasticrun serve` the same --transport"

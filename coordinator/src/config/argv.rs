@@ -168,7 +168,7 @@ pub(super) fn cpu_list(s: &str) -> Result<CpuList, control::env::CpuListError> {
     control::env::parse_cpu_list(s).map(CpuList)
 }
 
-/// `--transport`'s value: `tcp` or `quic`.
+/// `--transport`'s value: `tcp`, `quic` or `tls`.
 pub(super) fn transport(s: &str) -> Result<control::env::TransportKind, String> {
     control::env::TransportKind::parse(s).ok_or_else(|| {
         format!(
@@ -184,7 +184,7 @@ pub fn check_build() -> String {
         "elasticrun {}:\n\n\
          Available controllers:\n    [X] elasticrun (its own; horovodrun --gloo is accepted)\n    \
          [ ] MPI\n\n\
-         Available data planes:\n    [X] TCP\n    [X] QUIC (mutual TLS)\n    [ ] NCCL\n",
+         Available data planes:\n    [X] TCP\n    [X] QUIC (mutual TLS)\n    [X] TLS over TCP (mutual TLS)\n    [ ] NCCL\n",
         env!("CARGO_PKG_VERSION")
     )
 }

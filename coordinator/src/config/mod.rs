@@ -246,14 +246,16 @@ pub struct JobConfig {
     /// `--thread-affinity`: the CPU of each slot's engine thread (slot N
     /// takes entry N, on every host); `None` (the default) = not pinned.
     pub engine_cpus: Option<Vec<usize>>,
-    /// `--tcp`: the data plane stays on TCP (refuses `--transport quic`);
+    /// `--tcp`: the data plane stays on plain TCP (refuses `--transport
+    /// quic` and `tls`);
     /// default off.
     pub tcp_only: bool,
     /// `--transport`: the data plane between the workers; default TCP.
     pub transport: control::env::TransportKind,
     /// `--no-shared-memory` turns it off: ranks of one host then keep to
     /// their TCP connections. Default on. Only the TCP data plane uses it
-    /// (with `--transport quic` every peer is reached over QUIC).
+    /// (with `--transport quic` or `tls` every peer is reached over its
+    /// encrypted connection).
     pub shared_memory: bool,
 }
 

@@ -107,7 +107,7 @@ pub(super) fn text(s: &str) -> Result<std::borrow::Cow<'static, str>, BadValue> 
     Ok(std::borrow::Cow::Owned(s.to_owned()))
 }
 
-/// A data plane's name: `tcp` or `quic`, any case.
+/// A data plane's name: `tcp`, `quic` or `tls`, any case.
 pub(super) fn transport(s: &str) -> Result<control::env::TransportKind, BadValue> {
     control::env::TransportKind::parse(s)
         .ok_or_else(|| BadValue::NotATransport { text: s.to_owned() })

@@ -20,7 +20,8 @@ pub struct AssignmentBase<'a> {
     /// address towards the others, given out in place of the loopback
     /// address its own workers published (they listen on every interface).
     pub loopback_as: Option<IpAddr>,
-    /// Certifies the TLS key of each worker on the QUIC data plane.
+    /// Certifies the TLS key of each worker on an encrypted (QUIC or TLS)
+    /// data plane.
     pub ca: &'a JobCa,
 }
 
