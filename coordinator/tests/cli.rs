@@ -160,7 +160,7 @@ fn help_version_and_check_build_exit_0() {
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.contains("[X] TCP") && text.contains("[ ] MPI"),
+        text.contains("[X] TCP") && text.contains("[X] TLS over TCP") && text.contains("[ ] MPI"),
         "{text}"
     );
 }

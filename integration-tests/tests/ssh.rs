@@ -65,28 +65,31 @@ fn training_over_ssh_matches_a_local_run() {
     );
 }
 
-/// `--transport quic` over ssh: the secret reaches the remote workers on
-/// ssh's standard input, each derives the job's authority from it, and the
-/// job (TLS control connections, a QUIC mesh under mutual TLS) ends with the
-/// weights of the same job run locally over TCP.
+/// `--transport quic` and `tls` over ssh: the secret reaches the remote
+/// workers on ssh's standard input, each derives the job's authority from
+/// it, and the job (TLS control connections, a QUIC or TLS mesh under mutual
+/// TLS) ends with the weights of the same job run locally over TCP.
 #[test]
-fn a_quic_job_over_ssh_ends_with_the_weights_of_a_local_tcp_job() {
+fn quic_and_tls_jobs_over_ssh_end_with_the_weights_of_a_local_tcp_job() {
     let Some(sshd) = TestSshd::start_or_skip(&["127.0.0.2"]) else {
         return;
     };
     let hosts = format!("{}:2", sshd.host);
-    let remote = run_on(
-        &sshd,
-        &["-H", &hosts, "--transport", "quic"],
-        &["--epochs", "2"],
-    )
-    .finish(JOB);
     let local = launch(&["-np", "2", train().to_str().unwrap(), "--epochs", "2"]).finish(JOB);
-    remote.expect_code(0);
     local.expect_code(0);
-    let (r, l) = (remote.done_event(), local.done_event());
-    assert_eq!(r["world_size"], 2, "{r}");
-    assert_eq!(r["state"], l["state"], "{r} vs {l}");
+    let l = local.done_event();
+    for transport in ["quic", "tls"] {
+        let remote = run_on(
+            &sshd,
+            &["-H", &hosts, "--transport", transport],
+            &["--epochs", "2"],
+        )
+        .finish(JOB);
+        remote.expect_code(0);
+        let r = remote.done_event();
+        assert_eq!(r["world_size"], 2, "{transport}: {r}");
+        assert_eq!(r["state"], l["state"], "{transport}: {r} vs {l}");
+    }
 }
 
 #[test]
