@@ -518,10 +518,12 @@ async fn connect_to_a_closed_port(
     connect_timeout: Duration,
     hang: &str,
 ) -> (TransportError, std::net::SocketAddr) {
-    let closed = std::net::TcpListener::bind(LOCAL)
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // Bound and never listening: connections are refused, and the port
+    // stays this test's (a port merely closed again could be taken by a
+    // listener of a test running beside this one).
+    let reserved = tokio::net::TcpSocket::new_v4().unwrap();
+    reserved.bind(LOCAL.parse().unwrap()).unwrap();
+    let closed = reserved.local_addr().unwrap();
     let cfg = TcpConfig {
         connect_timeout,
         ..config()

@@ -93,19 +93,29 @@ fn killing_the_leading_coordinator_resets_nothing_and_loses_no_step() {
 /// and the job ends with the weights of an undisturbed run.
 #[test]
 fn pods_over_quic_follow_a_new_leader_through_tls_and_lose_nothing() {
+    encrypted_pods_follow_a_new_leader("quic");
+}
+
+/// The same on the TLS-over-TCP data plane (`ELASTICRUN_TRANSPORT=tls`).
+#[test]
+fn pods_over_tls_follow_a_new_leader_through_tls_and_lose_nothing() {
+    encrypted_pods_follow_a_new_leader("tls");
+}
+
+fn encrypted_pods_follow_a_new_leader(transport: &str) {
     let Some(etcd) = Etcd::start() else { return };
-    let mut job = PodJob::new("pods_quic", etcd);
+    let mut job = PodJob::new(&format!("pods_{transport}"), etcd);
     job.pod_env
-        .push((control::env::TRANSPORT.into(), "quic".into()));
+        .push((control::env::TRANSPORT.into(), transport.into()));
     let train = long();
-    let quic: Vec<&str> = SERVE
+    let serve: Vec<&str> = SERVE
         .iter()
         .copied()
-        .chain(["--transport", "quic"])
+        .chain(["--transport", transport])
         .collect();
-    job.serve(&quic);
+    job.serve(&serve);
     let first = job.leader(&[], LIMIT);
-    job.serve(&quic);
+    job.serve(&serve);
     three_pods(&mut job, &train);
     job.wait_for_step(30, LIMIT);
     job.signal_serve(first, Signal::SIGKILL);
