@@ -38,10 +38,15 @@ pub struct LeaderRecord {
     pub addr: SocketAddr,
     /// Which replica it is (host name and process id), for messages.
     pub instance: String,
-    /// Whether its control plane speaks TLS (a job on the QUIC data plane),
-    /// so that a pod started with the other transport says so at once.
+    /// Whether its control plane speaks TLS (a job on the QUIC or TLS data
+    /// plane), so that a pod started with the other transport says so at once.
     #[serde(default)]
     pub tls: bool,
+    /// The job's data plane (`tcp`, `quic` or `tls`), so that a pod started
+    /// with another one says so at once, even where both speak TLS. Absent
+    /// from the records of replicas that did not write it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
 }
 
 /// The JSON of `value`, refused when over [`MAX_RECORD_BYTES`].

@@ -124,6 +124,33 @@ fn encrypted_pods_follow_a_new_leader(transport: &str) {
     undisturbed_and_never_reset(&run, &train);
 }
 
+/// A pod started on another data plane than the replicas' is told so at
+/// once, here `tls` against `quic`, where both control planes speak TLS.
+#[test]
+fn a_pod_on_another_transport_is_told_so_at_start() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("pod_transport", etcd);
+    job.pod_env
+        .push((control::env::TRANSPORT.into(), "tls".into()));
+    let serve: Vec<&str> = SERVE
+        .iter()
+        .copied()
+        .chain(["--transport", "quic"])
+        .collect();
+    job.serve(&serve);
+    job.leader(&[], LIMIT);
+    let pod = job.pod("node-a", &short());
+    let refused = job.finish_pod(pod, LIMIT);
+    assert_ne!(refused.status.code(), Some(0), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("this pod runs with ELASTICRUN_TRANSPORT=tls but the coordinator"),
+        "{}",
+        refused.stderr
+    );
+}
+
 #[test]
 fn a_pod_given_sigterm_leaves_at_a_commit_without_rollback() {
     let Some(etcd) = Etcd::start() else { return };

@@ -38,6 +38,7 @@ fn leader(port: u16) -> LeaderRecord {
             .unwrap_or_else(|e| panic!("{e}")),
         instance: format!("replica-{port}"),
         tls: false,
+        transport: None,
     }
 }
 

@@ -160,7 +160,11 @@ fn init_pod(rt: tokio::runtime::Runtime, pe: pod::PodEnv) -> Result<Worker, Init
         var: pod::ETCD,
         why: "cannot describe the job".into(),
     })?;
-    if pod.first.1.tls != launch.transport.encrypted() {
+    let leader = &pod.first.1;
+    let named = leader.transport.as_deref();
+    if leader.tls != launch.transport.encrypted()
+        || named.is_some_and(|t| t != launch.transport.name())
+    {
         return Err(InitError::TransportMismatch {
             leader: pod.first.1.instance.clone(),
             ours: launch.transport.name(),

@@ -94,6 +94,7 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
     let ca = crate::job::job_ca(&secret)?;
     let tls = crate::job::control_tls(cfg.transport, &ca)?;
     let mut replica = Replica {
+        transport: cfg.transport,
         say: Say::stderr(cfg.output_timestamps),
         secret,
         ca,
@@ -121,8 +122,10 @@ struct Replica {
     secret: Secret,
     /// The job's certificate authority, derived from the secret.
     ca: Arc<JobCa>,
-    /// TLS of the control plane (a job on the QUIC data plane).
+    /// TLS of the control plane (a job on the QUIC or TLS data plane).
     tls: Option<ControlAcceptor>,
+    /// The job's data plane, which the leader's record names.
+    transport: control::env::TransportKind,
     policy: elastic::membership::Policy,
     knobs: control::Knobs,
     client: etcdjob::Client,
@@ -195,6 +198,7 @@ impl Replica {
             addr: SocketAddr::new(self.advertise, server.local_addr().port()),
             instance: self.instance.clone(),
             tls: self.tls.is_some(),
+            transport: Some(self.transport.name().to_owned()),
         };
         let said = self.say.clone();
         let job = self.serve.job.clone();
