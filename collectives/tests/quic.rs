@@ -8,202 +8,90 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use collectives::{
     CollectiveOptions, Communicator, Generation, QuicConfig, QuicEndpoint, QuicTransport, ReduceOp,
-    Transport, TransportError, bf16, f16,
+    TransportError, bf16, f16,
 };
-use control::pki::JobCa;
-use control::{DataKey, Secret};
+use common::mesh as mesh_checks;
+use common::mesh::{Granted, assert_sums, grant, job_ca};
+use control::{DataKey, LeafPublicKey, TlsGrant};
 use futures::future::join_all;
 
 const LOCAL: &str = "127.0.0.1:0";
 /// Guards waits that must end by themselves; never a bound on their speed.
 const HANG: Duration = Duration::from_secs(60);
 
-fn secret(job: u8) -> Secret {
-    Secret::from_hex(&format!("{job:02x}").repeat(32)).unwrap()
-}
-
 fn config() -> QuicConfig {
     QuicConfig {
         connect_timeout: Duration::from_secs(10),
         io_timeout: Duration::from_secs(20),
-        job_key: DataKey::new([0xE1; 32]),
+        job_key: DataKey::new(KEY),
         ..Default::default()
     }
 }
 
-async fn endpoints(n: usize) -> (Vec<QuicEndpoint>, Vec<SocketAddr>) {
-    let mut eps = Vec::new();
-    for _ in 0..n {
-        eps.push(
-            QuicEndpoint::bind(LOCAL.parse().unwrap(), config())
-                .await
-                .unwrap(),
-        );
-    }
-    let addrs = eps.iter().map(|e| e.local_addr().unwrap()).collect();
-    (eps, addrs)
-}
+const KEY: [u8; 32] = [0xE1; 32];
 
-/// Grants rank `rank` of generation `g` its leaf from `ca`.
-fn grant(ep: &mut QuicEndpoint, ca: &JobCa, rank: usize, g: Generation) {
-    let grant = ca.grant(&ep.public_key(), rank, g).unwrap();
-    ep.prepare(DataKey::new([0xE1; 32]), &grant, Duration::from_secs(10))
-        .unwrap();
+impl Granted for QuicEndpoint {
+    type T = QuicTransport;
+
+    async fn bind() -> Self {
+        QuicEndpoint::bind(LOCAL.parse().unwrap(), config())
+            .await
+            .unwrap()
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.local_addr().unwrap()
+    }
+
+    fn key(&self) -> LeafPublicKey {
+        self.public_key()
+    }
+
+    fn take(&mut self, grant: &TlsGrant) {
+        self.prepare(DataKey::new(KEY), grant, Duration::from_secs(10))
+            .unwrap();
+    }
+
+    async fn join(
+        self,
+        rank: usize,
+        g: Generation,
+        peers: &[SocketAddr],
+    ) -> Result<QuicTransport, TransportError> {
+        self.connect(rank, g, peers).await
+    }
 }
 
 async fn mesh(n: usize, g: Generation) -> Vec<QuicTransport> {
-    let ca = JobCa::from_secret(&secret(1)).unwrap();
-    let (mut eps, addrs) = endpoints(n).await;
-    for (r, ep) in eps.iter_mut().enumerate() {
-        grant(ep, &ca, r, g);
-    }
-    let addrs = &addrs;
-    let ts = join_all(
-        eps.into_iter()
-            .enumerate()
-            .map(|(r, e)| e.connect(r, g, addrs)),
-    )
-    .await;
-    ts.into_iter().map(|t| t.expect("mesh set-up")).collect()
+    mesh_checks::mesh::<QuicEndpoint>(n, g).await
 }
 
-struct World;
-
-impl common::grid::World for World {
-    type T = QuicTransport;
-
-    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<QuicTransport>> {
-        mesh(n, Generation(1))
-            .await
-            .into_iter()
-            .map(|t| Communicator::new(t, opts.clone()))
-            .collect()
-    }
+async fn endpoints(n: usize) -> (Vec<QuicEndpoint>, Vec<SocketAddr>) {
+    mesh_checks::endpoints::<QuicEndpoint>(n).await
 }
+
+type World = mesh_checks::MeshWorld<QuicEndpoint>;
 
 crate::grid_tests!();
 
 async fn sum_of_ranks(
     ts: &[Arc<QuicTransport>],
 ) -> Vec<Result<Vec<f32>, collectives::CollectiveError>> {
-    sum_of_ranks_over(ts, 300_000).await
-}
-
-/// Each rank allreduces `len` copies of its rank + 1.
-async fn sum_of_ranks_over(
-    ts: &[Arc<QuicTransport>],
-    len: usize,
-) -> Vec<Result<Vec<f32>, collectives::CollectiveError>> {
-    let comms: Vec<_> = ts
-        .iter()
-        .map(|t| Communicator::new(t.clone(), CollectiveOptions::default()))
-        .collect();
-    let runs = comms.iter().map(|c| async move {
-        let mut b = vec![c.rank() as f32 + 1.0; len];
-        c.allreduce(&mut b, ReduceOp::Sum).await.map(|()| b)
-    });
-    tokio::time::timeout(HANG, join_all(runs))
-        .await
-        .expect("allreduce hung")
-}
-
-fn assert_sums(res: Vec<Result<Vec<f32>, collectives::CollectiveError>>) {
-    let n = res.len();
-    let want = (n * (n + 1) / 2) as f32;
-    for r in res {
-        assert!(r.unwrap().iter().all(|&x| x == want));
-    }
-}
-
-/// Rank 0 and 1 of a job; an outsider granted by `outsider_ca` with
-/// validity `valid` tries to join as rank 1 as well. The outsider must fail
-/// with a TLS error naming rank 0's address, and the job must train.
-async fn outsider_refused(outsider_ca: &JobCa, valid: Option<(SystemTime, SystemTime)>) -> String {
-    let g = Generation(4);
-    let ca = JobCa::from_secret(&secret(1)).unwrap();
-    let (mut eps, addrs) = endpoints(2).await;
-    let mut outsider = QuicEndpoint::bind(LOCAL.parse().unwrap(), config())
-        .await
-        .unwrap();
-    let og = match valid {
-        Some((from, to)) => outsider_ca.grant_valid(&outsider.public_key(), 1, g, from, to),
-        None => outsider_ca.grant(&outsider.public_key(), 1, g),
-    };
-    outsider
-        .prepare(
-            DataKey::new([0xE1; 32]),
-            &og.unwrap(),
-            Duration::from_secs(10),
-        )
-        .unwrap();
-    for (r, ep) in eps.iter_mut().enumerate() {
-        grant(ep, &ca, r, g);
-    }
-    let a = &addrs;
-    let (refused, ts) = tokio::join!(
-        outsider.connect(1, g, a),
-        join_all(eps.into_iter().enumerate().map(|(r, e)| e.connect(r, g, a)))
-    );
-    let refused = refused.unwrap_err();
-    let TransportError::Tls { rank, addr, reason } = &refused else {
-        panic!("the outsider got {refused:?}, not a TLS refusal");
-    };
-    assert_eq!((*rank, *addr), (0, addrs[0]), "{refused}");
-    let ts: Vec<_> = ts
-        .into_iter()
-        .map(|t| Arc::new(t.expect("the job's own mesh")))
-        .collect();
-    assert_sums(sum_of_ranks(&ts).await);
-    reason.clone()
+    mesh_checks::sums_of_ranks(ts, 300_000).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_certificate_of_another_job_is_refused() {
-    let other = JobCa::from_secret(&secret(2)).unwrap();
-    let reason = outsider_refused(&other, None).await;
-    println!("refused: {reason}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_certificate_is_refused() {
-    let ca = JobCa::from_secret(&secret(1)).unwrap();
-    let day = Duration::from_secs(86_400);
-    let now = SystemTime::now();
-    let reason = outsider_refused(&ca, Some((now - 3 * day, now - day))).await;
-    println!("refused: {reason}");
+async fn certificates_of_another_job_and_expired_ones_are_refused() {
+    mesh_checks::other_jobs_and_expired_leaves_are_refused::<QuicEndpoint>().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_peer_is_lost_to_the_others_at_once() {
-    let mut ts = mesh(3, Generation(2)).await;
-    let dead = ts.pop().unwrap();
-    drop(dead);
-    let comms: Vec<_> = ts
-        .into_iter()
-        .map(|t| Communicator::new(t, CollectiveOptions::default()))
-        .collect();
-    // A world of 3 whose rank 2 is gone: every survivor's allreduce fails.
-    let runs = comms.iter().map(|c| async move {
-        let mut b = vec![1.0f32; 1000];
-        c.allreduce(&mut b, ReduceOp::Sum).await
-    });
-    let res = tokio::time::timeout(HANG, join_all(runs))
-        .await
-        .expect("hung");
-    for r in res {
-        let e = r.unwrap_err();
-        assert!(
-            matches!(
-                e,
-                collectives::CollectiveError::Transport(TransportError::PeerLost { .. })
-            ),
-            "{e:?}"
-        );
-    }
+    mesh_checks::survivors_lose_the_dropped_peer(mesh(3, Generation(2)).await).await;
 }
 
 /// A mesh's first collective is a large one: the connections go at once to
@@ -217,29 +105,14 @@ async fn a_first_collective_of_16_mib_gets_through() {
         .into_iter()
         .map(Arc::new)
         .collect();
-    assert_sums(sum_of_ranks_over(&ts, 4 << 20).await);
+    assert_sums(mesh_checks::sums_of_ranks(&ts, 4 << 20).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_leaves_cleanly_leaves_its_last_messages() {
     let mut ts = mesh(2, Generation(3)).await;
     let leaver = ts.pop().unwrap();
-    let tag = collectives::Tag::new(Generation(3), 9, 0);
-    let big = vec![7u8; 3 << 20];
-    leaver.send(0, tag, &big).await.unwrap();
-    leaver.shutdown().await;
-    let got = tokio::time::timeout(HANG, ts[0].recv(1, tag))
-        .await
-        .expect("hung");
-    assert_eq!(got.unwrap().len(), big.len());
-    let e = tokio::time::timeout(
-        HANG,
-        ts[0].recv(1, collectives::Tag::new(Generation(3), 9, 1)),
-    )
-    .await
-    .expect("hung")
-    .unwrap_err();
-    assert!(matches!(e, TransportError::PeerLost { .. }), "{e:?}");
+    mesh_checks::a_clean_leave_delivers_its_last_message(&ts[0], leaver, Generation(3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,7 +120,7 @@ async fn garbage_datagrams_and_a_handshake_flood_leave_the_job_training() {
     let seed: u64 = 0x5eed_0015;
     println!("seed {seed:#x}");
     let g = Generation(5);
-    let ca = JobCa::from_secret(&secret(1)).unwrap();
+    let ca = job_ca(1);
     let (mut eps, addrs) = endpoints(2).await;
     for (r, ep) in eps.iter_mut().enumerate() {
         grant(ep, &ca, r, g);
@@ -271,7 +144,7 @@ async fn garbage_datagrams_and_a_handshake_flood_leave_the_job_training() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_without_a_certificate_is_refused_after_its_handshake() {
     let g = Generation(6);
-    let ca = JobCa::from_secret(&secret(1)).unwrap();
+    let ca = job_ca(1);
     let (mut eps, addrs) = endpoints(2).await;
     for (r, ep) in eps.iter_mut().enumerate() {
         grant(ep, &ca, r, g);
@@ -377,12 +250,7 @@ async fn quic_child_rank() {
         .await
         .unwrap();
     let me = ep.local_addr().unwrap();
-    grant(
-        &mut ep,
-        &JobCa::from_secret(&secret(1)).unwrap(),
-        1,
-        Generation(9),
-    );
+    grant(&mut ep, &job_ca(1), 1, Generation(9));
     println!("ADDR {me}");
     let t = ep.connect(1, Generation(9), &[rank0, me]).await.unwrap();
     let c = Communicator::new(t, CollectiveOptions::default());
@@ -401,12 +269,7 @@ async fn a_rank_killed_with_sigkill_mid_collective_is_lost_within_the_idle_timeo
         .await
         .unwrap();
     let me = ep.local_addr().unwrap();
-    grant(
-        &mut ep,
-        &JobCa::from_secret(&secret(1)).unwrap(),
-        0,
-        Generation(9),
-    );
+    grant(&mut ep, &job_ca(1), 0, Generation(9));
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "quic_child_rank", "--nocapture"])
         .env("QUIC_TEST_RANK0", me.to_string())

@@ -8,25 +8,20 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use collectives::{
-    CollectiveOptions, Communicator, Generation, ReduceOp, TcpConfig, TcpEndpoint, TlsEndpoint,
-    TlsTransport, Transport, TransportError, bf16, f16,
+    Generation, TcpConfig, TcpEndpoint, TlsEndpoint, TlsTransport, TransportError, bf16, f16,
 };
-use control::pki::JobCa;
-use control::{DataKey, Secret};
-use futures::future::join_all;
+use common::mesh as mesh_checks;
+use common::mesh::{Granted, arcs, assert_sums, connect_all, grant, job_ca};
+use control::{DataKey, LeafPublicKey, TlsGrant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LOCAL: &str = "127.0.0.1:0";
 /// Guards waits that must end by themselves; never a bound on their speed.
 const HANG: Duration = Duration::from_secs(60);
 const KEY: [u8; 32] = [0xE2; 32];
-
-fn secret(job: u8) -> Secret {
-    Secret::from_hex(&format!("{job:02x}").repeat(32)).unwrap()
-}
 
 fn config() -> TcpConfig {
     TcpConfig {
@@ -37,139 +32,58 @@ fn config() -> TcpConfig {
     }
 }
 
-async fn endpoints(n: usize) -> (Vec<TlsEndpoint>, Vec<SocketAddr>) {
-    let mut eps = Vec::new();
-    for _ in 0..n {
-        eps.push(
-            TlsEndpoint::bind(LOCAL.parse().unwrap(), config())
-                .await
-                .unwrap(),
-        );
+impl Granted for TlsEndpoint {
+    type T = TlsTransport;
+
+    async fn bind() -> Self {
+        TlsEndpoint::bind(LOCAL.parse().unwrap(), config())
+            .await
+            .unwrap()
     }
-    let addrs = eps.iter().map(|e| e.local_addr().unwrap()).collect();
-    (eps, addrs)
-}
 
-/// Grants rank `rank` of generation `g` its leaf from `ca`.
-fn grant(ep: &mut TlsEndpoint, ca: &JobCa, rank: usize, g: Generation) {
-    let grant = ca.grant(&ep.public_key(), rank, g).unwrap();
-    ep.prepare(DataKey::new(KEY), &grant, Duration::from_secs(10))
-        .unwrap();
-}
-
-/// The endpoints of a job of `n` ranks in generation `g`, granted.
-async fn granted(n: usize, g: Generation) -> (Vec<TlsEndpoint>, Vec<SocketAddr>) {
-    let ca = JobCa::from_secret(&secret(1)).unwrap();
-    let (mut eps, addrs) = endpoints(n).await;
-    for (r, ep) in eps.iter_mut().enumerate() {
-        grant(ep, &ca, r, g);
+    fn addr(&self) -> SocketAddr {
+        self.local_addr().unwrap()
     }
-    (eps, addrs)
-}
 
-async fn connect_all(
-    eps: Vec<TlsEndpoint>,
-    addrs: &[SocketAddr],
-    g: Generation,
-) -> Vec<Result<TlsTransport, TransportError>> {
-    join_all(
-        eps.into_iter()
-            .enumerate()
-            .map(|(r, e)| e.connect(r, g, addrs)),
-    )
-    .await
+    fn key(&self) -> LeafPublicKey {
+        self.public_key()
+    }
+
+    fn take(&mut self, grant: &TlsGrant) {
+        self.prepare(DataKey::new(KEY), grant, Duration::from_secs(10))
+            .unwrap();
+    }
+
+    async fn join(
+        self,
+        rank: usize,
+        g: Generation,
+        peers: &[SocketAddr],
+    ) -> Result<TlsTransport, TransportError> {
+        self.connect(rank, g, peers).await
+    }
 }
 
 async fn mesh(n: usize, g: Generation) -> Vec<TlsTransport> {
-    let (eps, addrs) = granted(n, g).await;
-    let ts = connect_all(eps, &addrs, g).await;
-    ts.into_iter().map(|t| t.expect("mesh set-up")).collect()
+    mesh_checks::mesh::<TlsEndpoint>(n, g).await
 }
 
-struct World;
-
-impl common::grid::World for World {
-    type T = TlsTransport;
-
-    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<TlsTransport>> {
-        mesh(n, Generation(1))
-            .await
-            .into_iter()
-            .map(|t| Communicator::new(t, opts.clone()))
-            .collect()
-    }
+async fn granted(n: usize, g: Generation) -> (Vec<TlsEndpoint>, Vec<SocketAddr>) {
+    mesh_checks::granted::<TlsEndpoint>(n, g).await
 }
+
+type World = mesh_checks::MeshWorld<TlsEndpoint>;
 
 crate::grid_tests!();
 
-/// Each rank allreduces `len` copies of its rank + 1; every result must be
-/// the sum of the ranks + 1.
+/// Every rank's allreduce of `len` copies of its rank + 1 gives the sum.
 async fn assert_sums_over(ts: &[Arc<TlsTransport>], len: usize) {
-    let comms: Vec<_> = ts
-        .iter()
-        .map(|t| Communicator::new(t.clone(), CollectiveOptions::default()))
-        .collect();
-    let runs = comms.iter().map(|c| async move {
-        let mut b = vec![c.rank() as f32 + 1.0; len];
-        c.allreduce(&mut b, ReduceOp::Sum).await.map(|()| b)
-    });
-    let res = tokio::time::timeout(HANG, join_all(runs))
-        .await
-        .expect("allreduce hung");
-    let n = res.len();
-    let want = (n * (n + 1) / 2) as f32;
-    for r in res {
-        assert!(r.unwrap().iter().all(|&x| x == want));
-    }
-}
-
-fn arcs(ts: Vec<Result<TlsTransport, TransportError>>) -> Vec<Arc<TlsTransport>> {
-    ts.into_iter()
-        .map(|t| Arc::new(t.expect("the job's own mesh")))
-        .collect()
-}
-
-/// Rank 0 and 1 of a job; an outsider granted by `outsider_ca` with
-/// validity `valid` tries to join as rank 1 as well. The outsider must fail
-/// with a TLS error naming rank 0's address, and the job must train.
-async fn outsider_refused(outsider_ca: &JobCa, valid: Option<(SystemTime, SystemTime)>) -> String {
-    let g = Generation(4);
-    let (eps, addrs) = granted(2, g).await;
-    let mut outsider = TlsEndpoint::bind(LOCAL.parse().unwrap(), config())
-        .await
-        .unwrap();
-    let og = match valid {
-        Some((from, to)) => outsider_ca.grant_valid(&outsider.public_key(), 1, g, from, to),
-        None => outsider_ca.grant(&outsider.public_key(), 1, g),
-    };
-    outsider
-        .prepare(DataKey::new(KEY), &og.unwrap(), Duration::from_secs(10))
-        .unwrap();
-    let a = &addrs;
-    let (refused, ts) = tokio::join!(outsider.connect(1, g, a), connect_all(eps, a, g));
-    let refused = refused.unwrap_err();
-    let TransportError::Tls { rank, addr, reason } = &refused else {
-        panic!("the outsider got {refused:?}, not a TLS refusal");
-    };
-    assert_eq!((*rank, *addr), (0, addrs[0]), "{refused}");
-    assert_sums_over(&arcs(ts), 300_000).await;
-    reason.clone()
+    assert_sums(mesh_checks::sums_of_ranks(ts, len).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_certificate_of_another_job_is_refused() {
-    let other = JobCa::from_secret(&secret(2)).unwrap();
-    let reason = outsider_refused(&other, None).await;
-    println!("refused: {reason}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_certificate_is_refused() {
-    let ca = JobCa::from_secret(&secret(1)).unwrap();
-    let day = Duration::from_secs(86_400);
-    let now = SystemTime::now();
-    let reason = outsider_refused(&ca, Some((now - 3 * day, now - day))).await;
-    println!("refused: {reason}");
+async fn certificates_of_another_job_and_expired_ones_are_refused() {
+    mesh_checks::other_jobs_and_expired_leaves_are_refused::<TlsEndpoint>().await;
 }
 
 /// A dialer that is granted rank 1's leaf but dials as rank 0's peer of
@@ -177,7 +91,7 @@ async fn an_expired_certificate_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_of_another_generation_is_refused_by_name() {
     let (eps, addrs) = granted(2, Generation(7)).await;
-    let ca = JobCa::from_secret(&secret(1)).unwrap();
+    let ca = job_ca(1);
     let mut stale = TlsEndpoint::bind(LOCAL.parse().unwrap(), config())
         .await
         .unwrap();
@@ -198,7 +112,7 @@ async fn a_peer_of_another_generation_is_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_without_a_certificate_is_refused() {
     let g = Generation(6);
-    let ca = JobCa::from_secret(&secret(1)).unwrap();
+    let ca = job_ca(1);
     let (eps, addrs) = granted(2, g).await;
     // Trusts the job's authority, so the server's leaf passes; shows none.
     let mut roots = rustls::RootCertStore::empty();
@@ -267,29 +181,7 @@ async fn plain_tcp_and_garbage_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_peer_is_lost_to_the_others_at_once() {
-    let mut ts = mesh(3, Generation(2)).await;
-    drop(ts.pop().unwrap());
-    let comms: Vec<_> = ts
-        .into_iter()
-        .map(|t| Communicator::new(t, CollectiveOptions::default()))
-        .collect();
-    let runs = comms.iter().map(|c| async move {
-        let mut b = vec![1.0f32; 1000];
-        c.allreduce(&mut b, ReduceOp::Sum).await
-    });
-    let res = tokio::time::timeout(HANG, join_all(runs))
-        .await
-        .expect("hung");
-    for r in res {
-        let e = r.unwrap_err();
-        assert!(
-            matches!(
-                e,
-                collectives::CollectiveError::Transport(TransportError::PeerLost { .. })
-            ),
-            "{e:?}"
-        );
-    }
+    mesh_checks::survivors_lose_the_dropped_peer(mesh(3, Generation(2)).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,18 +194,5 @@ async fn sixteen_mib_and_a_clean_leave_get_through() {
     assert_sums_over(&ts, 4 << 20).await;
     let [a, b]: [Arc<TlsTransport>; 2] = ts.try_into().unwrap();
     let leaver = Arc::into_inner(b).unwrap();
-    let tag = collectives::Tag::new(Generation(3), 9, 0);
-    let big = vec![7u8; 3 << 20];
-    leaver.send(0, tag, &big).await.unwrap();
-    leaver.shutdown().await;
-    let got = tokio::time::timeout(HANG, a.recv(1, tag))
-        .await
-        .expect("hung");
-    assert_eq!(got.unwrap().len(), big.len());
-    let next = collectives::Tag::new(Generation(3), 9, 1);
-    let e = tokio::time::timeout(HANG, a.recv(1, next))
-        .await
-        .expect("hung")
-        .unwrap_err();
-    assert!(matches!(e, TransportError::PeerLost { .. }), "{e:?}");
+    mesh_checks::a_clean_leave_delivers_its_last_message(&*a, leaver, Generation(3)).await;
 }

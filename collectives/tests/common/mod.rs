@@ -8,6 +8,7 @@ use collectives::{Communicator, Element, ReduceOp, Transport};
 use futures::future::join_all;
 
 pub mod grid;
+pub mod mesh;
 
 pub const WORLDS: [usize; 5] = [1, 2, 3, 4, 7];
 
