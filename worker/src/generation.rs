@@ -211,7 +211,7 @@ const NO_TLS: &str =
 /// This worker's certificate in `a`, for an encrypted data plane.
 fn granted<'a>(a: &'a Assignment, peers: &[SocketAddr]) -> Result<&'a TlsGrant, TransportError> {
     let rank = a.rank as usize;
-    a.tls.as_ref().ok_or(TransportError::Tls {
+    a.tls.as_ref().ok_or_else(|| TransportError::Tls {
         rank,
         addr: peers[rank],
         reason: "the coordinator granted this worker no certificate".into(),
