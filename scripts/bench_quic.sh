@@ -51,7 +51,7 @@ for r in $(seq "$rounds"); do
   echo "round $r/$rounds ($(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$out/load.txt" >&2
   "$bench" "${sweep[@]}" --transport tcp --no-shared-memory > "$out/tcp_$r.jsonl"
   "$bench" "${sweep[@]}" --transport quic "$@" > "$out/quic_$r.jsonl"
-  "$bench" "${sweep[@]}" --transport tls > "$out/tls_$r.jsonl"
+  "$bench" "${sweep[@]}" --transport tls --no-shared-memory > "$out/tls_$r.jsonl"
   if [[ -n ${QUIC_ENV:-} ]]; then
     env $QUIC_ENV "$bench" "${sweep[@]}" --transport quic "$@" > "$out/quicenv_$r.jsonl"
   fi

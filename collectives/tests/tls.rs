@@ -1,7 +1,9 @@
 //! The TLS-over-TCP data plane on 127.0.0.1: the collective grid over it,
 //! mutual TLS under the job's authority (certificates of another job,
 //! expired or missing are refused and the job is undisturbed), a plain TCP
-//! peer and garbage refused, and a lost peer.
+//! peer and garbage refused, and a lost peer. These ranks share one host,
+//! so shared memory is off (every byte over TLS) except where the tests
+//! check it: peers that share memory inside their sessions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -11,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{
-    Generation, TcpConfig, TcpEndpoint, TlsEndpoint, TlsTransport, TransportError, bf16, f16,
+    Generation, ShmConfig, TcpConfig, TcpEndpoint, TlsEndpoint, TlsTransport, TransportError, bf16,
+    f16,
 };
 use common::mesh as mesh_checks;
 use common::mesh::{Granted, arcs, assert_sums, connect_all, grant, job_ca};
@@ -23,7 +26,20 @@ const LOCAL: &str = "127.0.0.1:0";
 const HANG: Duration = Duration::from_secs(60);
 const KEY: [u8; 32] = [0xE2; 32];
 
+/// The test's settings, shared memory off: peers on this host talk TLS.
 fn config() -> TcpConfig {
+    let on = shared_config();
+    TcpConfig {
+        shared_memory: ShmConfig {
+            enabled: false,
+            ..on.shared_memory
+        },
+        ..on
+    }
+}
+
+/// The test's settings with shared memory on.
+fn shared_config() -> TcpConfig {
     TcpConfig {
         connect_timeout: Duration::from_secs(10),
         io_timeout: Duration::from_secs(20),
@@ -195,4 +211,74 @@ async fn sixteen_mib_and_a_clean_leave_get_through() {
     let [a, b]: [Arc<TlsTransport>; 2] = ts.try_into().unwrap();
     let leaver = Arc::into_inner(b).unwrap();
     mesh_checks::a_clean_leave_delivers_its_last_message(&*a, leaver, Generation(3)).await;
+}
+
+/// A TLS endpoint with shared memory on.
+struct Shared(TlsEndpoint);
+
+impl Granted for Shared {
+    type T = TlsTransport;
+
+    async fn bind() -> Self {
+        let ep = TlsEndpoint::bind(LOCAL.parse().unwrap(), shared_config());
+        Shared(ep.await.unwrap())
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.0.addr()
+    }
+
+    fn key(&self) -> LeafPublicKey {
+        self.0.key()
+    }
+
+    fn take(&mut self, grant: &TlsGrant) {
+        self.0.take(grant);
+    }
+
+    async fn join(
+        self,
+        rank: usize,
+        g: Generation,
+        peers: &[SocketAddr],
+    ) -> Result<TlsTransport, TransportError> {
+        self.0.connect(rank, g, peers).await
+    }
+}
+
+/// Ranks of one host agree on shared memory inside their TLS sessions
+/// (every pair of 3), sum exactly over it, and 16 MiB and a clean leave
+/// get through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_on_one_host_share_memory_inside_their_sessions() {
+    let ts: Vec<Arc<TlsTransport>> = mesh_checks::mesh::<Shared>(3, Generation(4))
+        .await
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    for (r, t) in ts.iter().enumerate() {
+        let others: Vec<usize> = (0..3).filter(|&p| p != r).collect();
+        assert_eq!(t.shared_memory_peers(), &others[..], "rank {r}");
+    }
+    assert_sums_over(&ts, 1000).await;
+    assert_sums_over(&ts, 4 << 20).await;
+    let mut ts = ts;
+    let leaver = Arc::into_inner(ts.remove(1)).unwrap();
+    mesh_checks::a_clean_leave_delivers_its_last_message(&*ts[0], leaver, Generation(4)).await;
+}
+
+/// A peer on shared memory that is dropped is lost to the others at once:
+/// its socket, kept under the ended TLS session, is the proof of life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_peer_on_shared_memory_is_lost_at_once() {
+    let ts = mesh_checks::mesh::<Shared>(3, Generation(5)).await;
+    assert_eq!(ts[0].shared_memory_peers(), &[1, 2]);
+    mesh_checks::survivors_lose_the_dropped_peer(ts).await;
+}
+
+/// An outsider with another job's leaf is refused by peers that share
+/// memory: the offer is made only inside a proven session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_sharing_memory_still_refuse_other_jobs() {
+    mesh_checks::other_jobs_and_expired_leaves_are_refused::<Shared>().await;
 }

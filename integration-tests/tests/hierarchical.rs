@@ -100,16 +100,22 @@ fn a_hierarchical_job_over_quic_gives_the_flat_results() {
     }
 }
 
-/// The same over `--transport tls`: both legs on the job's TLS mesh.
+/// The same over `--transport tls`: both legs on the job's TLS mesh, whose
+/// pairs (all of this machine) share memory inside their sessions, or,
+/// with `--no-shared-memory`, talk TLS.
 #[test]
 fn a_hierarchical_job_over_tls_gives_the_flat_results() {
     let mut args = vec!["-H", "localhost:2,127.0.0.1:2", "--transport", "tls"];
     args.extend(FLAGS);
-    let lines = collectives_job(&args);
-    assert_job(&lines, 2, 2, "hierarchical");
-    for p in &lines {
-        assert_eq!(p["udp_sockets"], 0, "TLS runs over TCP: {p}");
-        assert_eq!(p["shm_segments"], 0, "TLS uses no shared memory: {p}");
+    for (flags, segments) in [(&[][..], 3), (&["--no-shared-memory"][..], 0)] {
+        let mut args = args.clone();
+        args.extend(flags);
+        let lines = collectives_job(&args);
+        assert_job(&lines, 2, 2, "hierarchical");
+        for p in &lines {
+            assert_eq!(p["udp_sockets"], 0, "TLS runs over TCP: {p}");
+            assert_eq!(p["shm_segments"], segments, "{flags:?}: {p}");
+        }
     }
 }
 

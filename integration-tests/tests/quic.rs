@@ -1,7 +1,9 @@
 //! `elasticrun --transport quic` and `--transport tls` on one machine: a
 //! static job ends with the weights of the same job over TCP, bit for bit;
 //! an elastic job over either survives a worker killed with `kill -9` and
-//! ends with the weights of an undisturbed run. (The job across two network
+//! ends with the weights of an undisturbed run. Ranks of one machine share
+//! memory inside their TLS sessions unless `--no-shared-memory` keeps every
+//! byte on TLS: both are checked. (The job across two network
 //! namespaces is in `elastic_netns.rs`; the transports' own tests in
 //! `collectives/tests/quic.rs` and `tls.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,18 +17,12 @@ use integration_tests::{launch, train};
 
 const JOB: Duration = Duration::from_secs(60);
 
-fn done_state(transport: &str) -> (String, f64) {
+fn done_state(transport: &str, flags: &[&str]) -> (String, f64) {
     let t = train();
-    let run = launch(&[
-        "-np",
-        "3",
-        "--transport",
-        transport,
-        t.to_str().unwrap(),
-        "--epochs",
-        "2",
-    ])
-    .finish(JOB);
+    let mut args = vec!["-np", "3", "--transport", transport];
+    args.extend(flags);
+    args.extend([t.to_str().unwrap(), "--epochs", "2"]);
+    let run = launch(&args).finish(JOB);
     run.expect_code(0);
     assert!(
         !run.stderr.contains("connection refused"),
@@ -43,11 +39,17 @@ fn done_state(transport: &str) -> (String, f64) {
 
 #[test]
 fn jobs_over_quic_and_tls_end_with_the_weights_of_the_same_job_over_tcp() {
-    let (tcp, tcp_loss) = done_state("tcp");
-    for transport in ["quic", "tls"] {
-        let (state, loss) = done_state(transport);
-        assert_eq!(state, tcp, "the weights differ between tcp and {transport}");
-        assert_eq!(loss.to_bits(), tcp_loss.to_bits(), "{transport}");
+    let (tcp, tcp_loss) = done_state("tcp", &[]);
+    let runs: [(&str, &[&str]); 3] = [
+        ("quic", &[]),
+        ("tls", &[]),
+        ("tls", &["--no-shared-memory"]),
+    ];
+    for (transport, flags) in runs {
+        let (state, loss) = done_state(transport, flags);
+        let how = format!("{transport} {flags:?}");
+        assert_eq!(state, tcp, "the weights differ between tcp and {how}");
+        assert_eq!(loss.to_bits(), tcp_loss.to_bits(), "{how}");
     }
 }
 
@@ -60,22 +62,24 @@ const SHORT: Train = Train {
 
 #[test]
 fn a_worker_killed_over_quic_is_replaced_and_no_committed_step_is_lost() {
-    killed_and_replaced("quic");
+    killed_and_replaced("quic", &[]);
 }
 
+/// Over the TLS sessions themselves (no shared memory, which the TCP
+/// data plane's chaos tests cover).
 #[test]
 fn a_worker_killed_over_tls_is_replaced_and_no_committed_step_is_lost() {
-    killed_and_replaced("tls");
+    killed_and_replaced("tls", &["--no-shared-memory"]);
 }
 
 /// An elastic job of 3 on `transport` loses a worker to `kill -9`; a new
 /// generation replaces it and the job ends with the undisturbed weights.
-fn killed_and_replaced(transport: &str) {
+fn killed_and_replaced(transport: &str, flags: &[&str]) {
     let mut chaos = Chaos::from_env();
     let scratch = Scratch::new(&format!("{transport}-kill"));
     scratch.set_hosts("localhost:3\n");
     let discovery = scratch.file_discovery();
-    let args = [
+    let mut args = vec![
         "--transport",
         transport,
         "--host-discovery-script",
@@ -85,6 +89,7 @@ fn killed_and_replaced(transport: &str) {
         "--max-np",
         "3",
     ];
+    args.extend(flags);
     let job = Job::start(&args, &SHORT);
     let first = job.wait_for_workers(3);
     let at = job.wait_for_step_at_least(15);

@@ -116,7 +116,7 @@ pub(crate) async fn bind(
             (Unconnected::Quic(ep), address)
         }
         TransportKind::Tls => {
-            let config = tcp_config(data_timeout, false, bind.spin);
+            let config = tcp_config(data_timeout, bind.shared_memory, bind.spin);
             let ep = TlsEndpoint::bind(listen, config).await?;
             let addr = SocketAddr::new(bind.ip, ep.local_addr()?.port());
             let address = PeerAddress::tls(addr, ep.public_key());

@@ -337,7 +337,7 @@ pub struct Cli {
         help_heading = "Controller and library"
     )]
     pub transport: Option<control::env::TransportKind>,
-    /// Keep ranks on one host on their TCP connections instead of shared memory (default: shared memory between ranks of one host, TCP between hosts). Only --transport tcp uses shared memory; with quic or tls every peer is reached over its encrypted connection.
+    /// Keep ranks on one host on their TCP connections (or TLS sessions) instead of shared memory (default: shared memory between ranks of one host, TCP between hosts). --transport tcp and tls use shared memory (tls offers it inside the pair's TLS session); with quic every peer is reached over its QUIC connection.
     #[arg(
         long,
         overrides_with = "shared_memory",

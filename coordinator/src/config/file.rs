@@ -127,7 +127,7 @@ pub struct LibraryOptions {
     /// `tcp`, `quic` or `tls`.
     #[serde(default, deserialize_with = "transport")]
     pub transport: Option<control::env::TransportKind>,
-    /// `false`: ranks of one host keep to TCP (`--no-shared-memory`).
+    /// `false`: ranks of one host keep to TCP or TLS (`--no-shared-memory`).
     pub shared_memory: Option<bool>,
     pub tcp: Option<bool>,
 }

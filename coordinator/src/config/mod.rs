@@ -253,9 +253,9 @@ pub struct JobConfig {
     /// `--transport`: the data plane between the workers; default TCP.
     pub transport: control::env::TransportKind,
     /// `--no-shared-memory` turns it off: ranks of one host then keep to
-    /// their TCP connections. Default on. Only the TCP data plane uses it
-    /// (with `--transport quic` or `tls` every peer is reached over its
-    /// encrypted connection).
+    /// their TCP connections (or TLS sessions). Default on. The TCP and TLS
+    /// data planes use it (with `--transport quic` every peer is reached
+    /// over its QUIC connection).
     pub shared_memory: bool,
 }
 

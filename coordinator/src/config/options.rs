@@ -557,7 +557,7 @@ pub(super) const TRANSPORT: Opt<control::env::TransportKind> = Opt {
 };
 
 /// Ranks of one host on their TCP connections rather than shared memory
-/// (`--transport tcp` only: QUIC and TLS never use shared memory). The file says
+/// (`--transport tcp` and `tls`: QUIC never uses shared memory). The file says
 /// the opposite: `library_options: { shared_memory: false }`.
 pub(super) const NO_SHARED_MEMORY: Opt<bool> = Opt {
     flag: "no-shared-memory",

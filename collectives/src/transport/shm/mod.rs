@@ -1,20 +1,21 @@
-//! Shared memory between ranks on one host, under the TCP transport.
+//! Shared memory between ranks on one host, under the TCP and TLS
+//! transports.
 //!
-//! Every TCP data-plane connection, once its handshake has proven the peer,
-//! asks whether the two ranks can share memory: the dialer offers a fresh
+//! Every TCP data-plane connection (inside its TLS session under
+//! `--transport tls`), once its handshake has proven the peer, asks whether the two ranks can share memory: the dialer offers a fresh
 //! segment ([`segment`]) if its host key ([`host_key`]: the kernel's boot id
 //! and the network and pid namespaces) is the peer's, and the acceptor takes
 //! it if it can open it. Then the pair's frames go through two rings in the
-//! segment ([`ring`]) instead of the socket, which stays open as the pair's
-//! proof of life beside two pipes, its doorbells ([`link`]). Either side can decline (the off
-//! switch, another host, a container that hides `/proc`), and the pair stays
-//! on TCP; both sides always agree.
+//! segment ([`ring`]) instead of the socket (or the TLS session over it),
+//! which stays open as the pair's proof of life beside two pipes, its
+//! doorbells ([`link`]). Either side can decline (the off switch, another
+//! host, a container that hides `/proc`), and the pair stays on its
+//! connection; both sides always agree.
 
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 pub(crate) mod link;
 pub(crate) mod ring;
@@ -105,8 +106,8 @@ fn decode(b: &[u8; OFFER_LEN]) -> ([u8; 32], Offer) {
 /// The dialer's side: offers a segment if it can (`host`: this process's
 /// [`host_key`], `None` with shared memory off), and returns it if the peer
 /// took it. Its ring 0 carries the dialer's frames.
-pub(crate) async fn offer(
-    s: &mut TcpStream,
+pub(crate) async fn offer<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
     cfg: &ShmConfig,
     host: Option<[u8; 32]>,
 ) -> std::io::Result<Option<Segment>> {
@@ -122,10 +123,12 @@ pub(crate) async fn offer(
     };
     let Some((host, o, mut seg)) = made else {
         s.write_all(&[NO_OFFER]).await?;
+        s.flush().await?;
         s.read_u8().await?;
         return Ok(None);
     };
     s.write_all(&encode(&host, &o)).await?;
+    s.flush().await?;
     match s.read_u8().await? {
         TAKEN => {
             seg.release_fd();
@@ -138,13 +141,14 @@ pub(crate) async fn offer(
 /// The acceptor's side: takes the peer's segment if it is on this host
 /// (`host`, as for [`offer`]) and can be opened. Its ring 1 carries the
 /// acceptor's frames.
-pub(crate) async fn answer(
-    s: &mut TcpStream,
+pub(crate) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
     host: Option<[u8; 32]>,
 ) -> std::io::Result<Option<Segment>> {
     let kind = s.read_u8().await?;
     if kind != AN_OFFER {
         s.write_all(&[DECLINED]).await?;
+        s.flush().await?;
         return Ok(None);
     }
     let mut b = [0u8; OFFER_LEN];
@@ -159,6 +163,7 @@ pub(crate) async fn answer(
     };
     s.write_all(&[if taken.is_some() { TAKEN } else { DECLINED }])
         .await?;
+    s.flush().await?;
     Ok(taken)
 }
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout_at};
@@ -22,13 +23,13 @@ use tokio_util::either::Either;
 
 use control::DataKey;
 
-use super::{TcpConfig, TcpRead, TcpTransport, TcpWrite};
+use super::{TcpConfig, TcpTransport};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
-use crate::transport::shm::{self, ShmConfig};
-use crate::transport::stream::StreamLimits;
+use crate::transport::shm::{self, ShmConfig, ShmRead, ShmWrite};
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT, prove};
 use crate::transport::stream::handshake::Hello;
+use crate::transport::stream::{StreamLimits, StreamTransport};
 
 /// A bound, listening data-plane socket whose address can be handed to peers
 /// before the mesh is built.
@@ -83,15 +84,27 @@ impl TcpEndpoint {
         peers: &[SocketAddr],
     ) -> Result<TcpTransport, TransportError> {
         let (me, deadline) = self.start(rank, generation, peers.len())?;
-        let size = me.size;
         let proven = self.proven(me, deadline, peers, Plain).await?;
+        self.linked::<Plain>(me, deadline, proven).await
+    }
+
+    /// Makes every proven connection a link (shared memory with a peer on
+    /// this host, where both want it; the connection otherwise) and starts
+    /// the transport.
+    pub(crate) async fn linked<L: Layer>(
+        &self,
+        me: Hello,
+        deadline: Instant,
+        proven: Vec<(Rank, L::Stream, Side)>,
+    ) -> Result<LinkedTransport<L>, TransportError> {
         let shm = self.config.shared_memory;
         let host = shm.enabled.then(shm::host_key).flatten();
         let mut links = JoinSet::new();
         for (peer, s, side) in proven {
-            links.spawn(timeout_at(deadline, link(rank, peer, s, side, shm, host)));
+            let linking = link::<L>(me.rank, peer, s, side, shm, host);
+            links.spawn(timeout_at(deadline, linking));
         }
-        let mut streams: Vec<Option<_>> = (0..size).map(|_| None).collect();
+        let mut streams: Vec<Option<_>> = (0..me.size).map(|_| None).collect();
         let mut shared = Vec::new();
         while let Some(joined) = links.join_next().await {
             let (peer, r, w) = match joined {
@@ -113,8 +126,8 @@ impl TcpEndpoint {
                 }
             }
         }
-        let limits = self.limits();
-        Ok(TcpTransport::start(rank, generation, streams, limits).with_shared_memory(shared))
+        let t = StreamTransport::start(me.rank, me.generation, streams, self.limits());
+        Ok(t.with_shared_memory(shared))
     }
 
     /// The hello of `rank` in a mesh of `size`, and set-up's deadline.
@@ -176,6 +189,8 @@ impl TcpEndpoint {
 /// over it ([`crate::transport::tls`]).
 pub(crate) trait Layer: Clone + Send + Sync + 'static {
     type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    type Read: AsyncRead + Unpin + Send + std::fmt::Debug + 'static;
+    type Write: AsyncWrite + Unpin + Send + std::fmt::Debug + 'static;
 
     /// The dialer's (`me`) end of a connection to `peer` at `addr`.
     fn dial(
@@ -188,7 +203,22 @@ pub(crate) trait Layer: Clone + Send + Sync + 'static {
 
     /// The acceptor's end: `Err(why)` refuses the connection.
     fn accept(&self, s: TcpStream) -> impl Future<Output = Result<Self::Stream, String>> + Send;
+
+    /// The socket under the stream.
+    fn socket(s: &Self::Stream) -> &TcpStream;
+
+    /// The stream's halves, for the stream transport.
+    fn split(s: Self::Stream) -> (Self::Read, Self::Write);
+
+    /// The socket under the stream, once shared memory carries the pair's
+    /// frames and nothing more is said on the stream: the socket is then
+    /// only the pair's proof of life.
+    fn into_socket(s: Self::Stream) -> TcpStream;
 }
+
+/// A mesh's transport over `L`'s connections, some of them shared memory.
+pub(crate) type LinkedTransport<L> =
+    StreamTransport<Either<<L as Layer>::Read, ShmRead>, Either<<L as Layer>::Write, ShmWrite>>;
 
 /// The socket itself.
 #[derive(Clone, Copy, Debug)]
@@ -196,6 +226,8 @@ pub(crate) struct Plain;
 
 impl Layer for Plain {
     type Stream = TcpStream;
+    type Read = OwnedReadHalf;
+    type Write = OwnedWriteHalf;
 
     async fn dial(
         &self,
@@ -209,6 +241,18 @@ impl Layer for Plain {
 
     async fn accept(&self, s: TcpStream) -> Result<TcpStream, String> {
         Ok(s)
+    }
+
+    fn socket(s: &TcpStream) -> &TcpStream {
+        s
+    }
+
+    fn split(s: TcpStream) -> (OwnedReadHalf, OwnedWriteHalf) {
+        s.into_split()
+    }
+
+    fn into_socket(s: TcpStream) -> TcpStream {
+        s
     }
 }
 
@@ -229,17 +273,18 @@ pub(crate) enum Side {
 
 /// Makes a proven connection to `peer` into its link: shared memory when
 /// both sides are on one host (`host`: this process's host key, `None` with
-/// shared memory off) and want it, the socket otherwise.
-async fn link(
+/// shared memory off) and want it, the connection otherwise. The offer and
+/// answer travel on the connection (inside its TLS session, if any).
+async fn link<L: Layer>(
     rank: Rank,
     peer: Rank,
-    mut s: TcpStream,
+    mut s: L::Stream,
     side: Side,
     cfg: ShmConfig,
     host: Option<[u8; 32]>,
-) -> Result<(Rank, TcpRead, TcpWrite), TransportError> {
+) -> Result<(Rank, Either<L::Read, ShmRead>, Either<L::Write, ShmWrite>), TransportError> {
     let started = std::time::Instant::now();
-    let addr = s.peer_addr().map_err(TransportError::socket)?;
+    let addr = L::socket(&s).peer_addr().map_err(TransportError::socket)?;
     let failed = |e: std::io::Error| TransportError::Connect {
         from: rank,
         rank: peer,
@@ -253,11 +298,11 @@ async fn link(
     }
     .map_err(failed)?;
     let Some(mut segment) = segment else {
-        let (r, w) = s.into_split();
+        let (r, w) = L::split(s);
         return Ok((peer, Either::Left(r), Either::Left(w)));
     };
     let tx = if side == Side::Dialer { 0 } else { 1 };
-    let (r, w) = shm::link::halves(&mut segment, tx, s, cfg.spin)
+    let (r, w) = shm::link::halves(&mut segment, tx, L::into_socket(s), cfg.spin)
         .ok_or_else(|| failed(shm::ring::corrupt()))?;
     tracing::debug!(peer, "data-plane link over shared memory");
     Ok((peer, Either::Right(r), Either::Right(w)))

@@ -9,16 +9,15 @@ use std::time::Duration;
 use control::pki::{LeafKey, leaf_name};
 use control::{DataKey, LeafPublicKey, TlsGrant};
 use rustls_pki_types::ServerName;
+use tokio::io::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 
+use super::TlsTransport;
 use super::settings::{self, TlsSetupError};
-use super::{TlsRead, TlsTransport, TlsWrite};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
-use crate::transport::shm::ShmConfig;
-use crate::transport::stream::StreamTransport;
 use crate::transport::stream::handshake::Hello;
 use crate::transport::tcp::mesh::{Layer, failure};
 use crate::transport::tcp::{TcpConfig, TcpEndpoint};
@@ -34,16 +33,9 @@ pub struct TlsEndpoint {
 
 impl TlsEndpoint {
     /// Binds and listens on `addr` (port 0 picks a free port) and makes this
-    /// endpoint's TLS key. `config`'s shared memory is not used: every
-    /// peer's link is its TLS session.
+    /// endpoint's TLS key. With `config`'s shared memory on, a peer on this
+    /// host is offered it inside the TLS session, as over TCP.
     pub async fn bind(addr: SocketAddr, config: TcpConfig) -> Result<Self, TransportError> {
-        let config = TcpConfig {
-            shared_memory: ShmConfig {
-                enabled: false,
-                ..config.shared_memory
-            },
-            ..config
-        };
         let tcp = TcpEndpoint::bind(addr, config).await?;
         let key =
             LeafKey::generate().map_err(|e| TransportError::socket(std::io::Error::other(e)))?;
@@ -98,13 +90,7 @@ impl TlsEndpoint {
             });
         };
         let proven = self.tcp.proven(me, deadline, peers, layer).await?;
-        let mut streams: Vec<Option<(TlsRead, TlsWrite)>> =
-            (0..peers.len()).map(|_| None).collect();
-        for (peer, s, _) in proven {
-            streams[peer] = Some(tokio::io::split(s));
-        }
-        let limits = self.tcp.limits();
-        Ok(StreamTransport::start(rank, generation, streams, limits))
+        self.tcp.linked::<Tls>(me, deadline, proven).await
     }
 }
 
@@ -123,6 +109,8 @@ impl std::fmt::Debug for Tls {
 
 impl Layer for Tls {
     type Stream = TlsStream<TcpStream>;
+    type Read = ReadHalf<TlsStream<TcpStream>>;
+    type Write = WriteHalf<TlsStream<TcpStream>>;
 
     /// A session with `peer`, which must present the leaf of its rank and
     /// generation.
@@ -151,6 +139,23 @@ impl Layer for Tls {
         match self.acceptor.accept(s).await {
             Ok(s) => Ok(TlsStream::Server(s)),
             Err(e) => Err(format!("TLS: {e}")),
+        }
+    }
+
+    fn socket(s: &Self::Stream) -> &TcpStream {
+        s.get_ref().0
+    }
+
+    fn split(s: Self::Stream) -> (Self::Read, Self::Write) {
+        tokio::io::split(s)
+    }
+
+    /// The socket, the session dropped: a pair that shares memory says
+    /// nothing more on it (the offer and answer were the last records).
+    fn into_socket(s: Self::Stream) -> TcpStream {
+        match s {
+            TlsStream::Client(c) => c.into_inner().0,
+            TlsStream::Server(c) => c.into_inner().0,
         }
     }
 }

@@ -14,13 +14,16 @@
 //! grant (the job's CA certificate and this rank's leaf) arrives with the
 //! assignment ([`TlsEndpoint::prepare`]); then [`TlsEndpoint::connect`]
 //! builds the mesh, higher ranks dialing lower ones and asking for the exact
-//! name of the peer's leaf. Peers on the same host stay on their encrypted
-//! socket: no shared memory.
+//! name of the peer's leaf. A peer on the same host is offered shared
+//! memory inside the session ([`crate::transport::shm`]), as over TCP: its
+//! frames then never reach a socket, so there is nothing to encrypt.
 
 use tokio::io::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsStream;
+use tokio_util::either::Either;
 
+use super::shm::{ShmRead, ShmWrite};
 use super::stream::StreamTransport;
 
 mod mesh;
@@ -29,11 +32,13 @@ pub(crate) mod settings;
 pub use mesh::TlsEndpoint;
 pub use settings::TlsSetupError;
 
-/// The reading half of a TLS mesh's link to one peer.
-pub type TlsRead = ReadHalf<TlsStream<TcpStream>>;
+/// The reading half of a TLS mesh's link to one peer: its TLS session
+/// (`Left`), or, for a peer on the same host, a shared-memory link whose
+/// doorbell is the session's socket (`Right`).
+pub type TlsRead = Either<ReadHalf<TlsStream<TcpStream>>, ShmRead>;
 
-/// The writing half of a TLS mesh's link to one peer.
-pub type TlsWrite = WriteHalf<TlsStream<TcpStream>>;
+/// The writing half of a TLS mesh's link to one peer (see [`TlsRead`]).
+pub type TlsWrite = Either<WriteHalf<TlsStream<TcpStream>>, ShmWrite>;
 
 /// One rank's end of a TLS mesh. Built by [`TlsEndpoint::connect`]; its
 /// settings are the TCP data plane's ([`crate::TcpConfig`]).

@@ -151,7 +151,8 @@ pub(crate) struct Args {
     /// Buffers in host memory, or on GPUs through NCCL.
     #[arg(long, value_enum, default_value_t = Place::Host)]
     pub(crate) device: Place,
-    /// TCP: keep ranks on one host on their sockets instead of shared memory.
+    /// TCP and TLS: keep ranks on one host on their connections instead of
+    /// shared memory.
     #[arg(long)]
     pub(crate) no_shared_memory: bool,
     /// TCP: bytes of each shared-memory ring (default: the library's).

@@ -142,7 +142,12 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 .connect(rank, GENERATION, &peers)
                 .await
                 .map_err(|e| e.to_string())?;
-            bench(transport, args, "tls").await
+            let plane = if transport.shared_memory_peers().is_empty() {
+                "tls"
+            } else {
+                "tls+shm"
+            };
+            bench(transport, args, plane).await
         }
     }
 }
