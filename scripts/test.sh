@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs what the tests need
-# beyond the Rust toolchain, then runs every test binary (all of them, even
-# after a failure), then builds, clippy-checks and tests the GPU path with its
-# feature on, and fails if anything failed.
+# beyond the Rust toolchain, then builds every test binary with the GPU path's
+# feature on and runs them all (even after a failure), clippy-checks the GPU
+# path, runs the Python package's tests, and fails if anything failed.
 #   openssh-server, openssh-client: the ssh launch tests start a throw-away sshd
-#   on 127.0.0.x (integration-tests/tests/ssh.rs, hierarchical.rs) and in
+#   on 127.0.0.x (integration-tests/tests/it/ssh.rs, hierarchical.rs) and in
 #   network namespaces.
 #   iproute2: the multi-host elastic tests create network namespaces
-#   (integration-tests/tests/elastic_netns.rs); they also need root
+#   (integration-tests/tests/it/elastic_netns.rs); they also need root
 #   (CAP_NET_ADMIN) and a kernel with veth and bridge support.
-#   nftables: a firewall between namespaces (integration-tests/tests/mixed_hosts.rs).
+#   nftables: a firewall between namespaces (integration-tests/tests/it/mixed_hosts.rs).
 #   protobuf-compiler, libprotobuf-dev: `protoc` and its well-known types,
 #   which the etcd client crate's build needs.
 #   etcd-server, etcd-client: a real etcd (and etcdctl) for the tests of
-#   `elasticrun serve` and self-joining workers (integration-tests/tests/etcd_*.rs).
+#   `elasticrun serve` and self-joining workers (integration-tests/tests/it/etcd_*.rs).
 #   kubernetes-validate (PyPI, with pip): deploy/kubernetes/ checked against
-#   the Kubernetes API schema offline (integration-tests/tests/kubernetes_manifests.rs).
+#   the Kubernetes API schema offline (integration-tests/tests/it/kubernetes_manifests.rs).
 # Once installed they must work: ELASTICRUN_REQUIRE_SSHD,
 # ELASTICRUN_REQUIRE_NETNS and ELASTICRUN_REQUIRE_ETCD turn a test's
 # "skipped: ..." for lack of them into a failure that says what is missing
@@ -60,24 +60,28 @@ export ELASTICRUN_REQUIRE_NETNS=1
 export ELASTICRUN_REQUIRE_ETCD=1
 # pip may put console scripts in ~/.local/bin.
 export PATH="$PATH:$HOME/.local/bin"
+# A clean build (CI's) gains nothing from incremental compilation's caches
+# and spends time and disk writing them; a caller's setting wins.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 whole=0
 if [ "$#" -eq 0 ]; then
     whole=1
-    set -- --workspace
+    # The GPU path (cargo feature `cuda`, docs/gpu.md) is in the one build of
+    # every test binary: cudarc loads CUDA and NCCL at run time, so this needs
+    # no CUDA toolkit, and on a machine without a GPU each GPU test prints one
+    # `skipped ...: no CUDA driver` line and passes. (One build instead of a
+    # second one of the GPU crates with the feature: minutes of CI.)
+    set -- --workspace --features gpu/cuda,worker/cuda,elasticrun-examples/cuda
 fi
 status=0
 cargo test --no-fail-fast "$@" || status=$?
 if [ "$whole" -eq 1 ]; then
-    # The GPU path (cargo feature `cuda`, docs/gpu.md) is built, clippy-checked
-    # and tested too; cudarc loads CUDA and NCCL at run time, so this needs no
-    # CUDA toolkit, and on a machine without a GPU each GPU test prints one
-    # `skipped ...: no CUDA driver` line and passes.
+    # The GPU path clippy-checked with its feature on.
     cargo clippy -p gpu -p worker -p elasticrun-examples \
         --features gpu/cuda,worker/cuda,elasticrun-examples/cuda --all-targets -- -D warnings || status=1
-    cargo test --no-fail-fast -p gpu --features cuda || status=1
-    cargo test --no-fail-fast -p worker --features cuda --lib --test gpu_engine || status=1
     # The Python package (python/, docs/python.md): built with maturin into a
-    # virtual environment under target/, its tests run as elasticrun jobs.
-    python/tests/run.sh || status=1
+    # virtual environment under target/, its tests run as elasticrun jobs
+    # started by the elasticrun binary the tests above built.
+    ELASTICRUN_BIN="$PWD/target/debug/elasticrun" python/tests/run.sh || status=1
 fi
 exit "$status"
