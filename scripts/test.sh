@@ -74,6 +74,13 @@ if [ "$#" -eq 0 ]; then
     set -- --workspace --features gpu/cuda,worker/cuda,elasticrun-examples/cuda
 fi
 status=0
+if [ "$whole" -eq 1 ]; then
+    # The Python tests' environment (PyPI's packages, 5 GB) is fetched and
+    # installed beside the Rust build: it waits on the network and the disk.
+    mkdir -p target
+    python/tests/env.sh > target/pyenv-install.log 2>&1 &
+    pyenv=$!
+fi
 cargo test --no-fail-fast "$@" || status=$?
 if [ "$whole" -eq 1 ]; then
     # The GPU path clippy-checked with its feature on.
@@ -82,6 +89,11 @@ if [ "$whole" -eq 1 ]; then
     # The Python package (python/, docs/python.md): built with maturin into a
     # virtual environment under target/, its tests run as elasticrun jobs
     # started by the elasticrun binary the tests above built.
+    if ! wait "$pyenv"; then
+        cat target/pyenv-install.log >&2
+        echo "scripts/test.sh: the Python tests' environment could not be made" >&2
+        status=1
+    fi
     ELASTICRUN_BIN="$PWD/target/debug/elasticrun" python/tests/run.sh || status=1
 fi
 exit "$status"

@@ -178,9 +178,12 @@ pub fn arcs<T>(ts: Vec<Result<T, TransportError>>) -> Vec<Arc<T>> {
 }
 
 /// Rank 0 and 1 of a job; an outsider granted by `outsider_ca` with
-/// validity `valid` tries to join as rank 1 as well. The outsider must fail
-/// with a TLS error naming rank 0's address, and the job must train; TLS's
-/// reason is returned.
+/// validity `valid` tries to join as rank 1 as well, while rank 0 waits for
+/// its peer and before the real rank 1 dials (once rank 0 has its peer it
+/// stops answering, and a dial still in its handshake then sees the
+/// connection end instead of TLS's refusal). The outsider must fail with a
+/// TLS error naming rank 0's address, and the job must train; TLS's reason
+/// is returned.
 pub async fn outsider_refused<E: Granted>(
     outsider_ca: &JobCa,
     valid: Option<(SystemTime, SystemTime)>,
@@ -194,7 +197,13 @@ pub async fn outsider_refused<E: Granted>(
     };
     outsider.take(&og.unwrap());
     let a = &addrs;
-    let (refused, ts) = tokio::join!(outsider.join(1, g, a), connect_all(eps, a, g));
+    let [zero, one]: [E; 2] = eps.try_into().ok().expect("two endpoints");
+    let outsider_then_one = async {
+        let refused = outsider.join(1, g, a).await;
+        (refused, one.join(1, g, a).await)
+    };
+    let (t0, (refused, t1)) = tokio::join!(zero.join(0, g, a), outsider_then_one);
+    let ts = vec![t0, t1];
     let refused = refused.err().expect("the outsider joined");
     let TransportError::Tls { rank, addr, reason } = &refused else {
         panic!("the outsider got {refused:?}, not a TLS refusal");
