@@ -71,7 +71,10 @@ if [ "$#" -eq 0 ]; then
     # no CUDA toolkit, and on a machine without a GPU each GPU test prints one
     # `skipped ...: no CUDA driver` line and passes. (One build instead of a
     # second one of the GPU crates with the feature: minutes of CI.)
-    set -- --workspace --features gpu/cuda,worker/cuda,elasticrun-examples/cuda
+    # The dev profile, not cargo test's own (the same settings, another
+    # name): the Python package's native module below is then built on the
+    # very artifacts of this build.
+    set -- --workspace --features gpu/cuda,worker/cuda,elasticrun-examples/cuda --profile dev
 fi
 status=0
 if [ "$whole" -eq 1 ]; then
@@ -86,14 +89,20 @@ if [ "$whole" -eq 1 ]; then
     # The GPU path clippy-checked with its feature on.
     cargo clippy -p gpu -p worker -p elasticrun-examples \
         --features gpu/cuda,worker/cuda,elasticrun-examples/cuda --all-targets -- -D warnings || status=1
-    # The Python package (python/, docs/python.md): built with maturin into a
-    # virtual environment under target/, its tests run as elasticrun jobs
-    # started by the elasticrun binary the tests above built.
+    # The Python package (python/, docs/python.md), in a virtual environment
+    # under target/, its tests run as elasticrun jobs started by the
+    # elasticrun binary the tests above built.
     if ! wait "$pyenv"; then
         cat target/pyenv-install.log >&2
         echo "scripts/test.sh: the Python tests' environment could not be made" >&2
         status=1
     fi
-    ELASTICRUN_BIN="$PWD/target/debug/elasticrun" python/tests/run.sh || status=1
+    # The native module (a cdylib no test builds), with the test build's
+    # features (--tests brings the dev-dependencies' in), so that only it
+    # and PyO3 are compiled here.
+    cargo build "$@" --lib --tests || status=1
+    ELASTICRUN_BIN="$PWD/target/debug/elasticrun" \
+        ELASTICRUN_EXTENSION="$PWD/target/debug/lib_elasticrun.so" \
+        python/tests/run.sh || status=1
 fi
 exit "$status"

@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # Builds the elasticrun Python package with maturin into the virtual
 # environment of python/tests/env.sh (target/pyenv, made and filled if
-# needed) and runs its tests, which start elasticrun jobs (ELASTICRUN_BIN,
-# or target/debug/elasticrun, built here). Extra arguments go to pytest.
+# needed; ELASTICRUN_EXTENSION instead names a native module cargo built) and
+# runs its tests, which start elasticrun jobs (ELASTICRUN_BIN, or
+# target/debug/elasticrun, built here). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv="$PWD/target/pyenv"
 python/tests/env.sh
-(cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop -q)
+if [ -n "${ELASTICRUN_EXTENSION:-}" ]; then
+    # The native module cargo already built (scripts/test.sh: its one build
+    # of the workspace), installed as `maturin develop` installs it: beside
+    # the package's Python files, which a .pth file puts on the path.
+    cp "$ELASTICRUN_EXTENSION" python/elasticrun/_elasticrun.abi3.so
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "$PWD/python" > "$site/elasticrun.pth"
+else
+    (cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop -q)
+fi
 # The elasticrun binary: ELASTICRUN_BIN's (scripts/test.sh passes the one its
 # test build made), or target/debug/elasticrun, built here.
 if [ -z "${ELASTICRUN_BIN:-}" ]; then
