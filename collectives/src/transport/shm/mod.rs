@@ -2,10 +2,11 @@
 //! transports.
 //!
 //! Every TCP data-plane connection (inside its TLS session under
-//! `--transport tls`), once its handshake has proven the peer, asks whether the two ranks can share memory: the dialer offers a fresh
-//! segment ([`segment`]) if its host key ([`host_key`]: the kernel's boot id
-//! and the network and pid namespaces) is the peer's, and the acceptor takes
-//! it if it can open it. Then the pair's frames go through two rings in the
+//! `--transport tls`), once its handshake has proven the peer, asks whether
+//! the two ranks can share memory: the dialer offers a fresh segment
+//! ([`segment`]) if its host key ([`host_key`]: the kernel's boot id and the
+//! network and pid namespaces) is the peer's, and the acceptor takes it if
+//! it can open it. Then the pair's frames go through two rings in the
 //! segment ([`ring`]) instead of the socket (or the TLS session over it),
 //! which stays open as the pair's proof of life beside two pipes, its
 //! doorbells ([`link`]). Either side can decline (the off switch, another

@@ -155,10 +155,10 @@ pub(crate) struct Args {
     /// shared memory.
     #[arg(long)]
     pub(crate) no_shared_memory: bool,
-    /// TCP: bytes of each shared-memory ring (default: the library's).
+    /// TCP and TLS: bytes of each shared-memory ring (default: the library's).
     #[arg(long, value_parser = bytes::parse_bytes)]
     pub(crate) shm_ring_bytes: Option<usize>,
-    /// TCP: microseconds a shared-memory link spins before it sleeps
+    /// TCP and TLS: microseconds a shared-memory link spins before it sleeps
     /// (default: the library's).
     #[arg(long)]
     pub(crate) shm_spin_us: Option<u64>,

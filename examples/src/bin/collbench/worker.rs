@@ -113,11 +113,7 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 .connect(rank, GENERATION, &peers)
                 .await
                 .map_err(|e| e.to_string())?;
-            let plane = if transport.shared_memory_peers().is_empty() {
-                "tcp"
-            } else {
-                "tcp+shm"
-            };
+            let plane = plane(transport.shared_memory_peers(), ["tcp", "tcp+shm"]);
             bench(transport, args, plane).await
         }
         DataPlane::Quic => {
@@ -142,14 +138,16 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 .connect(rank, GENERATION, &peers)
                 .await
                 .map_err(|e| e.to_string())?;
-            let plane = if transport.shared_memory_peers().is_empty() {
-                "tls"
-            } else {
-                "tls+shm"
-            };
+            let plane = plane(transport.shared_memory_peers(), ["tls", "tls+shm"]);
             bench(transport, args, plane).await
         }
     }
+}
+
+/// The data plane's name in the report: `[alone, shared]`'s first where no
+/// peer shares memory, its second where some do.
+fn plane(shared: &[usize], [alone, with_shm]: [&'static str; 2]) -> &'static str {
+    if shared.is_empty() { alone } else { with_shm }
 }
 
 /// The shared-memory settings of this run: the library's, with collbench's options.
