@@ -2,8 +2,9 @@
 # Builds everything the GPU path needs checked on a GPU machine into one
 # self-contained folder, for a machine with a GPU, its driver and NCCL but no
 # Rust toolchain or network: the GPU test binaries (release, stripped), collbench,
-# synthetic_benchmark and elasticrun with the `cuda` feature, and run.sh, which
-# runs them there in one go (docs/gpu.md, "Checking on a GPU machine").
+# synthetic_benchmark, gpu_elastic and elasticrun with the `cuda` feature, and
+# run.sh (scripts/gpu_checks.sh), which runs them there in one go (docs/gpu.md,
+# "Checking on a GPU machine").
 #
 #   scripts/gpu_bundle.sh [OUT]        (default target/gpu-bundle)
 #   then, on the GPU machine, from a copy of this checkout holding OUT:
@@ -28,44 +29,11 @@ while read -r name path; do
     cp "$path" "$out/bin/test-$name"
 done <<< "$tests"
 cargo build --release -q -p elasticrun-examples -p coordinator --features "$features" \
-    --bin collbench --bin synthetic_benchmark --bin elasticrun
-for b in collbench synthetic_benchmark elasticrun; do
+    --bin collbench --bin synthetic_benchmark --bin gpu_elastic --bin elasticrun
+for b in collbench synthetic_benchmark gpu_elastic elasticrun; do
     cp "target/release/$b" "$out/bin/$b"
 done
 strip "$out"/bin/*
-cat > "$out/run.sh" <<'RUN'
-#!/usr/bin/env bash
-# Runs the GPU checks of this bundle; every output goes to RESULTS.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-res=${1:-$here/results}
-mkdir -p "$res"
-bin=$here/bin
-{
-    date -u
-    nvidia-smi || echo "no nvidia-smi"
-    ldconfig -p | grep -E 'libcuda\.so|libnccl' || echo "ldconfig: no libcuda/libnccl"
-    find / -xdev -name 'libnccl.so*' 2>/dev/null | head -5
-} > "$res/machine.txt" 2>&1
-status=0
-for t in "$bin"/test-*; do
-    name=$(basename "$t")
-    # The worker's tests are one binary (test-it): its GPU ones alone.
-    filter=""
-    [ "$name" = test-it ] && filter=gpu_engine::
-    "$t" --test-threads 1 --nocapture $filter > "$res/$name.txt" 2>&1 || status=1
-    tail -3 "$res/$name.txt"
-done
-timeout 300 "$bin/collbench" --np 2 --device cuda --min-bytes 4K --max-bytes 256M \
-    > "$res/collbench_cuda.txt" 2>&1 || status=1
-timeout 300 "$bin/collbench" --np 2 --min-bytes 4K --max-bytes 256M \
-    > "$res/collbench_host.txt" 2>&1 || status=1
-for h in "" --hierarchical-allreduce; do
-    timeout 300 "$bin/elasticrun" -np 2 $h "$bin/synthetic_benchmark" --device cuda \
-        > "$res/synthetic_cuda${h:+_hierarchical}.txt" 2>&1 || status=1
-done
-echo "exit $status; results in $res"
-exit "$status"
-RUN
+cp scripts/gpu_checks.sh "$out/run.sh"
 chmod +x "$out/run.sh"
-du -sh "$out" "$out"/bin/*
+du -sh "$out"/bin/* "$out"

@@ -74,6 +74,11 @@ pub struct CollectiveOptions {
     /// When set, allgather gathers across hosts, then within each host.
     /// Default `None`: flat.
     pub hierarchical_allgather: Option<Arc<Hierarchy>>,
+    /// The grid of the GPU allreduce's two levels (NCCL within each host,
+    /// this data plane across hosts), one rank per host included
+    /// ([`crate::Topology::device_hierarchy`]). The host collectives do not
+    /// read it. Default `None`: GPU allreduces run flat in NCCL.
+    pub device_hierarchical_allreduce: Option<Arc<Hierarchy>>,
 }
 
 impl Default for CollectiveOptions {
@@ -85,6 +90,7 @@ impl Default for CollectiveOptions {
             broadcast: BroadcastAlgorithm::Auto,
             hierarchical_allreduce: None,
             hierarchical_allgather: None,
+            device_hierarchical_allreduce: None,
         }
     }
 }

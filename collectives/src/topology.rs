@@ -92,8 +92,23 @@ impl Topology {
         self.hosts.get(host).map_or(&[], Vec::as_slice)
     }
 
-    /// The two-level grid, when this topology has one.
+    /// The two-level grid of the host collectives, when this topology has
+    /// one: at least two hosts with the same number of ranks, at least two
+    /// each (with one rank per host there is nothing to combine in host
+    /// memory).
     pub fn hierarchy(&self) -> Result<Hierarchy, NotHierarchical> {
+        self.grid(2)
+    }
+
+    /// The two-level grid of the GPU allreduce: as [`Topology::hierarchy`],
+    /// one rank per host included. There the host's level is a one-rank
+    /// NCCL communicator and every byte between GPUs crosses the host data
+    /// plane, so that ranks that share one GPU act as separate hosts.
+    pub fn device_hierarchy(&self) -> Result<Hierarchy, NotHierarchical> {
+        self.grid(1)
+    }
+
+    fn grid(&self, min_local: usize) -> Result<Hierarchy, NotHierarchical> {
         if self.hosts.len() < 2 {
             return Err(NotHierarchical::TooFewHosts {
                 hosts: self.hosts.len(),
@@ -112,7 +127,7 @@ impl Topology {
                 expected,
             });
         }
-        if expected < 2 {
+        if expected < min_local {
             return Err(NotHierarchical::OneRankPerHost);
         }
         let mut places = vec![(0, 0); self.size()];
@@ -128,8 +143,9 @@ impl Topology {
     }
 }
 
-/// A world of `cross_size` hosts with `local_size` ranks each (both at least
-/// two), built by [`Topology::hierarchy`].
+/// A world of `cross_size` hosts (at least two) with `local_size` ranks each
+/// (at least two from [`Topology::hierarchy`], at least one from
+/// [`Topology::device_hierarchy`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hierarchy {
     /// `grid[h][l]`: the rank with local rank `l` on host `h`.
@@ -240,6 +256,30 @@ mod tests {
             seen.sort_unstable();
             assert_eq!(seen, (0..hosts * slots).collect::<Vec<_>>());
         }
+    }
+
+    #[test]
+    fn the_device_grid_takes_one_rank_per_host_and_nothing_uneven() {
+        let one = Topology::from_hosts(&["a", "b", "c"])
+            .device_hierarchy()
+            .unwrap();
+        assert_eq!((one.cross_size(), one.local_size()), (3, 1));
+        assert_eq!((one.cross_rank(2), one.local_rank(2)), (2, 0));
+        assert_eq!(one.cross_ranks(1), [0, 1, 2]);
+        let two = Topology::from_hosts(&["a", "a", "b", "b"]);
+        assert_eq!(two.device_hierarchy(), two.hierarchy());
+        assert_eq!(
+            Topology::from_hosts(&["a", "a"]).device_hierarchy(),
+            Err(NotHierarchical::TooFewHosts { hosts: 1 })
+        );
+        assert_eq!(
+            Topology::from_hosts(&["a", "b", "b"]).device_hierarchy(),
+            Err(NotHierarchical::Uneven {
+                host: 1,
+                ranks: 2,
+                expected: 1
+            })
+        );
     }
 
     #[test]

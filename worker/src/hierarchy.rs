@@ -50,7 +50,8 @@ pub(crate) fn options(
     knobs: &Knobs,
     hosts: &[u32],
 ) -> (CollectiveOptions, CollectivePaths, Option<Arc<Hierarchy>>) {
-    let grid = Topology::from_hosts(hosts).hierarchy().map(Arc::new);
+    let topology = Topology::from_hosts(hosts);
+    let grid = topology.hierarchy().map(Arc::new);
     let choose = |asked: bool| match (asked, &grid) {
         (false, _) => (None, CollectivePath::Flat),
         (true, Ok(h)) => (Some(h.clone()), CollectivePath::Hierarchical),
@@ -58,9 +59,15 @@ pub(crate) fn options(
     };
     let (allreduce_grid, allreduce) = choose(knobs.hierarchical_allreduce);
     let (allgather_grid, allgather) = choose(knobs.hierarchical_allgather);
+    // GPU allreduces take the two levels with one rank per host too.
+    let device_grid = match knobs.hierarchical_allreduce {
+        true => topology.device_hierarchy().ok().map(Arc::new),
+        false => None,
+    };
     let opts = CollectiveOptions {
         hierarchical_allreduce: allreduce_grid,
         hierarchical_allgather: allgather_grid,
+        device_hierarchical_allreduce: device_grid,
         segment_bytes: usize::try_from(knobs.segment_bytes.max(1)).unwrap_or(usize::MAX),
         ..CollectiveOptions::default()
     };
@@ -80,8 +87,20 @@ pub(crate) fn log_fallbacks(paths: &CollectivePaths, rank: usize) {
         ("allreduce", &paths.allreduce),
         ("allgather", &paths.allgather),
     ] {
-        if let CollectivePath::FlatFallback(why) = path {
-            tracing::warn!(%why, "hierarchical {what} asked for; running it flat");
+        match path {
+            CollectivePath::FlatFallback(why @ NotHierarchical::OneRankPerHost)
+                if what == "allreduce" =>
+            {
+                tracing::warn!(
+                    %why,
+                    "hierarchical allreduce asked for; running it flat in host memory \
+                     (GPU allreduces still take two levels: NCCL on each host, the data plane across)"
+                );
+            }
+            CollectivePath::FlatFallback(why) => {
+                tracing::warn!(%why, "hierarchical {what} asked for; running it flat");
+            }
+            _ => {}
         }
     }
 }
@@ -106,6 +125,7 @@ mod tests {
         assert!(p.allreduce.is_hierarchical() && p.allgather == CollectivePath::Flat);
         let h = o.hierarchical_allreduce.expect("a grid for allreduce");
         assert_eq!((h.local_size(), h.cross_size()), (2, 2));
+        assert_eq!(o.device_hierarchical_allreduce, Some(h));
         assert!(o.hierarchical_allgather.is_none());
 
         let (o, p, _) = options(&knobs(false, true), &two_by_two);
@@ -115,6 +135,20 @@ mod tests {
         let (o, p, _) = options(&knobs(false, false), &two_by_two);
         assert_eq!(o, CollectiveOptions::default());
         assert_eq!(p, CollectivePaths::default());
+    }
+
+    #[test]
+    fn one_rank_per_host_runs_host_allreduces_flat_and_gpu_ones_in_two_levels() {
+        let (o, p, grid) = options(&knobs(true, false), &[0, 1]);
+        assert!(grid.is_none() && o.hierarchical_allreduce.is_none());
+        assert_eq!(
+            p.allreduce,
+            CollectivePath::FlatFallback(NotHierarchical::OneRankPerHost)
+        );
+        let d = o.device_hierarchical_allreduce.expect("a device grid");
+        assert_eq!((d.cross_size(), d.local_size()), (2, 1));
+        let (o, _, _) = options(&knobs(false, true), &[0, 1]);
+        assert!(o.device_hierarchical_allreduce.is_none());
     }
 
     #[test]
@@ -128,8 +162,9 @@ mod tests {
         });
         assert_eq!(p.allreduce, uneven);
         assert_eq!(p.allgather, uneven);
-        let (_, p, grid) = options(&knobs(true, false), &[0, 0, 0, 0]);
-        assert!(grid.is_none());
+        assert!(o.device_hierarchical_allreduce.is_none());
+        let (o, p, grid) = options(&knobs(true, false), &[0, 0, 0, 0]);
+        assert!(grid.is_none() && o.device_hierarchical_allreduce.is_none());
         assert_eq!(
             p.allreduce.to_string(),
             "flat (the ranks are on 1 host(s); the hierarchical path needs at least two)"

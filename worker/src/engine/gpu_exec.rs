@@ -169,7 +169,7 @@ mod cuda {
             };
             if let (Kind::Allreduce(op), Some(h)) = (
                 group[0].kind(),
-                host.options().hierarchical_allreduce.clone(),
+                host.options().device_hierarchical_allreduce.clone(),
             ) {
                 return self.two_level(host, h, &like, data, op, marks).await;
             }

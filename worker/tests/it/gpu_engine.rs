@@ -88,11 +88,13 @@ fn two_ranks_on_one_gpu_act_as_two_hosts_through_the_two_level_allreduce() {
     if gpu_ranks("two-level GPU allreduce").is_none() {
         return;
     }
+    // One rank per host: the GPU allreduce's grid (the host collectives'
+    // needs two ranks per host).
     let hosts = collectives::Topology::from_hosts(&["a", "b"]);
-    let h = std::sync::Arc::new(hosts.hierarchy().unwrap());
+    let h = std::sync::Arc::new(hosts.device_hierarchy().unwrap());
     let setup = move |_| {
         let opts = collectives::CollectiveOptions {
-            hierarchical_allreduce: Some(h.clone()),
+            device_hierarchical_allreduce: Some(h.clone()),
             ..collectives::CollectiveOptions::default()
         };
         (opts, EngineConfig::default())

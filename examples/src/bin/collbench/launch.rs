@@ -54,10 +54,22 @@ struct Rank {
     stdin: Option<ChildStdin>,
 }
 
+/// Whether the ranks are more than the GPUs, so that some share one. NCCL
+/// refuses two ranks of a communicator on one GPU of one host ("Duplicate
+/// GPU detected"); a distinct `NCCL_HOSTID` per rank makes them separate
+/// hosts to NCCL, joined by its sockets (docs/gpu.md). A `NCCL_HOSTID` the
+/// user set is left alone.
+fn ranks_share_gpus(args: &Args) -> bool {
+    args.device == crate::Place::Cuda
+        && std::env::var_os("NCCL_HOSTID").is_none()
+        && gpu::probe().is_ok_and(|info| info.devices < usize::from(args.np))
+}
+
 fn spawn(
     rank: usize,
     secret: &control::Secret,
     args: &Args,
+    share_gpus: bool,
 ) -> Result<(Rank, ChildStdout), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
     let mut cmd = match args.netns.as_ref().and_then(|p| p.0.get(rank)) {
@@ -73,6 +85,9 @@ fn spawn(
     let tunables = std::env::var_os(control::alloc_env::GLIBC_TUNABLES);
     if let Some((k, v)) = control::alloc_env::malloc_tunables(tunables.as_deref()) {
         cmd.env(k, v);
+    }
+    if share_gpus {
+        cmd.env("NCCL_HOSTID", format!("collbench-rank-{rank}"));
     }
     let mut child = cmd
         .args(std::env::args_os().skip(1))
@@ -101,8 +116,9 @@ async fn launch(args: &Args) -> Result<ExitCode, String> {
     let secret = control::Secret::generate().map_err(|e| e.to_string())?;
     let mut ranks = Vec::new();
     let mut outputs = Vec::new();
+    let share_gpus = ranks_share_gpus(args);
     for r in 0..usize::from(args.np) {
-        let (rank, stdout) = spawn(r, &secret, args)?;
+        let (rank, stdout) = spawn(r, &secret, args, share_gpus)?;
         ranks.push(rank);
         outputs.push(BufReader::new(stdout).lines());
     }
