@@ -12,7 +12,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use collectives::{DType, Element, Memory};
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DriverError};
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DriverError, PinnedHostSlice,
+};
 
 use crate::error::GpuError;
 
@@ -217,5 +219,83 @@ impl<T: Element> DeviceBuffer<T> {
         stream: &'a CudaStream,
     ) -> (u64, cudarc::driver::SyncOnDrop<'a>) {
         self.bytes.device_ptr_mut(stream)
+    }
+}
+
+/// Page-locked host memory that GPU data is staged through on its way to
+/// and from the host data plane (the two-level allreduce): copies at the
+/// bus's speed, and no allocation (nor page faults) per call. It grows to
+/// the largest block staged so far.
+#[derive(Debug, Default)]
+pub(crate) struct HostStage {
+    pinned: Option<PinnedHostSlice<u8>>,
+}
+
+impl HostStage {
+    /// Copies elements `range` of `buf` into the stage, on `buf`'s stream
+    /// after every earlier use of it, and hands them to the host once the
+    /// copy has run (this waits for it).
+    pub(crate) fn fill<T: Element>(
+        &mut self,
+        buf: &DeviceBuffer<T>,
+        range: std::ops::Range<usize>,
+    ) -> Result<&mut [T], GpuError> {
+        let size = std::mem::size_of::<T>();
+        let n = range.len() * size;
+        if n == 0 {
+            return Ok(&mut []);
+        }
+        let stream = buf.bytes.stream().clone();
+        let pinned = self.room(stream.context(), n)?;
+        let view = buf.bytes.slice(range.start * size..range.end * size);
+        crate::sys::dtoh_prefix(&stream, &view, pinned).map_err(cuda("cuMemcpyDtoHAsync"))?;
+        let bytes = pinned.as_mut_slice().map_err(cuda("cuEventSynchronize"))?;
+        bytemuck::try_cast_slice_mut(&mut bytes[..n]).map_err(|e| GpuError::Usage {
+            what: "staging GPU data in host memory",
+            detail: e.to_string(),
+        })
+    }
+
+    /// Copies the first `n` staged elements into `buf` from element `at`, on
+    /// `stream`, without waiting: the stage is not written again before the
+    /// copy has read it.
+    pub(crate) fn drain<T: Element>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+        at: usize,
+        n: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), GpuError> {
+        let size = std::mem::size_of::<T>();
+        if n == 0 {
+            return Ok(());
+        }
+        let Some(pinned) = &self.pinned else {
+            return Err(GpuError::Usage {
+                what: "copying staged data back to the GPU",
+                detail: "nothing was staged".into(),
+            });
+        };
+        let mut dst = buf.bytes.slice_mut(at * size..(at + n) * size);
+        crate::sys::htod_prefix(stream, pinned, &mut dst).map_err(cuda("cuMemcpyHtoDAsync"))
+    }
+
+    /// The stage, at least `n` bytes in `ctx`.
+    fn room(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        n: usize,
+    ) -> Result<&mut PinnedHostSlice<u8>, GpuError> {
+        let fits = |p: &PinnedHostSlice<u8>| p.len() >= n && p.context() == ctx;
+        if !self.pinned.as_ref().is_some_and(fits) {
+            // The old one is freed first (after its last copy has run).
+            self.pinned = None;
+            let p = crate::sys::pinned_zeroed(ctx, n).map_err(cuda("cuMemHostAlloc"))?;
+            self.pinned = Some(p);
+        }
+        self.pinned.as_mut().ok_or(GpuError::Usage {
+            what: "staging GPU data in host memory",
+            detail: "no page-locked memory".into(),
+        })
     }
 }

@@ -278,3 +278,77 @@ fn issue(
     };
     progress(r)
 }
+
+/// Page-locked host memory of `len` bytes in `ctx`, zeroed before any slice
+/// of it exists. Not write-combined, as cudarc's `alloc_pinned` is: the host
+/// reads these bytes, and reads of write-combined memory are slow.
+pub(crate) fn pinned_zeroed(
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    len: usize,
+) -> Result<cudarc::driver::PinnedHostSlice<u8>, cudarc::driver::DriverError> {
+    // SAFETY: allocates `len` page-locked bytes (flags 0: plain); they are
+    // all written below before anything reads them.
+    let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(len, 0) }?;
+    let ptr = pinned.as_mut_ptr()?;
+    // SAFETY: `ptr` is the start of the `len` bytes this allocation owns,
+    // and nothing else holds them yet.
+    unsafe { std::ptr::write_bytes(ptr, 0, len) };
+    Ok(pinned)
+}
+
+/// Copies the first `dst.len()` bytes of `src` into `dst` on `stream`,
+/// asynchronously. `stream` first waits for earlier uses of `src` and `dst`;
+/// the events recorded after the copy make later users (the host reading or
+/// writing `src` again, freeing it) wait until the copy has run.
+pub(crate) fn htod_prefix(
+    stream: &cudarc::driver::CudaStream,
+    src: &cudarc::driver::PinnedHostSlice<u8>,
+    dst: &mut cudarc::driver::CudaViewMut<'_, u8>,
+) -> Result<(), cudarc::driver::DriverError> {
+    use cudarc::driver::{DevicePtrMut, HostSlice};
+    stream.context().bind_to_thread()?;
+    let n = dst.len();
+    // SAFETY: cudarc's own first step of a copy from page-locked memory:
+    // the stream waits for `src`'s event, and the guard records it again
+    // once the copy below is issued.
+    let (host, _src_done) = unsafe { src.stream_synced_slice(stream) };
+    let Some(host) = host.get(..n) else {
+        return Err(cudarc::driver::DriverError(
+            cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+        ));
+    };
+    let (device, _dst_done) = dst.device_ptr_mut(stream);
+    // SAFETY: `host` is `n` page-locked bytes that outlive the copy (the
+    // allocation waits for its event before it is freed); `device` is the
+    // `n` bytes of `dst`, ordered on `stream` by its guard.
+    unsafe { cudarc::driver::result::memcpy_htod_async(device, host, stream.cu_stream()) }
+}
+
+/// Copies `src` into the first `src.len()` bytes of `dst` on `stream`,
+/// asynchronously: `dst`'s event, recorded after the copy, is what the host
+/// waits on before it reads them. (cudarc's `memcpy_dtoh` copies as many
+/// bytes as the host side holds, so it cannot fill part of a larger stage.)
+pub(crate) fn dtoh_prefix(
+    stream: &cudarc::driver::CudaStream,
+    src: &cudarc::driver::CudaView<'_, u8>,
+    dst: &mut cudarc::driver::PinnedHostSlice<u8>,
+) -> Result<(), cudarc::driver::DriverError> {
+    use cudarc::driver::{DevicePtr, HostSlice};
+    stream.context().bind_to_thread()?;
+    let n = src.len();
+    let (device, _src_done) = src.device_ptr(stream);
+    // SAFETY: cudarc's own first step of a copy into page-locked memory:
+    // the stream waits for `dst`'s event, and the guard records it again
+    // once the copy below is issued.
+    let (host, _dst_done) = unsafe { dst.stream_synced_mut_slice(stream) };
+    let Some(host) = host.get_mut(..n) else {
+        return Err(cudarc::driver::DriverError(
+            cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+        ));
+    };
+    // SAFETY: `host` is `n` page-locked bytes that outlive the copy (the
+    // allocation waits for its event before it is freed, and the host reads
+    // them only after that event); `device` is the `n` bytes of `src`,
+    // ordered on `stream` by its guard.
+    unsafe { cudarc::driver::result::memcpy_dtoh_async(host, device, stream.cu_stream()) }
+}

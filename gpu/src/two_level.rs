@@ -23,7 +23,7 @@ use collectives::{
 };
 use cudarc::driver::CudaStream;
 
-use crate::buffer::DeviceBuffer;
+use crate::buffer::{DeviceBuffer, HostStage};
 use crate::comm::NcclComm;
 use crate::error::GpuError;
 
@@ -33,6 +33,8 @@ pub struct TwoLevel {
     local: NcclComm,
     hierarchy: Arc<Hierarchy>,
     rank: usize,
+    /// Where this rank's block crosses to the host data plane and back.
+    stage: HostStage,
 }
 
 impl TwoLevel {
@@ -67,6 +69,7 @@ impl TwoLevel {
             local,
             hierarchy,
             rank,
+            stage: HostStage::default(),
         })
     }
 
@@ -77,7 +80,7 @@ impl TwoLevel {
 
     /// Reduces `buf` over every rank of the world, in place.
     pub async fn allreduce<T: Element, C: GroupCollectives<Host>>(
-        &self,
+        &mut self,
         host: &C,
         buf: &mut DeviceBuffer<T>,
         op: ReduceOp,
@@ -88,18 +91,19 @@ impl TwoLevel {
         };
         let counts = even_counts(buf.len(), self.hierarchy.local_size());
         let mine = self.local.reducescatter(buf, &counts, level_op).await?;
-        let mut block = buf.range_to_host(mine.clone())?;
         let column = self.hierarchy.cross_ranks(self.rank);
-        host.allreduce_among(&column, &mut block, level_op).await?;
+        let block = self.stage.fill(buf, mine.clone())?;
+        host.allreduce_among(&column, block, level_op).await?;
         if op == ReduceOp::Average {
             let n = self.hierarchy.size();
             if T::DTYPE.is_float() {
-                T::scale(&mut block, 1.0 / n as f64);
+                T::scale(block, 1.0 / n as f64);
             } else {
-                T::divide(&mut block, n);
+                T::divide(block, n);
             }
         }
-        buf.write_from_host(mine.start, &block, self.local.stream())?;
+        self.stage
+            .drain(buf, mine.start, mine.len(), self.local.stream())?;
         self.local.allgather_in_place(buf, &counts).await
     }
 }

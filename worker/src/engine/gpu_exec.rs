@@ -243,7 +243,7 @@ mod cuda {
                     .map_err(into_engine)?;
                 self.two_level = Some(t);
             }
-            let Some(two) = &self.two_level else {
+            let Some(two) = &mut self.two_level else {
                 return Err(into_engine(gpu::GpuError::Aborted { op: "connect" }));
             };
             if let [one] = &mut data[..] {

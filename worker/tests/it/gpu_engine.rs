@@ -99,24 +99,24 @@ fn two_ranks_on_one_gpu_act_as_two_hosts_through_the_two_level_allreduce() {
         };
         (opts, EngineConfig::default())
     };
-    let lens = [5usize, 3000, 70_000];
+    // One at a time, so that the block staged in host memory shrinks and
+    // grows between calls.
+    let lens = [70_000usize, 5, 3000, 70_001];
     let out = common::on_ranks(2, setup, move |rank, e| {
         // Both ranks on GPU 0: one-rank NCCL communicators, the host data
         // plane between them.
         let stream = gpu::stream_on(0).unwrap();
-        let mut handles = Vec::new();
+        let mut got = Vec::new();
         for (t, &n) in lens.iter().enumerate() {
             for op in [ReduceOp::Sum, ReduceOp::Average] {
                 let host: Vec<f32> = (0..n).map(|i| value(rank, t, i)).collect();
                 let buf = DeviceBuffer::from_host(&stream, &host).unwrap();
                 let name = format!("t{t}.{op:?}");
-                handles.push(e.submit_gpu(name, Kind::Allreduce(op), buf, vec![n]));
+                let h = e.submit_gpu(name, Kind::Allreduce(op), buf, vec![n]);
+                got.push(h.wait().unwrap().0.to_host().unwrap());
             }
         }
-        handles
-            .into_iter()
-            .map(|h| h.wait().unwrap().0.to_host().unwrap())
-            .collect::<Vec<_>>()
+        got
     });
     for (rank, (got, _)) in out.iter().enumerate() {
         let mut k = 0;
