@@ -136,6 +136,12 @@ elastic_kill() {
     done_lines=$(grep -c '"event":"done"' "$log")
     resets=$(grep -o '"resets":[0-9]*' "$log" | sort | uniq -c | tr -s ' \n' ' ')
     note "elastic-kill-$mode: exit $rc in $((SECONDS - t0)) s; $done_lines done lines; $resets"
+    # Both ranks end at the last step, and the survivor lived through a reset.
+    if [ "$done_lines" != 2 ] || [ "$(grep -c '"steps":400,' "$log")" != 2 ] ||
+        ! grep -q '"resets":1,' "$log"; then
+        note "elastic-kill-$mode: FAILED: want two done lines at step 400, one with a reset"
+        status=1
+    fi
 }
 elastic_kill flat
 elastic_kill hierarchical
