@@ -3,8 +3,9 @@
 //! arguments. Runs under elasticrun are in integration-tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+mod common;
+
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -13,28 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_synthetic_benchmark");
 
 /// Runs the benchmark with `args`; fails the test after `limit`.
 fn run(args: &[&str], limit: Duration) -> Output {
-    let child = Command::new(BIN)
-        .args(args)
-        .env_remove("ELASTICRUN_COORDINATOR")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start synthetic_benchmark");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("wait for synthetic_benchmark"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("synthetic_benchmark {args:?} did not exit within {limit:?}");
-        }
-    }
+    common::run(BIN, args, limit)
 }
 
 /// The summary line of a successful run.
