@@ -93,6 +93,34 @@ busbw_and_engine 1
 #    replacement on a new communicator; the job ends with every step done.
 #    Flat: one NCCL communicator of two ranks on one host; two-level: a
 #    one-rank communicator on each of two hosts, the host ring between them.
+# recovery_times LOG KILLED_MS: after the kill, when the survivor entered
+# training again, how long the replacement took to be ready (its own clock),
+# and how long the survivor's ncclCommAbort took, from gpu_elastic's JSON
+# lines and the workers' info logs.
+recovery_times() {
+    python3 - "$1" "$2" <<'PY'
+import json, re, sys
+log, killed = sys.argv[1], int(sys.argv[2])
+events, aborts = [], []
+for line in open(log, errors="replace"):
+    _, _, rest = line.partition("<stdout>:")
+    if rest.startswith("{"):
+        try:
+            events.append(json.loads(rest))
+        except ValueError:
+            pass
+    m = re.search(r"NCCL communicator aborted.*took_ms=(\d+)", line)
+    if m:
+        aborts.append(int(m.group(1)))
+back = [e["unix_ms"] - killed for e in events
+        if e.get("event") == "train" and e["unix_ms"] > killed and e["from_step"] > 0]
+fresh = [(e["joined_ms"], e["since_start_ms"]) for e in events
+         if e.get("event") == "ready" and e["unix_ms"] > killed]
+print(f"back in training after the kill: {back} ms; replacement joined/ready "
+      f"after its start: {fresh} ms; ncclCommAbort took {aborts} ms")
+PY
+}
+
 elastic_kill() {
     local mode=$1
     local log=$res/elastic-kill-$mode.txt
@@ -109,7 +137,7 @@ elastic_kill() {
         return
     fi
     local t0=$SECONDS
-    timeout -k 5 120 "$bin/elasticrun" --min-np 2 --max-np 2 \
+    RUST_LOG=warn,gpu=info timeout -k 5 120 "$bin/elasticrun" --min-np 2 --max-np 2 \
         --host-discovery-script "$hosts" --gloo-timeout-seconds 20 "${flags[@]}" \
         "$bin/gpu_elastic" --steps 400 --elements 1048576 > "$log" 2>&1 &
     local job=$!
@@ -127,7 +155,9 @@ elastic_kill() {
     done
     local victim
     victim=$(pgrep -f "^$bin/gpu_elastic" | tail -1)
-    echo "KILL pid $victim at $(date +%s.%N)" >> "$log"
+    local killed_ms
+    killed_ms=$(date +%s%3N)
+    echo "KILL pid $victim at $killed_ms" >> "$log"
     kill -9 "$victim"
     wait $job
     local rc=$?
@@ -136,6 +166,8 @@ elastic_kill() {
     done_lines=$(grep -c '"event":"done"' "$log")
     resets=$(grep -o '"resets":[0-9]*' "$log" | sort | uniq -c | tr -s ' \n' ' ')
     note "elastic-kill-$mode: exit $rc in $((SECONDS - t0)) s; $done_lines done lines; $resets"
+    # Where the recovery's time went: gpu_elastic's own clock lines.
+    note "elastic-kill-$mode: $(recovery_times "$log" "$killed_ms")"
     # Both ranks end at the last step, and the survivor lived through a reset.
     if [ "$done_lines" != 2 ] || [ "$(grep -c '"steps":400,' "$log")" != 2 ] ||
         ! grep -q '"resets":1,' "$log"; then

@@ -121,11 +121,22 @@ impl NcclComm {
     fn abort_with(&self, guard: &mut MutexGuard<'_, Option<RawComm>>, err: GpuError) -> GpuError {
         if let Some(raw) = guard.take() {
             tracing::warn!(rank = self.rank, %err, "aborting the NCCL communicator");
-            if let Err(code) = sys::abort(raw) {
-                tracing::warn!(%code, "ncclCommAbort reported an error");
-            }
+            self.abort_raw(raw);
         }
         err
+    }
+
+    /// `ncclCommAbort`, timed: the survivors of a lost peer wait for it.
+    fn abort_raw(&self, raw: RawComm) {
+        let start = Instant::now();
+        let r = sys::abort(raw);
+        let took_ms = start.elapsed().as_millis();
+        match r {
+            Ok(_) => tracing::info!(rank = self.rank, took_ms, "NCCL communicator aborted"),
+            Err(code) => {
+                tracing::warn!(rank = self.rank, took_ms, %code, "ncclCommAbort reported an error");
+            }
+        }
     }
 
     /// Aborts the communicator now: every call in flight or later fails.
@@ -133,9 +144,7 @@ impl NcclComm {
         let mut g = self.lock();
         if let Some(raw) = g.take() {
             tracing::info!(rank = self.rank, why, "aborting the NCCL communicator");
-            if let Err(code) = sys::abort(raw) {
-                tracing::warn!(%code, "ncclCommAbort reported an error");
-            }
+            self.abort_raw(raw);
         }
     }
 

@@ -11,10 +11,13 @@
 //!
 //! Rank 0 prints a `step` JSON line every `--print-every` steps; every rank
 //! prints a final `done` line with its step count and the resets it lived
-//! through.
+//! through. So that a recovery can be timed from the outside, every rank also
+//! prints a `ready` line once it has joined and made its CUDA stream, and a
+//! `train` line each time it (re)enters training, both with the wall clock
+//! (`unix_ms`) and the milliseconds since the process started.
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use worker::elastic::{self, ElasticError, Interrupt, State};
@@ -53,6 +56,7 @@ enum RunError {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    logging();
     if let Err(e) = gpu::probe() {
         eprintln!("gpu_elastic: {e}");
         return ExitCode::from(2);
@@ -67,11 +71,32 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), RunError> {
+    let started = Instant::now();
     let mut w = worker::init()?;
+    let joined_ms = started.elapsed().as_millis();
     let info = gpu::probe()?;
     let stream = gpu::stream_on(w.local_rank() % info.devices)?;
+    let ready = serde_json::json!({
+        "event": "ready",
+        "rank": w.rank(),
+        "joined_ms": joined_ms,
+        "since_start_ms": started.elapsed().as_millis(),
+        "unix_ms": unix_ms(),
+    });
+    println!("{ready}");
     let mut state = State::new(0u64);
-    let outcome = elastic::run(&mut w, &mut state, |w, st| train(w, args, &stream, st))?;
+    let outcome = elastic::run(&mut w, &mut state, |w, st| {
+        let entered = serde_json::json!({
+            "event": "train",
+            "rank": w.rank(),
+            "world_size": w.size(),
+            "from_step": *st.get(),
+            "since_start_ms": started.elapsed().as_millis(),
+            "unix_ms": unix_ms(),
+        });
+        println!("{entered}");
+        train(w, args, &stream, st)
+    })?;
     let done = serde_json::json!({
         "event": "done",
         "rank": w.rank(),
@@ -82,6 +107,29 @@ fn run(args: &Args) -> Result<(), RunError> {
     println!("{done}");
     w.shutdown();
     Ok(())
+}
+
+/// The runtime's warnings on stderr, as the worker logs by default, or what
+/// `RUST_LOG` asks for (`RUST_LOG=warn,gpu=info` adds how long each
+/// `ncclCommAbort` took).
+fn logging() {
+    use std::io::IsTerminal as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// The wall clock in milliseconds since the Unix epoch (0 before it).
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
 }
 
 /// The value rank `r` gives element `i` of tensor `t`: small integers, so
