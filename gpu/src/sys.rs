@@ -1,9 +1,11 @@
 //! The GPU path's only `unsafe` code: NCCL's C calls through cudarc's
 //! `result` layer (its safe `Comm` makes only blocking communicators and has
-//! no abort, ../docs/gpu.md), and the probes for the libraries, which cudarc
-//! declares `unsafe`. Device pointers cross this module as plain integers;
+//! no abort, ../docs/gpu.md), the probes for the libraries, which cudarc
+//! declares `unsafe`, and the page-locked stage of the two-level allreduce
+//! (its allocation, and copies of part of it, which cudarc's safe copies
+//! cannot make). Device pointers cross this module as plain integers;
 //! every buffer behind one is a live allocation that its caller keeps
-//! borrowed until NCCL has finished with it.
+//! borrowed until NCCL or the copy has finished with it.
 
 use std::ffi::c_int;
 
