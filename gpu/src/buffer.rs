@@ -140,30 +140,6 @@ impl<T: Element> DeviceBuffer<T> {
         self.bytes.stream()
     }
 
-    /// Elements `range`, copied to the host once the buffer's stream has run
-    /// past every use of it (this waits on the stream).
-    pub fn range_to_host(&self, range: std::ops::Range<usize>) -> Result<Vec<T>, GpuError> {
-        let size = std::mem::size_of::<T>();
-        let stream = self.bytes.stream().clone();
-        let view = self.bytes.slice(range.start * size..range.end * size);
-        let bytes = stream.clone_dtoh(&view).map_err(cuda("cuMemcpyDtoH"))?;
-        Ok(bytemuck::pod_collect_to_vec(&bytes))
-    }
-
-    /// Copies `host` into elements `at..at + host.len()` on `stream`.
-    pub fn write_from_host(
-        &mut self,
-        at: usize,
-        host: &[T],
-        stream: &Arc<CudaStream>,
-    ) -> Result<(), GpuError> {
-        let size = std::mem::size_of::<T>();
-        let mut dst = self.bytes.slice_mut(at * size..(at + host.len()) * size);
-        stream
-            .memcpy_htod(bytemuck::cast_slice::<T, u8>(host), &mut dst)
-            .map_err(cuda("cuMemcpyHtoD"))
-    }
-
     /// A new buffer holding elements `range` of this one, copied on `stream`.
     pub fn copy_range(
         &self,
@@ -286,16 +262,14 @@ impl HostStage {
         ctx: &Arc<CudaContext>,
         n: usize,
     ) -> Result<&mut PinnedHostSlice<u8>, GpuError> {
-        let fits = |p: &PinnedHostSlice<u8>| p.len() >= n && p.context() == ctx;
-        if !self.pinned.as_ref().is_some_and(fits) {
-            // The old one is freed first (after its last copy has run).
-            self.pinned = None;
-            let p = crate::sys::pinned_zeroed(ctx, n).map_err(cuda("cuMemHostAlloc"))?;
-            self.pinned = Some(p);
-        }
-        self.pinned.as_mut().ok_or(GpuError::Usage {
-            what: "staging GPU data in host memory",
-            detail: "no page-locked memory".into(),
-        })
+        let pinned = match self.pinned.take() {
+            Some(p) if p.len() >= n && p.context() == ctx => p,
+            old => {
+                // The old one is freed first (after its last copy has run).
+                drop(old);
+                crate::sys::pinned_zeroed(ctx, n).map_err(cuda("cuMemHostAlloc"))?
+            }
+        };
+        Ok(self.pinned.insert(pinned))
     }
 }

@@ -315,9 +315,7 @@ pub(crate) fn htod_prefix(
     // once the copy below is issued.
     let (host, _src_done) = unsafe { src.stream_synced_slice(stream) };
     let Some(host) = host.get(..n) else {
-        return Err(cudarc::driver::DriverError(
-            cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
-        ));
+        return Err(stage_too_small());
     };
     let (device, _dst_done) = dst.device_ptr_mut(stream);
     // SAFETY: `host` is `n` page-locked bytes that outlive the copy (the
@@ -344,13 +342,16 @@ pub(crate) fn dtoh_prefix(
     // once the copy below is issued.
     let (host, _dst_done) = unsafe { dst.stream_synced_mut_slice(stream) };
     let Some(host) = host.get_mut(..n) else {
-        return Err(cudarc::driver::DriverError(
-            cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
-        ));
+        return Err(stage_too_small());
     };
     // SAFETY: `host` is `n` page-locked bytes that outlive the copy (the
     // allocation waits for its event before it is freed, and the host reads
     // them only after that event); `device` is the `n` bytes of `src`,
     // ordered on `stream` by its guard.
     unsafe { cudarc::driver::result::memcpy_dtoh_async(host, device, stream.cu_stream()) }
+}
+
+/// What a copy of more bytes than the page-locked stage holds fails with.
+fn stage_too_small() -> cudarc::driver::DriverError {
+    cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE)
 }

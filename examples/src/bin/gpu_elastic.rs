@@ -57,11 +57,14 @@ enum RunError {
 fn main() -> ExitCode {
     let args = Args::parse();
     logging();
-    if let Err(e) = gpu::probe() {
-        eprintln!("gpu_elastic: {e}");
-        return ExitCode::from(2);
-    }
-    match run(&args) {
+    let gpus = match gpu::probe() {
+        Ok(info) => info.devices,
+        Err(e) => {
+            eprintln!("gpu_elastic: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args, gpus) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpu_elastic: {e}");
@@ -70,12 +73,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args) -> Result<(), RunError> {
+/// Joins the job and trains on GPU `local rank % gpus`.
+fn run(args: &Args, gpus: usize) -> Result<(), RunError> {
     let started = Instant::now();
     let mut w = worker::init()?;
     let joined_ms = started.elapsed().as_millis();
-    let info = gpu::probe()?;
-    let stream = gpu::stream_on(w.local_rank() % info.devices)?;
+    let stream = gpu::stream_on(w.local_rank() % gpus)?;
     let ready = serde_json::json!({
         "event": "ready",
         "rank": w.rank(),
