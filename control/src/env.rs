@@ -63,6 +63,57 @@ pub const SHARED_MEMORY: &str = "ELASTICRUN_SHARED_MEMORY";
 /// whose own threads keep every core busy (the Python package's default).
 pub const SPIN_US: &str = "ELASTICRUN_SPIN_US";
 
+/// The level of the worker runtime's own log lines on standard error
+/// (`--log-level`: `trace`, `debug`, `info`, `warning`, `error`; unset:
+/// `warning`). A program that sets up its own `tracing` subscriber decides
+/// for itself.
+pub const LOG_LEVEL: &str = "ELASTICRUN_LOG_LEVEL";
+
+/// How much elasticrun and its workers log (`--log-level`, [`LOG_LEVEL`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warning,
+    Error,
+}
+
+impl LogLevel {
+    /// `trace`, `debug`, `info`, `warning` (or `warn`), `error` (or `fatal`,
+    /// Horovod's highest), any case, spaces around allowed.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "trace" => Some(LogLevel::Trace),
+            "debug" => Some(LogLevel::Debug),
+            "info" => Some(LogLevel::Info),
+            "warning" | "warn" => Some(LogLevel::Warning),
+            "error" | "fatal" => Some(LogLevel::Error),
+            _ => None,
+        }
+    }
+
+    /// The name [`LogLevel::parse`] reads back, and the `tracing` filter
+    /// directive of the level (`warning` aside, which is `warn` there).
+    pub fn name(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+        }
+    }
+
+    /// The `tracing` filter directive that lets this level and above through.
+    pub fn filter(self) -> &'static str {
+        match self {
+            LogLevel::Warning => "warn",
+            other => other.name(),
+        }
+    }
+}
+
 /// A data plane between hosts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TransportKind {
@@ -105,7 +156,7 @@ impl TransportKind {
 }
 
 /// Every variable the launcher sets for a worker.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 13] = [
     COORDINATOR,
     SECRET,
     HOST,
@@ -118,6 +169,7 @@ pub const ALL: [&str; 12] = [
     DATA_ALL_INTERFACES,
     TRANSPORT,
     SHARED_MEMORY,
+    LOG_LEVEL,
 ];
 
 /// CPU ids a [`THREAD_AFFINITY`] list may name: Linux's `CPU_SETSIZE`.
@@ -173,6 +225,26 @@ mod tests {
             parse_cpu_list("1023,1024"),
             Err(CpuListError::TooHigh { cpu: 1024 })
         );
+    }
+
+    #[test]
+    fn log_levels_read_back_their_names() {
+        for l in [
+            LogLevel::Trace,
+            LogLevel::Debug,
+            LogLevel::Info,
+            LogLevel::Warning,
+            LogLevel::Error,
+        ] {
+            assert_eq!(LogLevel::parse(l.name()), Some(l));
+            assert_eq!(LogLevel::parse(&l.name().to_uppercase()), Some(l));
+        }
+        assert_eq!(LogLevel::parse(" warn "), Some(LogLevel::Warning));
+        assert_eq!(LogLevel::parse("FATAL"), Some(LogLevel::Error));
+        assert_eq!(LogLevel::Warning.filter(), "warn");
+        for bad in ["", "verbose", "5", "warnings"] {
+            assert_eq!(LogLevel::parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -2,25 +2,15 @@
 
 use std::process::ExitCode;
 
+use coordinator::config;
 use coordinator::config::cli::{Cli, CliError};
 use coordinator::config::serve::Given;
-use coordinator::config::{self, LogLevel};
 use coordinator::job;
 use coordinator::serve::ServeConfig;
 
 /// Exit code of every usage error: a command line, environment variable or
 /// file elasticrun cannot run.
 const USAGE: u8 = 2;
-
-fn log_filter(level: LogLevel) -> &'static str {
-    match level {
-        LogLevel::Trace => "trace",
-        LogLevel::Debug => "debug",
-        LogLevel::Info => "info",
-        LogLevel::Warning => "warn",
-        LogLevel::Error => "error",
-    }
-}
 
 /// `elasticrun serve ...`'s own options (resolved once the config file is
 /// read), and the job's as a command line.
@@ -154,9 +144,7 @@ fn main() -> ExitCode {
         }
     };
     let fmt = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(log_filter(
-            cfg.log_level,
-        )))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(cfg.log_level.filter()))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if cfg.log_timestamps {

@@ -8,9 +8,9 @@ use control::Secret;
 // Re-exported for the tests that check whether this process was launched.
 pub(crate) use control::env::COORDINATOR;
 use control::env::{
-    COORDINATOR_TIMEOUT, DATA_ALL_INTERFACES, ELASTIC_TIMEOUT, GLOO_TIMEOUT_SECONDS, HOST, SECRET,
-    SHARED_MEMORY, SLOT, SPIN_US, START_TIMEOUT, THREAD_AFFINITY, TRANSPORT, TransportKind,
-    parse_cpu_list,
+    COORDINATOR_TIMEOUT, DATA_ALL_INTERFACES, ELASTIC_TIMEOUT, GLOO_TIMEOUT_SECONDS, HOST,
+    LOG_LEVEL, LogLevel, SECRET, SHARED_MEMORY, SLOT, SPIN_US, START_TIMEOUT, THREAD_AFFINITY,
+    TRANSPORT, TransportKind, parse_cpu_list,
 };
 
 use crate::InitError;
@@ -103,6 +103,19 @@ fn spin(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Duration>, InitE
         Err(_) => Err(InitError::Environment {
             var: SPIN_US,
             why: format!("is {v:?}, not a whole number of microseconds"),
+        }),
+    }
+}
+
+/// [`control::env::LOG_LEVEL`] as read by `get`: `warning` when unset or
+/// empty. Read apart from [`read`] (and before it), so that a worker that
+/// joins through etcd, or runs alone, logs at the level it is given too.
+pub(crate) fn log_level(get: impl Fn(&str) -> Option<String>) -> Result<LogLevel, InitError> {
+    match get(LOG_LEVEL).filter(|v| !v.trim().is_empty()) {
+        None => Ok(LogLevel::Warning),
+        Some(v) => LogLevel::parse(&v).ok_or_else(|| InitError::Environment {
+            var: LOG_LEVEL,
+            why: format!("is {v:?}, none of: trace, debug, info, warning, error"),
         }),
     }
 }
@@ -283,6 +296,21 @@ mod tests {
         ];
         pairs.extend_from_slice(extra);
         read(env(&pairs))
+    }
+
+    #[test]
+    fn the_log_level_is_read_or_warning() {
+        let with = |v: Option<&str>| {
+            let v = v.map(str::to_owned);
+            log_level(move |k| (k == LOG_LEVEL).then(|| v.clone()).flatten())
+        };
+        assert_eq!(with(None).ok(), Some(LogLevel::Warning));
+        assert_eq!(with(Some(" ")).ok(), Some(LogLevel::Warning));
+        assert_eq!(with(Some("debug")).ok(), Some(LogLevel::Debug));
+        assert_eq!(with(Some("ERROR")).ok(), Some(LogLevel::Error));
+        let e = with(Some("loud")).err().map(|e| e.to_string());
+        let e = e.unwrap_or_default();
+        assert!(e.contains(LOG_LEVEL) && e.contains("\"loud\""), "{e}");
     }
 
     #[test]

@@ -81,13 +81,13 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, InitError> {
 /// Joins the job described by the environment `elasticrun` set, or makes a world
 /// of one when there is none.
 pub fn init() -> Result<Worker, InitError> {
-    default_logging();
+    let get = |k: &str| std::env::var(k).ok();
+    default_logging(env::log_level(get)?);
     // Many peers mean many sockets (and elasticrun raised it already for the
     // workers it starts itself, not for those ssh starts).
     if let Err(e) = control::limits::raise_open_files() {
         tracing::debug!(%e, "cannot raise the open-files limit");
     }
-    let get = |k: &str| std::env::var(k).ok();
     // Started by elasticrun (ELASTICRUN_COORDINATOR), else through etcd.
     let pod_env = match get(env::COORDINATOR) {
         Some(_) => None,
@@ -190,17 +190,17 @@ async fn finished(link: &Link) {
     }
 }
 
-/// Warnings and errors of the runtime on stderr (which elasticrun forwards)
-/// when the program set up no `tracing` subscriber of its own; colours only
-/// on a terminal.
-fn default_logging() {
+/// The runtime's log lines at `level` and above on stderr (which elasticrun
+/// forwards) when the program set up no `tracing` subscriber of its own;
+/// colours only on a terminal.
+fn default_logging(level: control::env::LogLevel) {
     use std::io::IsTerminal as _;
     if tracing::dispatcher::has_been_set() {
         return;
     }
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::WARN)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level.filter()))
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .without_time()

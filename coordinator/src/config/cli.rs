@@ -397,7 +397,8 @@ pub struct Cli {
     #[arg(long, help_heading = "Output")]
     pub prefix_output_with_timestamp: bool,
 
-    /// trace, debug, info, warning, error [default: warning].
+    /// trace, debug, info, warning, error [default: warning]: elasticrun's own
+    /// log lines and those of the runtime in every worker.
     #[arg(long, value_name = "LEVEL", help_heading = "Logging")]
     pub log_level: Option<String>,
     /// Log what elasticrun does as it starts the job (--log-level debug, unless --log-level is given).

@@ -14,7 +14,6 @@ mod resolve;
 pub mod serve;
 
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 pub use argv::check_build;
@@ -150,31 +149,7 @@ pub enum StallCheck {
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    Trace,
-    Debug,
-    Info,
-    Warning,
-    Error,
-}
-
-impl FromStr for LogLevel {
-    type Err = BadValue;
-
-    fn from_str(s: &str) -> Result<Self, BadValue> {
-        match s.to_ascii_lowercase().as_str() {
-            "trace" => Ok(LogLevel::Trace),
-            "debug" => Ok(LogLevel::Debug),
-            "info" => Ok(LogLevel::Info),
-            "warning" | "warn" => Ok(LogLevel::Warning),
-            "error" | "fatal" => Ok(LogLevel::Error),
-            other => Err(BadValue::NotALogLevel {
-                level: other.to_owned(),
-            }),
-        }
-    }
-}
+pub use control::env::LogLevel;
 
 /// An elastic job (`--host-discovery-script`): the hosts come and go, and the
 /// number of processes moves between `min_np` and `max_np`. Validated:

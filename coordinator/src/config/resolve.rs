@@ -493,7 +493,10 @@ fn engine_cpus(l: &Layers<'_>) -> Result<Option<Vec<usize>>, ConfigError> {
 
 fn log_level(l: &Layers<'_>) -> Result<LogLevel, ConfigError> {
     let raw = l.pick(&opt::LOG_LEVEL)?;
-    raw.value
-        .parse()
-        .map_err(|why: BadValue| invalid(opt::LOG_LEVEL.flag, why.into()))
+    LogLevel::parse(&raw.value).ok_or_else(|| {
+        let why = BadValue::NotALogLevel {
+            level: raw.value.to_string(),
+        };
+        invalid(opt::LOG_LEVEL.flag, why.into())
+    })
 }

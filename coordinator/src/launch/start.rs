@@ -65,6 +65,8 @@ fn job_env(cfg: &JobConfig, w: &WorkerStart<'_>) -> Vec<(String, String)> {
             control::env::SHARED_MEMORY.into(),
             u8::from(cfg.shared_memory).to_string(),
         ),
+        // The runtime in each worker logs at elasticrun's own level.
+        (control::env::LOG_LEVEL.into(), cfg.log_level.name().into()),
     ];
     if let Some(e) = &cfg.elastic {
         env.push((
@@ -390,5 +392,15 @@ mod tests {
         let env = env_of(&cfg, 1);
         assert_eq!(value(&env, control::env::TRANSPORT), Some("quic"));
         assert_eq!(value(&env, control::env::SHARED_MEMORY), Some("0"));
+    }
+
+    #[test]
+    fn workers_log_at_the_jobs_level() {
+        let env = env_of(&config("-np 2 ./t"), 0);
+        assert_eq!(value(&env, control::env::LOG_LEVEL), Some("warning"));
+        let env = env_of(&config("--log-level DEBUG -np 2 ./t"), 1);
+        assert_eq!(value(&env, control::env::LOG_LEVEL), Some("debug"));
+        let env = env_of(&config("--verbose -np 2 ./t"), 1);
+        assert_eq!(value(&env, control::env::LOG_LEVEL), Some("debug"));
     }
 }

@@ -389,3 +389,33 @@ fn the_documented_output_is_the_real_output() {
     let rank0: Vec<&&str> = lines.iter().filter(|l| l.starts_with("[0]")).collect();
     assert_eq!(rank0.last(), Some(&&shown), "{}", run.stdout);
 }
+
+#[test]
+fn the_workers_runtime_logs_at_elasticruns_level() {
+    let engine_lines = |level: Option<&str>| {
+        let mut args: Vec<String> = level
+            .map(|l| vec!["--log-level".to_string(), l.to_string()])
+            .unwrap_or_default();
+        args.extend(train_args("2", &["--epochs", "1"]));
+        let run = launch(&args.iter().map(String::as_str).collect::<Vec<_>>()).finish(JOB);
+        run.expect_code(0);
+        let lines: Vec<String> = run
+            .stderr
+            .lines()
+            .filter(|l| l.contains("engine shut down"))
+            .map(str::to_owned)
+            .collect();
+        (lines, run.stderr)
+    };
+    // A debug line of the runtime in each worker, forwarded with its rank.
+    let (lines, all) = engine_lines(Some("debug"));
+    for rank in ["[0]", "[1]"] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(rank)),
+            "no debug line of rank {rank} in:\n{all}"
+        );
+    }
+    // The default, warning, keeps it out.
+    let (lines, all) = engine_lines(None);
+    assert!(lines.is_empty(), "debug lines at the default level:\n{all}");
+}
