@@ -50,6 +50,7 @@ pub use transport::end::Breaker;
 pub use transport::endpoint::Endpoint;
 pub use transport::mem::MemTransport;
 pub use transport::mem_fabric::{MemAddress, MemEndpoint, MemFabric};
+pub use transport::plane::DataPlane;
 pub use transport::quic::{QuicAddress, QuicConfig, QuicEndpoint, QuicTransport};
 pub use transport::shm::{ShmConfig, ShmRead, ShmWrite};
 pub use transport::stream::{ReadHalf, StreamTransport, WriteHalf};

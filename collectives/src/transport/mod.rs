@@ -32,6 +32,7 @@ mod mailbox;
 pub(crate) mod mem;
 pub(crate) mod mem_fabric;
 pub(crate) mod pieces;
+pub(crate) mod plane;
 pub(crate) mod quic;
 pub(crate) mod shm;
 pub(crate) mod stream;

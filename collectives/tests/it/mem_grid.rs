@@ -5,7 +5,9 @@ use crate::common;
 
 use std::time::Duration;
 
-use collectives::{CollectiveOptions, Communicator, Generation, MemTransport, ReduceOp, bf16, f16};
+use collectives::{
+    CollectiveOptions, Communicator, DataPlane, Generation, MemTransport, ReduceOp, bf16, f16,
+};
 use common::*;
 
 fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<MemTransport>> {
@@ -18,10 +20,9 @@ fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<MemTransport>> 
 struct World;
 
 impl common::grid::World for World {
-    type T = MemTransport;
-
-    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<MemTransport>> {
-        world(n, opts)
+    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<DataPlane>> {
+        let world = MemTransport::world(n, Generation(0), Duration::from_secs(30));
+        common::grid::communicators(world, opts)
     }
 }
 

@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use collectives::{
-    AllreduceAlgorithm, CollectiveOptions, Communicator, Generation, LossCause, ReduceOp,
-    ShmConfig, Tag, TcpConfig, TcpEndpoint, TcpTransport, Transport, TransportError, bf16, f16,
+    AllreduceAlgorithm, CollectiveOptions, Communicator, DataPlane, Generation, LossCause,
+    ReduceOp, ShmConfig, Tag, TcpConfig, TcpEndpoint, TcpTransport, Transport, TransportError,
+    bf16, f16,
 };
 use common::*;
 use control::DataKey;
@@ -68,16 +69,12 @@ fn others(n: usize, r: usize) -> Vec<usize> {
 struct World;
 
 impl common::grid::World for World {
-    type T = TcpTransport;
-
-    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<TcpTransport>> {
+    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<DataPlane>> {
         let ts = mesh(&vec![config(tiny_rings()); n], Generation(1)).await;
         for (r, t) in ts.iter().enumerate() {
             assert_eq!(t.shared_memory_peers(), others(n, r), "rank {r}");
         }
-        ts.into_iter()
-            .map(|t| Communicator::new(t, opts.clone()))
-            .collect()
+        common::grid::communicators(ts, opts)
     }
 }
 

@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use collectives::{
-    AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, Element, Generation,
-    LossCause, ReduceOp, ShmConfig, Tag, TcpConfig, TcpEndpoint, TcpTransport, Transport,
-    TransportError, bf16, schedule::even_counts,
+    AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, DataPlane, Element,
+    Generation, LossCause, ReduceOp, ShmConfig, Tag, TcpConfig, TcpEndpoint, TcpTransport,
+    Transport, TransportError, bf16, schedule::even_counts,
 };
 use common::*;
 use control::DataKey;
@@ -80,10 +80,8 @@ async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<TcpTransp
 struct Sockets;
 
 impl common::grid::World for Sockets {
-    type T = TcpTransport;
-
-    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<TcpTransport>> {
-        world(n, opts).await
+    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<DataPlane>> {
+        common::grid::communicators(mesh(n, Generation(1), &config()).await, opts)
     }
 }
 

@@ -7,20 +7,32 @@
 use std::future::Future;
 
 use collectives::{
-    AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Collectives, Communicator, Element,
-    FusedPhases, Host, ReduceOp, Transport, schedule::even_counts,
+    AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Collectives, Communicator,
+    DataPlane, Element, FusedPhases, Host, ReduceOp, schedule::even_counts,
 };
 
 use super::*;
 
-/// The ranks of a fresh world of `n` over one transport.
+/// The ranks of a fresh world of `n` over one transport, as a
+/// [`DataPlane`] (as a worker runs them): the collectives are then built
+/// once for every world instead of once per transport, minutes of the
+/// test build.
 pub trait World {
-    type T: Transport;
-
     fn world(
         n: usize,
         opts: &CollectiveOptions,
-    ) -> impl Future<Output = Vec<Communicator<Self::T>>>;
+    ) -> impl Future<Output = Vec<Communicator<DataPlane>>>;
+}
+
+/// `transports` as the ranks of a world.
+pub fn communicators<X: Into<DataPlane>>(
+    transports: Vec<X>,
+    opts: &CollectiveOptions,
+) -> Vec<Communicator<DataPlane>> {
+    transports
+        .into_iter()
+        .map(|t| Communicator::new(t.into(), opts.clone()))
+        .collect()
 }
 
 pub fn variants() -> Vec<(&'static str, CollectiveOptions)> {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use collectives::{
-    CollectiveError, CollectiveOptions, Communicator, Generation, ReduceOp, Tag, Transport,
-    TransportError,
+    CollectiveError, CollectiveOptions, Communicator, DataPlane, Generation, ReduceOp, Tag,
+    Transport, TransportError,
 };
 use control::pki::JobCa;
 use control::{LeafPublicKey, TlsGrant};
@@ -227,14 +227,11 @@ pub async fn other_jobs_and_expired_leaves_are_refused<E: Granted>() {
 /// The collective grid's world ([`super::grid`]) on the meshes of `E`.
 pub struct MeshWorld<E>(std::marker::PhantomData<E>);
 
-impl<E: Granted> super::grid::World for MeshWorld<E> {
-    type T = E::T;
-
-    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<E::T>> {
-        mesh::<E>(n, Generation(1))
-            .await
-            .into_iter()
-            .map(|t| Communicator::new(t, opts.clone()))
-            .collect()
+impl<E: Granted> super::grid::World for MeshWorld<E>
+where
+    E::T: Into<DataPlane>,
+{
+    async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<DataPlane>> {
+        super::grid::communicators(mesh::<E>(n, Generation(1)).await, opts)
     }
 }

@@ -114,7 +114,7 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())?;
             let plane = plane(transport.shared_memory_peers(), ["tcp", "tcp+shm"]);
-            bench(transport, args, plane).await
+            bench(transport.into(), args, plane).await
         }
         DataPlane::Quic => {
             let ep = quic_endpoint(args, &secret, rank, listen).await?;
@@ -123,7 +123,7 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 .connect(rank, GENERATION, &peers)
                 .await
                 .map_err(|e| e.to_string())?;
-            bench(transport, args, "quic").await
+            bench(transport.into(), args, "quic").await
         }
         DataPlane::Tls => {
             let connect_timeout = config.connect_timeout;
@@ -139,7 +139,7 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())?;
             let plane = plane(transport.shared_memory_peers(), ["tls", "tls+shm"]);
-            bench(transport, args, plane).await
+            bench(transport.into(), args, plane).await
         }
     }
 }
@@ -228,8 +228,14 @@ async fn exchange(addr: SocketAddr, rank: usize, np: usize) -> Result<Vec<Socket
     parse_peers(&line, np)
 }
 
-/// Runs the benchmark over a built mesh, then leaves it cleanly.
-async fn bench<X: Transport>(transport: X, args: &Args, plane: &'static str) -> Result<(), String> {
+/// Runs the benchmark over a built mesh, then leaves it cleanly. Through
+/// the enum a worker runs on, so that the collectives are built once for
+/// every data plane instead of once per transport (a minute of the build).
+async fn bench(
+    transport: collectives::DataPlane,
+    args: &Args,
+    plane: &'static str,
+) -> Result<(), String> {
     let comm = Communicator::new(transport, args.collective_options());
     match args.device {
         crate::Place::Host => crate::bench::run(&comm, args, plane)
