@@ -183,7 +183,7 @@ fn bad_values_are_named_with_where_they_came_from() {
         (
             &["--log-level", "LOUD", "-np", "1", "train"][..],
             &[][..],
-            "elasticrun: --log-level: \"loud\" is not one of trace, debug, info, warning, error\n",
+            "elasticrun: --log-level: \"LOUD\" is not one of trace, debug, info, warning, error\n",
         ),
         (
             &["--min-np", "2", "-np", "2", "train"][..],

@@ -152,9 +152,10 @@ pub(super) fn refused(cli: &Cli) -> Option<(&'static str, &'static str)> {
             "elasticrun does not use MPI, so there are no MPI threads to disable; leave it out",
         ),
         (
-            cli.num_nccl_streams.is_some(),
+            cli.num_nccl_streams.is_some_and(|n| n != 1),
             "num-nccl-streams",
-            "elasticrun has no NCCL data plane yet (collectives run over TCP); leave it out",
+            "elasticrun runs a rank's NCCL collectives on one CUDA stream (horovodrun's \
+             default); give 1 or leave it out",
         ),
     ];
     refusals

@@ -386,7 +386,7 @@ pub struct Cli {
     /// Asks for nothing: accepted (horovodrun's hidden negation).
     #[arg(long, overrides_with = "mpi_threads_disable", hide = true)]
     pub no_mpi_threads_disable: bool,
-    /// Refused: elasticrun has no NCCL data plane yet.
+    /// Only 1 (horovodrun's default): a rank's NCCL collectives run on one CUDA stream.
     #[arg(long, value_name = "N", help_heading = "Controller and library")]
     pub num_nccl_streams: Option<u32>,
 

@@ -366,6 +366,11 @@ fn mpi_and_jsrun_options_are_refused_saying_what_to_do_instead() {
 }
 
 #[test]
+fn one_nccl_stream_is_what_runs_and_is_accepted() {
+    assert!(parse_words(&["--num-nccl-streams", "1", "-np", "2", "./t"]).is_ok());
+}
+
+#[test]
 fn help_spells_np_as_users_type_it_and_does_not_require_it() {
     let help = Cli::help_text();
     let usage = help.lines().find(|l| l.starts_with("Usage:")).unwrap();
