@@ -79,6 +79,14 @@ pub struct Cli {
         help_heading = "Launching"
     )]
     pub coordinator_timeout: Option<f64>,
+    /// Seconds without a heartbeat after which elasticrun takes a worker for failed: how soon a host cut from the network is noticed [default: 15]. At least 2: workers send one a second.
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        value_name = "SECONDS",
+        help_heading = "Launching"
+    )]
+    pub heartbeat_timeout: Option<f64>,
     /// Interface whose address the coordinator listens on; workers reach it, and each other, from the address they reach it through; one interface [default: any].
     #[arg(
         long,

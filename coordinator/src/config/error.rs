@@ -92,6 +92,10 @@ pub enum Refusal {
     Negative { value: f64 },
     #[error("{seconds} seconds is too long")]
     TooLong { seconds: f64 },
+    #[error(
+        "{seconds} seconds is too short: workers send a heartbeat every second, so at least {min} are needed"
+    )]
+    TooShort { seconds: f64, min: f64 },
     #[error("{layer} gives both hosts and a hostfile")]
     HostsAndHostfile { layer: Layer },
     #[error(

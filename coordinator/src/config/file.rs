@@ -64,6 +64,7 @@ pub struct Launch {
     pub ssh_identity_file: Option<String>,
     pub start_timeout: Option<f64>,
     pub coordinator_timeout: Option<f64>,
+    pub heartbeat_timeout: Option<f64>,
     pub network_interface: Option<String>,
     pub output_filename: Option<String>,
     pub prefix_output_with_timestamp: Option<bool>,

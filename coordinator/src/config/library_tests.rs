@@ -1,7 +1,7 @@
 //! Resolving horovodrun's library options (`--gloo-timeout-seconds`,
 //! `--thread-affinity`, `--tcp`), elasticrun's (`--transport`,
-//! `--no-shared-memory`), `--verbose` and `--network-interfaces` from every
-//! layer.
+//! `--no-shared-memory`, `--heartbeat-timeout`), `--verbose` and
+//! `--network-interfaces` from every layer.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -228,4 +228,35 @@ fn shared_memory_from_each_layer() {
     let c = run("--transport quic --no-shared-memory -np 2 ./t", &[], "").unwrap();
     assert_eq!(c.transport, control::env::TransportKind::Quic);
     assert!(!c.shared_memory);
+}
+
+#[test]
+fn heartbeat_timeout_from_each_layer_and_not_below_two_beats() {
+    let c = run("-np 2 ./t", &[], "").unwrap();
+    assert_eq!(c.heartbeat_timeout, Duration::from_secs(15));
+    let c = run("--heartbeat-timeout 4.5 -np 2 ./t", &[], "").unwrap();
+    assert_eq!(c.heartbeat_timeout, Duration::from_millis(4500));
+    let env = [("ELASTICRUN_HEARTBEAT_TIMEOUT", "6")];
+    let file = "launch:\n  heartbeat_timeout: 8\n";
+    assert_eq!(
+        run("-np 2 ./t", &env, file).unwrap().heartbeat_timeout,
+        Duration::from_secs(6)
+    );
+    let c = run("-np 2 ./t", &[], file).unwrap();
+    assert_eq!(c.heartbeat_timeout, Duration::from_secs(8));
+    for (bad, says) in [
+        (
+            "1.5",
+            "too short: workers send a heartbeat every second, so at least 2",
+        ),
+        ("0", "not a positive number"),
+        ("-3", "not a positive number"),
+    ] {
+        let e = run(&format!("--heartbeat-timeout {bad} -np 2 ./t"), &[], "").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("heartbeat-timeout") && text.contains(says),
+            "{bad}: {text}"
+        );
+    }
 }

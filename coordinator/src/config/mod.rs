@@ -151,6 +151,10 @@ pub enum StallCheck {
 
 pub use control::env::LogLevel;
 
+/// The shortest `--heartbeat-timeout`: twice the workers' heartbeat interval
+/// (one second), so that one late beat is no failure.
+pub const MIN_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// An elastic job (`--host-discovery-script`): the hosts come and go, and the
 /// number of processes moves between `min_np` and `max_np`. Validated:
 /// `1 <= min_np <= initial_np <= max_np`, every count and duration positive.
@@ -197,6 +201,9 @@ pub struct JobConfig {
     /// How long a worker that lost its coordinator connection keeps trying
     /// to reconnect (default 10 s).
     pub coordinator_timeout: Duration,
+    /// A worker silent (no heartbeat) this long has failed (default 15 s,
+    /// at least [`MIN_HEARTBEAT_TIMEOUT`]).
+    pub heartbeat_timeout: Duration,
     pub network_interface: Option<String>,
     pub ssh_port: Option<u16>,
     pub ssh_identity_file: Option<PathBuf>,

@@ -146,6 +146,16 @@ pub(super) const COORDINATOR_TIMEOUT: Opt<f64> = Opt {
     default: 10.0,
 };
 
+/// Seconds; at least [`super::MIN_HEARTBEAT_TIMEOUT`].
+pub(super) const HEARTBEAT_TIMEOUT: Opt<f64> = Opt {
+    flag: "heartbeat-timeout",
+    env: &[var("ELASTICRUN_HEARTBEAT_TIMEOUT", number)],
+    yaml: "launch.heartbeat_timeout",
+    cli: |c| c.heartbeat_timeout,
+    file: |f| f.launch.heartbeat_timeout,
+    default: 15.0,
+};
+
 pub(super) const NETWORK_INTERFACE: Opt<Option<String>> = Opt {
     flag: "network-interface",
     env: &[

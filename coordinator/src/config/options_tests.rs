@@ -26,6 +26,7 @@ fn table() -> Vec<Names> {
         names(&HOSTFILE),
         names(&START_TIMEOUT),
         names(&COORDINATOR_TIMEOUT),
+        names(&HEARTBEAT_TIMEOUT),
         names(&NETWORK_INTERFACE),
         names(&SSH_PORT),
         names(&SSH_IDENTITY_FILE),
@@ -183,6 +184,7 @@ fn the_help_states_the_defaults() {
     for o in [
         &START_TIMEOUT,
         &COORDINATOR_TIMEOUT,
+        &HEARTBEAT_TIMEOUT,
         &FUSION_THRESHOLD_MB,
         &CYCLE_TIME_MS,
         &AUTOTUNE_GAUSSIAN_PROCESS_NOISE,

@@ -24,7 +24,7 @@ fn cli(args: &[&str]) -> Cli {
 
 /// The file of the module's documentation, every key set.
 const FULL_FILE: &str = "launch: { np: 4, hosts: \"a:2,b:2\", ssh_port: 2222, \
-    ssh_identity_file: ~/.ssh/id, start_timeout: 60, coordinator_timeout: 5, \
+    ssh_identity_file: ~/.ssh/id, start_timeout: 60, coordinator_timeout: 5, heartbeat_timeout: 6, \
     network_interface: eth0, output_filename: logs, prefix_output_with_timestamp: true }
 params: { fusion_threshold_mb: 32, cycle_time_ms: 2.5, cache_capacity: 2048, \
     disable_cache: false, hierarchical_allreduce: false, hierarchical_allgather: false, \
@@ -81,6 +81,7 @@ fn env_names() -> Vec<&'static str> {
         HOSTFILE,
         START_TIMEOUT,
         COORDINATOR_TIMEOUT,
+        HEARTBEAT_TIMEOUT,
         NETWORK_INTERFACE,
         SSH_PORT,
         SSH_IDENTITY_FILE,

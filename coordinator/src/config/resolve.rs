@@ -13,8 +13,8 @@ use super::file::ConfigFile;
 use super::options::{self as opt, Opt, When};
 use super::parse::segment_bytes;
 use super::{
-    AutotuneConfig, ConfigError, ElasticConfig, HostSpec, JobConfig, LogLevel, Source, Sourced,
-    StallCheck, Timeline, Tuning,
+    AutotuneConfig, ConfigError, ElasticConfig, HostSpec, JobConfig, LogLevel,
+    MIN_HEARTBEAT_TIMEOUT, Source, Sourced, StallCheck, Timeline, Tuning,
 };
 use elastic::hosts::parse_host_list;
 
@@ -101,6 +101,17 @@ fn positive_seconds(option: &'static str, v: f64) -> Result<Duration, ConfigErro
         .map_err(|_| invalid(option, Refusal::TooLong { seconds: v }))
 }
 
+/// `--heartbeat-timeout`: positive seconds, at least [`MIN_HEARTBEAT_TIMEOUT`].
+fn heartbeat_timeout(v: f64) -> Result<Duration, ConfigError> {
+    let flag = opt::HEARTBEAT_TIMEOUT.flag;
+    let d = positive_seconds(flag, v)?;
+    if d < MIN_HEARTBEAT_TIMEOUT {
+        let min = MIN_HEARTBEAT_TIMEOUT.as_secs_f64();
+        return Err(invalid(flag, Refusal::TooShort { seconds: v, min }));
+    }
+    Ok(d)
+}
+
 fn non_negative(option: &'static str, v: f64) -> Result<f64, ConfigError> {
     if v.is_finite() && v >= 0.0 {
         Ok(v)
@@ -139,6 +150,7 @@ pub fn resolve(
     }
     let start_timeout = l.pick(&opt::START_TIMEOUT)?;
     let coordinator_timeout = l.pick(&opt::COORDINATOR_TIMEOUT)?;
+    let heartbeat_timeout = heartbeat_timeout(l.pick(&opt::HEARTBEAT_TIMEOUT)?.value)?;
     let network_interface = l.pick(&opt::NETWORK_INTERFACE)?;
     let ssh_port = l.pick(&opt::SSH_PORT)?;
     let ssh_identity_file = l.pick(&opt::SSH_IDENTITY_FILE)?;
@@ -174,6 +186,7 @@ pub fn resolve(
             opt::COORDINATOR_TIMEOUT.flag,
             coordinator_timeout.value,
         )?,
+        heartbeat_timeout,
         network_interface: network_interface.value,
         ssh_port: ssh_port.value,
         ssh_identity_file: ssh_identity_file.value,

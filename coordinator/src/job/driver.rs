@@ -23,7 +23,7 @@ use super::recovery::Recovery;
 use super::say::Say;
 use super::waiting::{self, Waiting};
 use crate::config::JobConfig;
-use crate::job::{Ending, JobError, SILENCE, STOP_GRACE, Stops};
+use crate::job::{Ending, JobError, STOP_GRACE, Stops};
 use crate::launch::address::{first_interface, interface_address};
 use crate::launch::{Launcher, Started, stop_all};
 use crate::server::{Arrival, Arrivals};
@@ -92,6 +92,8 @@ pub(super) struct Live {
 pub(super) struct Driver {
     pub(super) mode: Mode,
     pub(super) knobs: Knobs,
+    /// A worker silent (no heartbeat) this long has failed (`--heartbeat-timeout`).
+    pub(super) silence: Duration,
     pub(super) data_token: u64,
     /// The job's certificate authority (QUIC workers' leaves).
     pub(super) ca: std::sync::Arc<control::pki::JobCa>,
@@ -279,7 +281,7 @@ impl Driver {
             link,
             slot.clone(),
             live.link_id,
-            SILENCE,
+            self.silence,
             self.events.clone(),
         ));
         self.addrs.insert(slot.clone(), r.data_addr);

@@ -40,8 +40,6 @@ use elastic::hosts::{HostSlots, parse_hostfile};
 
 /// How long stopped workers get between SIGTERM and SIGKILL.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(3);
-/// A worker silent for this long (no heartbeat) has failed.
-pub(crate) const SILENCE: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {

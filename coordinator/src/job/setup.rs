@@ -217,6 +217,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         return Ok(Ending::Failed);
     };
     let knobs = knobs(&cfg);
+    let silence = cfg.heartbeat_timeout;
     let seams = Seams {
         launcher: Box::new(ProcessLauncher::new(cfg, secret, listening).with_layout(layout)),
         arrivals: server.into_arrivals(),
@@ -227,7 +228,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         say,
         ca,
     };
-    drive(mode, policy, knobs, seams).await
+    drive(mode, policy, knobs, silence, seams).await
 }
 
 /// Runs the job described by `cfg` on `seams` until it ends: `cfg` gives
@@ -241,20 +242,28 @@ pub async fn run_on(cfg: &JobConfig, seams: Seams) -> Result<Ending, JobError> {
             (Mode::Static, Policy::fixed(np, cfg.start_timeout))
         }
     };
-    drive(mode, policy, knobs(cfg), seams).await
+    drive(mode, policy, knobs(cfg), cfg.heartbeat_timeout, seams).await
 }
 
-/// Runs an elastic job on `seams` with `policy` and `knobs` (`elasticrun
-/// serve`'s leader, whose seams are etcd's).
+/// Runs an elastic job on `seams` with `policy` and `knobs`, a worker
+/// silent for `silence` taken for failed (`elasticrun serve`'s leader, whose
+/// seams are etcd's).
 pub(crate) async fn drive_elastic(
     policy: Policy,
     knobs: Knobs,
+    silence: Duration,
     seams: Seams,
 ) -> Result<Ending, JobError> {
-    drive(Mode::Elastic, policy, knobs, seams).await
+    drive(Mode::Elastic, policy, knobs, silence, seams).await
 }
 
-async fn drive(mode: Mode, policy: Policy, knobs: Knobs, seams: Seams) -> Result<Ending, JobError> {
+async fn drive(
+    mode: Mode,
+    policy: Policy,
+    knobs: Knobs,
+    silence: Duration,
+    seams: Seams,
+) -> Result<Ending, JobError> {
     let Seams {
         launcher,
         mut arrivals,
@@ -282,6 +291,7 @@ async fn drive(mode: Mode, policy: Policy, knobs: Knobs, seams: Seams) -> Result
         age_at_start: age,
         stall: StallConfig::from_knobs(&knobs),
         knobs,
+        silence,
         data_token,
         ca,
         launcher,

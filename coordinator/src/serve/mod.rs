@@ -101,6 +101,7 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
         tls,
         policy: crate::job::policy_of(&cfg, e),
         knobs: crate::job::knobs(&cfg),
+        silence: cfg.heartbeat_timeout,
         keys: Keys::new(&serve.job),
         client,
         advertise,
@@ -128,6 +129,8 @@ struct Replica {
     transport: control::env::TransportKind,
     policy: elastic::membership::Policy,
     knobs: control::Knobs,
+    /// A worker silent this long has failed (`--heartbeat-timeout`).
+    silence: std::time::Duration,
     client: etcdjob::Client,
     keys: Keys,
     advertise: IpAddr,
@@ -285,7 +288,8 @@ impl Replica {
             ca: self.ca.clone(),
         };
         let ending =
-            crate::job::drive_elastic(self.policy.clone(), self.knobs.clone(), seams).await?;
+            crate::job::drive_elastic(self.policy.clone(), self.knobs.clone(), self.silence, seams)
+                .await?;
         drop(pods);
         self.end_term(ending, lease, &leadership).await
     }
