@@ -137,7 +137,7 @@ elastic_kill() {
         return
     fi
     local t0=$SECONDS
-    RUST_LOG=warn,gpu=info timeout -k 5 120 "$bin/elasticrun" --min-np 2 --max-np 2 \
+    timeout -k 5 120 "$bin/elasticrun" --log-level info --min-np 2 --max-np 2 \
         --host-discovery-script "$hosts" --gloo-timeout-seconds 20 "${flags[@]}" \
         "$bin/gpu_elastic" --steps 400 --elements 1048576 > "$log" 2>&1 &
     local job=$!

@@ -56,7 +56,6 @@ enum RunError {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    logging();
     let gpus = match gpu::probe() {
         Ok(info) => info.devices,
         Err(e) => {
@@ -110,22 +109,6 @@ fn run(args: &Args, gpus: usize) -> Result<(), RunError> {
     println!("{done}");
     w.shutdown();
     Ok(())
-}
-
-/// The runtime's warnings on stderr, as the worker logs by default, or what
-/// `RUST_LOG` asks for (`RUST_LOG=warn,gpu=info` adds how long each
-/// `ncclCommAbort` took).
-fn logging() {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .without_time()
-        .try_init();
 }
 
 /// The wall clock in milliseconds since the Unix epoch (0 before it).
