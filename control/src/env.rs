@@ -80,6 +80,9 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
+    /// The names [`LogLevel::parse`] reads, as error messages list them.
+    pub const NAMES: &'static str = "trace, debug, info, warning, error";
+
     /// `trace`, `debug`, `info`, `warning` (or `warn`), `error` (or `fatal`,
     /// Horovod's highest), any case, spaces around allowed.
     pub fn parse(s: &str) -> Option<Self> {

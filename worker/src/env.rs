@@ -115,7 +115,7 @@ pub(crate) fn log_level(get: impl Fn(&str) -> Option<String>) -> Result<LogLevel
         None => Ok(LogLevel::Warning),
         Some(v) => LogLevel::parse(&v).ok_or_else(|| InitError::Environment {
             var: LOG_LEVEL,
-            why: format!("is {v:?}, none of: trace, debug, info, warning, error"),
+            why: format!("is {v:?}, none of: {}", LogLevel::NAMES),
         }),
     }
 }

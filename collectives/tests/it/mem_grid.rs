@@ -10,19 +10,16 @@ use collectives::{
 };
 use common::*;
 
-fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<MemTransport>> {
-    MemTransport::world(n, Generation(0), Duration::from_secs(30))
-        .into_iter()
-        .map(|t| Communicator::new(t, opts.clone()))
-        .collect()
+fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<DataPlane>> {
+    let world = MemTransport::world(n, Generation(0), Duration::from_secs(30));
+    common::grid::communicators(world, opts)
 }
 
 struct World;
 
 impl common::grid::World for World {
     async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<DataPlane>> {
-        let world = MemTransport::world(n, Generation(0), Duration::from_secs(30));
-        common::grid::communicators(world, opts)
+        world(n, opts)
     }
 }
 

@@ -68,12 +68,8 @@ async fn mesh(n: usize, g: Generation, cfg: &TcpConfig) -> Vec<TcpTransport> {
     ts.into_iter().map(|t| t.expect("mesh set-up")).collect()
 }
 
-async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<TcpTransport>> {
-    mesh(n, Generation(1), &config())
-        .await
-        .into_iter()
-        .map(|t| Communicator::new(t, opts.clone()))
-        .collect()
+async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<DataPlane>> {
+    common::grid::communicators(mesh(n, Generation(1), &config()).await, opts)
 }
 
 /// The grid's worlds over plain sockets.
@@ -81,7 +77,7 @@ struct Sockets;
 
 impl common::grid::World for Sockets {
     async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<DataPlane>> {
-        common::grid::communicators(mesh(n, Generation(1), &config()).await, opts)
+        world(n, opts).await
     }
 }
 
@@ -110,11 +106,7 @@ fn variants() -> [CollectiveOptions; 3] {
     ]
 }
 
-async fn allreduce_case<T: Element>(
-    comms: &[Communicator<TcpTransport>],
-    len: usize,
-    op: ReduceOp,
-) {
+async fn allreduce_case<T: Element>(comms: &[Communicator<DataPlane>], len: usize, op: ReduceOp) {
     let n = comms.len();
     let ctx = format!("tcp allreduce {} {op} n={n} len={len}", T::DTYPE);
     let mut bufs = inputs::<T>(n, len, op);

@@ -61,7 +61,7 @@ pub enum BadValue {
         SEGMENT_BYTES_RANGE.end()
     )]
     SegmentSize { bytes: u64 },
-    #[error("{level:?} is not one of trace, debug, info, warning, error")]
+    #[error("{level:?} is not one of {}", control::env::LogLevel::NAMES)]
     NotALogLevel { level: String },
     #[error("expected CPU ids separated by commas (e.g. 0,2): {why}")]
     NotCpus { why: control::env::CpuListError },
