@@ -32,6 +32,7 @@ pub enum InitError {
         source: crate::affinity::AffinityError,
     },
     /// Joining through etcd (`ELASTICRUN_ETCD`) failed.
+    #[cfg(feature = "etcd")]
     #[error(transparent)]
     Etcd(#[from] etcdjob::EtcdError),
     /// No coordinator led the job within the start timeout.

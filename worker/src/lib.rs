@@ -23,6 +23,10 @@ mod gpu_api;
 mod hierarchy;
 mod join;
 mod optimizer;
+#[cfg(feature = "etcd")]
+mod pod;
+#[cfg(not(feature = "etcd"))]
+#[path = "pod_off.rs"]
 mod pod;
 mod reconnect;
 mod rejoin;

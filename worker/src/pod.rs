@@ -110,6 +110,35 @@ pub(crate) struct Pod {
     pub(crate) secret_hex: String,
 }
 
+/// Joins through etcd (a pod): registers, finds the leader, joins it, and
+/// leaves on SIGTERM.
+pub(crate) fn init(rt: tokio::runtime::Runtime, pe: PodEnv) -> Result<crate::Worker, InitError> {
+    let within = std::env::var(control::env::START_TIMEOUT)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(Duration::from_secs(60), Duration::from_secs_f64);
+    let pod = Arc::new(rt.block_on(enter(pe, within))?);
+    let launch = crate::env::read(|k| launch_var(&pod, k))?.ok_or(InitError::Environment {
+        var: ETCD,
+        why: "cannot describe the job".into(),
+    })?;
+    let leader = &pod.first.1;
+    let named = leader.transport.as_deref();
+    if leader.tls != launch.transport.encrypted()
+        || named.is_some_and(|t| t != launch.transport.name())
+    {
+        return Err(InitError::TransportMismatch {
+            leader: pod.first.1.instance.clone(),
+            ours: launch.transport.name(),
+        });
+    }
+    watch_signals(&rt, &pod, launch.coordinator_timeout);
+    let tls = launch.control_tls()?;
+    let connect = pod.connect(tls.clone());
+    crate::worker::join_job(rt, &launch, connect, tls.as_ref(), Some(pod))
+}
+
 /// Registers in etcd and finds the leader, within `within`.
 pub(crate) async fn enter(env: PodEnv, within: Duration) -> Result<Pod, InitError> {
     let secret = std::fs::read_to_string(&env.secret_file).map_err(|e| InitError::Environment {

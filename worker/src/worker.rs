@@ -98,7 +98,7 @@ pub fn init() -> Result<Worker, InitError> {
     crate::sys::remove_env(control::env::SECRET);
     let rt = runtime()?;
     if let Some(pe) = pod_env {
-        return init_pod(rt, pe);
+        return pod::init(rt, pe);
     }
     let Some(launch) = launch else {
         return Ok(Worker::alone(rt));
@@ -114,7 +114,7 @@ pub fn init() -> Result<Worker, InitError> {
 
 /// Joins as `launch` says (inside `tls` when given), redialling the
 /// coordinator through `connect`.
-fn join_job<C: control_link::Connect<Stream = control::tls::ClientStream>>(
+pub(crate) fn join_job<C: control_link::Connect<Stream = control::tls::ClientStream>>(
     rt: tokio::runtime::Runtime,
     launch: &env::Launch,
     connect: C,
@@ -145,35 +145,6 @@ fn join_job<C: control_link::Connect<Stream = control::tls::ClientStream>>(
         secret: launch.secret.clone(),
     };
     Ok(Worker::launched(rt, joined.entered, link))
-}
-
-/// Joins through etcd (a pod): registers, finds the leader, joins it, and
-/// leaves on SIGTERM.
-fn init_pod(rt: tokio::runtime::Runtime, pe: pod::PodEnv) -> Result<Worker, InitError> {
-    let within = std::env::var(control::env::START_TIMEOUT)
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(Duration::from_secs(60), Duration::from_secs_f64);
-    let pod = Arc::new(rt.block_on(pod::enter(pe, within))?);
-    let launch = env::read(|k| pod::launch_var(&pod, k))?.ok_or(InitError::Environment {
-        var: pod::ETCD,
-        why: "cannot describe the job".into(),
-    })?;
-    let leader = &pod.first.1;
-    let named = leader.transport.as_deref();
-    if leader.tls != launch.transport.encrypted()
-        || named.is_some_and(|t| t != launch.transport.name())
-    {
-        return Err(InitError::TransportMismatch {
-            leader: pod.first.1.instance.clone(),
-            ours: launch.transport.name(),
-        });
-    }
-    pod::watch_signals(&rt, &pod, launch.coordinator_timeout);
-    let tls = launch.control_tls()?;
-    let connect = pod.connect(tls.clone());
-    join_job(rt, &launch, connect, tls.as_ref(), Some(pod))
 }
 
 /// Says the training ended cleanly: in etcd (a pod's record outlives it)

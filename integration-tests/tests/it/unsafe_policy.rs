@@ -6,14 +6,15 @@
 
 use std::path::{Path, PathBuf};
 
-/// Every `.rs` file of the workspace, less build output.
+/// Every `.rs` file of the workspace, less build output and the crates kept
+/// in `third_party/` (not members: their own code, third_party/README.md).
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     for entry in entries {
         let path = entry.expect("directory entry").path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if path.is_dir() {
-            if !matches!(name, "target" | ".git") {
+            if !matches!(name, "target" | ".git" | "third_party") {
                 sources(&path, out);
             }
         } else if name.ends_with(".rs") {
