@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{
-    Breaker, CollectiveOptions, Communicator, OpSpace, QuicConfig, QuicEndpoint, ShmConfig,
-    TcpConfig, TcpEndpoint, TlsEndpoint, TlsSetupError, Transport, TransportError,
+    Admission, Breaker, CollectiveOptions, Communicator, Endpoint, OpSpace, PlaneConfig,
+    PlaneEndpoint, QuicConfig, ShmConfig, TcpConfig, Transport, TransportError,
 };
 use control::env::TransportKind;
-use control::{Assignment, PeerAddress, Secret, TlsGrant};
+use control::{Assignment, PeerAddress, Secret};
 
 use crate::data_plane::DataPlane;
 use crate::engine::{Engine, EngineConfig, Planes, TuningMemory};
@@ -74,20 +74,12 @@ impl DataBind {
 /// the mesh is built.
 #[derive(Debug)]
 pub(crate) struct Bound {
-    endpoint: Unconnected,
+    endpoint: PlaneEndpoint,
     /// The job secret, from which the data-plane key of the assignment is
     /// derived.
     secret: Secret,
     /// What peers are told to dial.
     pub(crate) address: PeerAddress,
-}
-
-/// An endpoint of either data plane, before its generation's mesh.
-#[derive(Debug)]
-enum Unconnected {
-    Tcp(TcpEndpoint),
-    Quic(QuicEndpoint),
-    Tls(TlsEndpoint),
 }
 
 /// Binds a data-plane endpoint as `bind` says; each send and receive of its
@@ -98,31 +90,15 @@ pub(crate) async fn bind(
     secret: &Secret,
 ) -> Result<Bound, TransportError> {
     let listen = SocketAddr::new(bind.listen_ip(), 0);
-    let (endpoint, address) = match bind.transport {
-        TransportKind::Tcp => {
-            let config = tcp_config(data_timeout, bind.shared_memory, bind.spin);
-            let ep = TcpEndpoint::bind(listen, config).await?;
-            let addr = SocketAddr::new(bind.ip, ep.local_addr()?.port());
-            (Unconnected::Tcp(ep), PeerAddress::tcp(addr))
-        }
-        TransportKind::Quic => {
-            let config = QuicConfig {
-                io_timeout: data_timeout,
-                ..QuicConfig::default()
-            };
-            let ep = QuicEndpoint::bind(listen, config).await?;
-            let addr = SocketAddr::new(bind.ip, ep.local_addr()?.port());
-            let address = PeerAddress::quic(addr, ep.public_key());
-            (Unconnected::Quic(ep), address)
-        }
-        TransportKind::Tls => {
-            let config = tcp_config(data_timeout, bind.shared_memory, bind.spin);
-            let ep = TlsEndpoint::bind(listen, config).await?;
-            let addr = SocketAddr::new(bind.ip, ep.local_addr()?.port());
-            let address = PeerAddress::tls(addr, ep.public_key());
-            (Unconnected::Tls(ep), address)
-        }
+    let config = PlaneConfig {
+        tcp: tcp_config(data_timeout, bind.shared_memory, bind.spin),
+        quic: QuicConfig {
+            io_timeout: data_timeout,
+            ..QuicConfig::default()
+        },
     };
+    let endpoint = PlaneEndpoint::bind(bind.transport, listen, config).await?;
+    let address = endpoint.published(bind.ip)?;
     Ok(Bound {
         endpoint,
         secret: secret.clone(),
@@ -146,24 +122,6 @@ fn tcp_config(data_timeout: Duration, shared_memory: bool, spin: Option<Duration
     }
 }
 
-/// Every rank's address of one kind, by rank.
-fn peers_of<A>(
-    a: &Assignment,
-    kind: impl Fn(&PeerAddress) -> Option<A>,
-    missing: &'static str,
-) -> Result<Vec<A>, TransportError> {
-    a.peers
-        .iter()
-        .enumerate()
-        .map(|(rank, p)| {
-            kind(p).ok_or(TransportError::Handshake {
-                rank,
-                reason: missing,
-            })
-        })
-        .collect()
-}
-
 impl Bound {
     /// Connects the mesh of `assignment` within `start_timeout` (at least a
     /// second).
@@ -172,59 +130,17 @@ impl Bound {
         assignment: Assignment,
         start_timeout: Duration,
     ) -> Result<Entered, TransportError> {
-        let left = start_timeout.max(Duration::from_secs(1));
-        let key = self.secret.data_key(assignment.data_token);
-        let rank = assignment.rank as usize;
-        let generation = assignment.generation;
-        let plane = match self.endpoint {
-            Unconnected::Tcp(mut ep) => {
-                let peers = peers_of(&assignment, PeerAddress::tcp_addr, NO_TCP)?;
-                ep.prepare(key, left);
-                ep.connect(rank, generation, &peers).await?.into()
-            }
-            Unconnected::Quic(mut ep) => {
-                let peers = peers_of(&assignment, |p| p.quic_addr().map(|q| q.0), NO_QUIC)?;
-                let grant = granted(&assignment, &peers)?;
-                ep.prepare(key, grant, left)
-                    .map_err(tls_setup(&peers, rank))?;
-                ep.connect(rank, generation, &peers).await?.into()
-            }
-            Unconnected::Tls(mut ep) => {
-                let peers = peers_of(&assignment, |p| p.tls_addr().map(|q| q.0), NO_TLS)?;
-                let grant = granted(&assignment, &peers)?;
-                ep.prepare(key, grant, left)
-                    .map_err(tls_setup(&peers, rank))?;
-                ep.connect(rank, generation, &peers).await?.into()
-            }
+        let admission = Admission {
+            key: self.secret.data_key(assignment.data_token),
+            grant: assignment.tls.as_ref(),
+            within: start_timeout.max(Duration::from_secs(1)),
         };
+        let rank = assignment.rank as usize;
+        let plane = self
+            .endpoint
+            .connect(rank, assignment.generation, &assignment.peers, admission)
+            .await?;
         Ok(Entered { assignment, plane })
-    }
-}
-
-const NO_TCP: &str =
-    "the peer offers no TCP data-plane address (is every worker's ELASTICRUN_TRANSPORT the same?)";
-const NO_QUIC: &str =
-    "the peer offers no QUIC data-plane address (is every worker's ELASTICRUN_TRANSPORT the same?)";
-const NO_TLS: &str =
-    "the peer offers no TLS data-plane address (is every worker's ELASTICRUN_TRANSPORT the same?)";
-
-/// This worker's certificate in `a`, for an encrypted data plane.
-fn granted<'a>(a: &'a Assignment, peers: &[SocketAddr]) -> Result<&'a TlsGrant, TransportError> {
-    let rank = a.rank as usize;
-    a.tls.as_ref().ok_or_else(|| TransportError::Tls {
-        rank,
-        addr: peers[rank],
-        reason: "the coordinator granted this worker no certificate".into(),
-    })
-}
-
-/// The error of TLS settings that could not be made from this worker's grant.
-fn tls_setup(peers: &[SocketAddr], rank: usize) -> impl FnOnce(TlsSetupError) -> TransportError {
-    let addr = peers[rank];
-    move |e| TransportError::Tls {
-        rank,
-        addr,
-        reason: e.to_string(),
     }
 }
 

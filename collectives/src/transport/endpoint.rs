@@ -2,26 +2,50 @@
 //!
 //! ```text
 //!  bind/create endpoint ─> publish address() ─> (coordinator gathers every
-//!  rank's address) ─> connect(rank, generation, peers) ─> Transport
+//!  rank's address) ─> connect(rank, generation, peers, admission) ─> Transport
 //! ```
 //! An endpoint exists before its generation does: its address goes to the
 //! coordinator with the worker's registration, and the assignment brings back
-//! every rank's. One endpoint builds one generation's transport; the next
-//! generation gets a fresh endpoint.
+//! every rank's, with what admits this rank to the generation's mesh (the
+//! key the data-plane handshake proves and, on an encrypted plane, its
+//! certificate: [`Admission`]). One endpoint builds one generation's
+//! transport; the next generation gets a fresh endpoint.
+//!
+//! Every transport implements [`Endpoint`] (TCP with shared memory, TLS,
+//! QUIC, in-memory); [`crate::PlaneEndpoint`] is the one a worker binds, any
+//! of them chosen at run time.
 
 use std::fmt::Debug;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use control::{DataKey, LeafPublicKey, PeerAddress, TlsGrant};
 
 use super::Transport;
 use super::quic::{QuicAddress, QuicEndpoint, QuicTransport};
 use super::tcp::{TcpEndpoint, TcpTransport};
+use super::tls::{TlsEndpoint, TlsSetupError, TlsTransport};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
 
+/// What admits a rank to one generation's mesh besides its peers'
+/// addresses, from the coordinator's assignment.
+#[derive(Clone, Debug)]
+pub struct Admission<'a> {
+    /// The key the data-plane handshake proves (the job secret's, for this
+    /// generation's token).
+    pub key: DataKey,
+    /// This rank's certificate, which an encrypted data plane needs.
+    pub grant: Option<&'a TlsGrant>,
+    /// How long connecting the mesh may take.
+    pub within: Duration,
+}
+
 /// Where a rank's data plane can be reached, and how to build the connected
 /// transport of a generation from every rank's address. A new transport
-/// (QUIC, shared memory) implements this and [`Transport`].
+/// implements this and [`Transport`], in a folder of its own under
+/// `transport/`, with a [`DataEndpoint`] kind for its address.
 pub trait Endpoint: Send + Sized {
     /// What peers need to reach this endpoint.
     type Address: Clone + Debug + Send + Sync;
@@ -31,6 +55,15 @@ pub trait Endpoint: Send + Sized {
     /// This endpoint's address, to hand to the peers.
     fn address(&self) -> Result<Self::Address, TransportError>;
 
+    /// What the coordinator is told: this endpoint's address, with `ip` (the
+    /// address this host reaches the coordinator from) in place of the one
+    /// it listens on, which may be every interface's.
+    fn published(&self, ip: IpAddr) -> Result<PeerAddress, TransportError>;
+
+    /// This transport's address among those a peer published, if it offers
+    /// one.
+    fn pick(peer: &PeerAddress) -> Option<Self::Address>;
+
     /// Connects to every peer (`peers[i]` is rank `i`'s address; this rank's
     /// own entry is its own) and returns the transport of `generation`.
     fn connect(
@@ -38,7 +71,39 @@ pub trait Endpoint: Send + Sized {
         rank: Rank,
         generation: Generation,
         peers: &[Self::Address],
+        admission: Admission<'_>,
     ) -> impl Future<Output = Result<Self::Transport, TransportError>> + Send;
+}
+
+/// Connects `endpoint` to the peers an assignment lists (`peers[i]` is what
+/// rank `i` published): a peer that offers no address of this transport is
+/// a handshake error naming its rank.
+pub async fn connect_published<E: Endpoint>(
+    endpoint: E,
+    rank: Rank,
+    generation: Generation,
+    peers: &[PeerAddress],
+    admission: Admission<'_>,
+) -> Result<E::Transport, TransportError> {
+    let addresses = peers
+        .iter()
+        .enumerate()
+        .map(|(peer, p)| {
+            E::pick(p).ok_or(TransportError::Handshake {
+                rank: peer,
+                reason: "the peer offers no address of this data plane \
+                         (is every worker's ELASTICRUN_TRANSPORT the same?)",
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    endpoint
+        .connect(rank, generation, &addresses, admission)
+        .await
+}
+
+/// `addr` with `ip` in place of its address.
+fn at(ip: IpAddr, addr: SocketAddr) -> SocketAddr {
+    SocketAddr::new(ip, addr.port())
 }
 
 impl Endpoint for TcpEndpoint {
@@ -49,13 +114,97 @@ impl Endpoint for TcpEndpoint {
         self.local_addr()
     }
 
+    fn published(&self, ip: IpAddr) -> Result<PeerAddress, TransportError> {
+        Ok(PeerAddress::tcp(at(ip, self.local_addr()?)))
+    }
+
+    fn pick(peer: &PeerAddress) -> Option<SocketAddr> {
+        peer.tcp_addr()
+    }
+
     fn connect(
-        self,
+        mut self,
         rank: Rank,
         generation: Generation,
         peers: &[SocketAddr],
+        admission: Admission<'_>,
     ) -> impl Future<Output = Result<TcpTransport, TransportError>> + Send {
+        self.prepare(admission.key, admission.within);
         TcpEndpoint::connect(self, rank, generation, peers)
+    }
+}
+
+/// What peers need to reach a TLS endpoint: its address, and the public key
+/// the coordinator certifies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlsAddress {
+    pub addr: SocketAddr,
+    pub key: LeafPublicKey,
+}
+
+/// The certificate an encrypted plane needs, or the error of its absence.
+fn grant<'a>(
+    admission: &Admission<'a>,
+    rank: Rank,
+    addr: SocketAddr,
+) -> Result<&'a TlsGrant, TransportError> {
+    admission.grant.ok_or_else(|| TransportError::Tls {
+        rank,
+        addr,
+        reason: "the coordinator granted this worker no certificate".into(),
+    })
+}
+
+/// The error of TLS settings that could not be made from a grant.
+fn tls_setup(rank: Rank, addr: SocketAddr) -> impl FnOnce(TlsSetupError) -> TransportError {
+    move |e| TransportError::Tls {
+        rank,
+        addr,
+        reason: e.to_string(),
+    }
+}
+
+/// This rank's own address among `peers`, for its errors.
+fn own(peers: &[SocketAddr], rank: Rank) -> Result<SocketAddr, TransportError> {
+    peers.get(rank).copied().ok_or(TransportError::InvalidRank {
+        rank,
+        size: peers.len(),
+    })
+}
+
+impl Endpoint for TlsEndpoint {
+    type Address = TlsAddress;
+    type Transport = TlsTransport;
+
+    fn address(&self) -> Result<TlsAddress, TransportError> {
+        Ok(TlsAddress {
+            addr: self.local_addr()?,
+            key: self.public_key(),
+        })
+    }
+
+    fn published(&self, ip: IpAddr) -> Result<PeerAddress, TransportError> {
+        let addr = at(ip, self.local_addr()?);
+        Ok(PeerAddress::tls(addr, self.public_key()))
+    }
+
+    fn pick(peer: &PeerAddress) -> Option<TlsAddress> {
+        peer.tls_addr().map(|(addr, key)| TlsAddress { addr, key })
+    }
+
+    async fn connect(
+        mut self,
+        rank: Rank,
+        generation: Generation,
+        peers: &[TlsAddress],
+        admission: Admission<'_>,
+    ) -> Result<TlsTransport, TransportError> {
+        let addrs: Vec<SocketAddr> = peers.iter().map(|p| p.addr).collect();
+        let addr = own(&addrs, rank)?;
+        let grant = grant(&admission, rank, addr)?;
+        self.prepare(admission.key, grant, admission.within)
+            .map_err(tls_setup(rank, addr))?;
+        TlsEndpoint::connect(self, rank, generation, &addrs).await
     }
 }
 
@@ -70,13 +219,110 @@ impl Endpoint for QuicEndpoint {
         })
     }
 
+    fn published(&self, ip: IpAddr) -> Result<PeerAddress, TransportError> {
+        let addr = at(ip, self.local_addr()?);
+        Ok(PeerAddress::quic(addr, self.public_key()))
+    }
+
+    fn pick(peer: &PeerAddress) -> Option<QuicAddress> {
+        peer.quic_addr()
+            .map(|(addr, key)| QuicAddress { addr, key })
+    }
+
     async fn connect(
-        self,
+        mut self,
         rank: Rank,
         generation: Generation,
         peers: &[QuicAddress],
+        admission: Admission<'_>,
     ) -> Result<QuicTransport, TransportError> {
         let addrs: Vec<SocketAddr> = peers.iter().map(|p| p.addr).collect();
+        let addr = own(&addrs, rank)?;
+        let grant = grant(&admission, rank, addr)?;
+        self.prepare(admission.key, grant, admission.within)
+            .map_err(tls_setup(rank, addr))?;
         QuicEndpoint::connect(self, rank, generation, &addrs).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DataPlane, MemFabric, PlaneEndpoint, TcpConfig};
+
+    fn admission() -> Admission<'static> {
+        Admission {
+            key: DataKey::new([7; 32]),
+            grant: None,
+            within: Duration::from_secs(5),
+        }
+    }
+
+    fn local() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+
+    #[tokio::test]
+    async fn a_peer_without_an_address_of_this_plane_is_named() {
+        let ep = TcpEndpoint::bind(local(), TcpConfig::default())
+            .await
+            .unwrap();
+        let me = ep.published(IpAddr::from([127, 0, 0, 1])).unwrap();
+        let peers = [me, PeerAddress::mem(3)];
+        let e = connect_published(ep, 0, Generation(1), &peers, admission())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, TransportError::Handshake { rank: 1, .. }),
+            "{e:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_encrypted_plane_without_a_certificate_is_refused() {
+        let config = TcpConfig::default();
+        let ep = PlaneEndpoint::bind(
+            control::env::TransportKind::Tls,
+            local(),
+            crate::PlaneConfig {
+                tcp: config,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let me = ep.published(IpAddr::from([127, 0, 0, 1])).unwrap();
+        assert!(me.tls_addr().is_some(), "{me:?}");
+        let e = ep
+            .connect(0, Generation(1), &[me], admission())
+            .await
+            .unwrap_err();
+        match e {
+            TransportError::Tls {
+                rank: 0, reason, ..
+            } => {
+                assert!(reason.contains("no certificate"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn plane_endpoints_of_a_fabric_build_its_world() {
+        let fabric = MemFabric::new(Duration::from_secs(5));
+        let eps: Vec<PlaneEndpoint> = (0..2).map(|_| fabric.endpoint().into()).collect();
+        let ip = IpAddr::from([10, 0, 0, 1]);
+        let peers: Vec<PeerAddress> = eps.iter().map(|e| e.published(ip).unwrap()).collect();
+        assert_eq!(eps[0].address().unwrap(), peers[0], "the fabric has no IP");
+        let joins = eps
+            .into_iter()
+            .enumerate()
+            .map(|(r, e)| e.connect(r, Generation(2), &peers, admission()));
+        let planes = futures::future::join_all(joins).await;
+        for (r, p) in planes.into_iter().enumerate() {
+            let p = p.unwrap();
+            assert!(matches!(p, DataPlane::Mem(_)));
+            assert_eq!((p.rank(), p.size(), p.generation()), (r, 2, Generation(2)));
+        }
     }
 }

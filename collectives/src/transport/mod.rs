@@ -5,7 +5,9 @@
 //! `from` sent with that tag. Implementations: [`mem`] (in-process, for tests) and
 //! [`tcp`] (tokio sockets). An [`Endpoint`] builds a generation's transport from
 //! the peers' addresses (gloo's `transport::Device`); a new transport is a pair
-//! of them.
+//! of them in a folder of its own, a variant of [`plane::DataPlane`] and of
+//! [`plane_endpoint::PlaneEndpoint`] (what a worker binds, any transport
+//! chosen at run time), and a [`control::DataEndpoint`] kind for its address.
 //!
 //! Failure model: when any peer is lost (connection closed without a goodbye, i/o
 //! error, malformed frame, timeout), every pending and later `send`/`recv` fails
@@ -33,6 +35,7 @@ pub(crate) mod mem;
 pub(crate) mod mem_fabric;
 pub(crate) mod pieces;
 pub(crate) mod plane;
+pub(crate) mod plane_endpoint;
 pub(crate) mod quic;
 pub(crate) mod shm;
 pub(crate) mod stream;

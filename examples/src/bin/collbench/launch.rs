@@ -3,9 +3,9 @@
 //! report, and makes sure no rank outlives it.
 //!
 //! ```text
-//!  launcher ──spawn──> rank r: binds, prints "ADDR ip:port"
+//!  launcher ──spawn──> rank r: binds, prints "ADDR <its PeerAddress, JSON>"
 //!  launcher <──────── "ADDR ..." from every rank
-//!  launcher ──stdin──> "PEERS a0,a1,..." to every rank; stdin stays open, and a
+//!  launcher ──stdin──> "PEERS a0 a1 ..." to every rank; stdin stays open, and a
 //!                      rank exits when it closes (the launcher died)
 //! ```
 
@@ -136,7 +136,7 @@ async fn launch(args: &Args) -> Result<ExitCode, String> {
             Err(_) => return Err(format!("rank {r} did not start within {START_TIMEOUT:?}")),
         }
     }
-    let peers = format!("PEERS {}\n", addrs.join(","));
+    let peers = format!("PEERS {}\n", addrs.join(" "));
     for (r, rank) in ranks.iter_mut().enumerate() {
         if let Some(stdin) = rank.stdin.as_mut() {
             stdin

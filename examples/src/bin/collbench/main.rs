@@ -23,6 +23,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use collectives::{AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, DType, ReduceOp};
+use control::env::TransportKind;
 
 /// The collective to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -46,25 +47,9 @@ impl Collective {
     }
 }
 
-/// The data plane the ranks connect over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum DataPlane {
-    /// TCP, the job key proven in the data-plane handshake.
-    Tcp,
-    /// QUIC under mutual TLS 1.3, the job's CA derived from the run's secret.
-    Quic,
-    /// TCP under mutual TLS 1.3, the same CA.
-    Tls,
-}
-
-impl DataPlane {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            DataPlane::Tcp => "tcp",
-            DataPlane::Quic => "quic",
-            DataPlane::Tls => "tls",
-        }
-    }
+/// `--transport`: the data planes a job may run (`control::env::TransportKind`).
+fn parse_transport(s: &str) -> Result<TransportKind, String> {
+    TransportKind::parse(s).ok_or_else(|| format!("expected one of {}", TransportKind::NAMES))
 }
 
 /// Where the buffers live.
@@ -146,8 +131,8 @@ pub(crate) struct Args {
     #[arg(long, value_parser = bytes::parse_bytes)]
     pub(crate) socket_buffer_bytes: Option<usize>,
     /// Data plane: tcp, quic (mutual TLS 1.3), or tls (TCP under mutual TLS 1.3).
-    #[arg(long, value_enum, default_value_t = DataPlane::Tcp)]
-    pub(crate) transport: DataPlane,
+    #[arg(long, value_parser = parse_transport, default_value = "tcp")]
+    pub(crate) transport: TransportKind,
     /// Buffers in host memory, or on GPUs through NCCL.
     #[arg(long, value_enum, default_value_t = Place::Host)]
     pub(crate) device: Place,
@@ -262,7 +247,7 @@ fn main() -> ExitCode {
         args.quic_window_bytes.is_some(),
         args.quic_initial_window.is_some(),
     ];
-    if args.transport != DataPlane::Quic && quic_only.contains(&true) {
+    if args.transport != TransportKind::Quic && quic_only.contains(&true) {
         say("collbench: the --quic-* options need --transport quic");
         return ExitCode::from(2);
     }

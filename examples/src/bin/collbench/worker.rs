@@ -9,14 +9,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use collectives::{
-    Communicator, Generation, QuicConfig, QuicEndpoint, ShmConfig, TcpConfig, TcpEndpoint,
-    TlsEndpoint, Transport,
+    Admission, Communicator, DataPlane, Endpoint, Generation, PlaneConfig, PlaneEndpoint,
+    QuicConfig, ShmConfig, TcpConfig, Transport,
 };
+use control::PeerAddress;
 use control::pki::JobCa;
 use tokio::sync::oneshot;
 
 use crate::launch::SECRET_ENV;
-use crate::{Args, DataPlane, say};
+use crate::{Args, say};
 
 /// Exit code of a rank whose launcher went away.
 const ORPHANED: i32 = 3;
@@ -68,18 +69,16 @@ fn watch_stdin(rank: usize, peers: oneshot::Sender<String>) {
     std::process::exit(ORPHANED);
 }
 
-fn parse_peers(line: &str, np: usize) -> Result<Vec<SocketAddr>, String> {
+/// The peers' published addresses from the launcher's `PEERS` line: one
+/// JSON [`PeerAddress`] per rank, separated by spaces.
+fn parse_peers(line: &str, np: usize) -> Result<Vec<PeerAddress>, String> {
     let list = line
         .strip_prefix("PEERS ")
         .ok_or_else(|| format!("expected a PEERS line, got {line:?}"))?;
     let addrs = list
-        .split(',')
-        .map(|a| {
-            a.trim()
-                .parse()
-                .map_err(|e| format!("bad peer address {a:?}: {e}"))
-        })
-        .collect::<Result<Vec<SocketAddr>, String>>()?;
+        .split_whitespace()
+        .map(|a| serde_json::from_str(a).map_err(|e| format!("bad peer address {a:?}: {e}")))
+        .collect::<Result<Vec<PeerAddress>, String>>()?;
     if addrs.len() != np {
         return Err(format!("{} peer addresses for --np {np}", addrs.len()));
     }
@@ -89,65 +88,61 @@ fn parse_peers(line: &str, np: usize) -> Result<Vec<SocketAddr>, String> {
 /// Every run is the first (and only) generation of its mesh.
 const GENERATION: Generation = Generation(0);
 
+/// Binds this rank's endpoint, exchanges addresses through the launcher
+/// and connects the mesh, through the seam a worker enters a generation by
+/// (`collectives::PlaneEndpoint`), then runs the benchmark.
 async fn run(args: &Args, rank: usize) -> Result<(), String> {
     let np = usize::from(args.np);
     let secret = std::env::var(SECRET_ENV)
         .ok()
         .and_then(|t| control::Secret::from_hex(&t).ok())
         .ok_or_else(|| format!("{SECRET_ENV} is not set: ranks are started by collbench itself"))?;
-    let listen = SocketAddr::new(args.bind_of(rank), 0);
-    let config = TcpConfig {
+    let ip = args.bind_of(rank);
+    let tcp = TcpConfig {
         io_timeout: Duration::from_secs(args.timeout_secs),
         socket_buffer_bytes: args.socket_buffer_bytes,
-        job_key: secret.data_key(0),
         shared_memory: shm_config(args),
         ..TcpConfig::default()
     };
-    match args.transport {
-        DataPlane::Tcp => {
-            let ep = TcpEndpoint::bind(listen, config)
-                .await
-                .map_err(|e| e.to_string())?;
-            let peers = exchange(ep.local_addr().map_err(|e| e.to_string())?, rank, np).await?;
-            let transport = ep
-                .connect(rank, GENERATION, &peers)
-                .await
-                .map_err(|e| e.to_string())?;
-            let plane = plane(transport.shared_memory_peers(), ["tcp", "tcp+shm"]);
-            bench(transport.into(), args, plane).await
-        }
-        DataPlane::Quic => {
-            let ep = quic_endpoint(args, &secret, rank, listen).await?;
-            let peers = exchange(ep.local_addr().map_err(|e| e.to_string())?, rank, np).await?;
-            let transport = ep
-                .connect(rank, GENERATION, &peers)
-                .await
-                .map_err(|e| e.to_string())?;
-            bench(transport.into(), args, "quic").await
-        }
-        DataPlane::Tls => {
-            let connect_timeout = config.connect_timeout;
-            let mut ep = TlsEndpoint::bind(listen, config)
-                .await
-                .map_err(|e| e.to_string())?;
-            let grant = self_grant(&secret, &ep.public_key(), rank)?;
-            ep.prepare(secret.data_key(0), &grant, connect_timeout)
-                .map_err(|e| e.to_string())?;
-            let peers = exchange(ep.local_addr().map_err(|e| e.to_string())?, rank, np).await?;
-            let transport = ep
-                .connect(rank, GENERATION, &peers)
-                .await
-                .map_err(|e| e.to_string())?;
-            let plane = plane(transport.shared_memory_peers(), ["tls", "tls+shm"]);
-            bench(transport.into(), args, plane).await
-        }
-    }
+    let within = tcp.connect_timeout;
+    let config = PlaneConfig {
+        tcp,
+        quic: quic_config(args),
+    };
+    let ep = PlaneEndpoint::bind(args.transport, SocketAddr::new(ip, 0), config)
+        .await
+        .map_err(|e| e.to_string())?;
+    let me = ep.published(ip).map_err(|e| e.to_string())?;
+    let grant = match me.leaf_key() {
+        Some(key) => Some(self_grant(&secret, &key, rank)?),
+        None => None,
+    };
+    let peers = exchange(&me, rank, np).await?;
+    let admission = Admission {
+        key: secret.data_key(0),
+        grant: grant.as_ref(),
+        within,
+    };
+    let plane = ep
+        .connect(rank, GENERATION, &peers, admission)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = plane_name(&plane);
+    bench(plane, args, name).await
 }
 
-/// The data plane's name in the report: `[alone, shared]`'s first where no
-/// peer shares memory, its second where some do.
-fn plane(shared: &[usize], [alone, with_shm]: [&'static str; 2]) -> &'static str {
-    if shared.is_empty() { alone } else { with_shm }
+/// The data plane's name in the report, `+shm` where some peer shares
+/// memory with this rank.
+fn plane_name(plane: &DataPlane) -> &'static str {
+    let shared = |s: &[usize]| !s.is_empty();
+    match plane {
+        DataPlane::Tcp(t) if shared(t.shared_memory_peers()) => "tcp+shm",
+        DataPlane::Tcp(_) => "tcp",
+        DataPlane::Tls(t) if shared(t.shared_memory_peers()) => "tls+shm",
+        DataPlane::Tls(_) => "tls",
+        DataPlane::Quic(_) => "quic",
+        DataPlane::Mem(_) => "mem",
+    }
 }
 
 /// The shared-memory settings of this run: the library's, with collbench's options.
@@ -161,7 +156,7 @@ fn shm_config(args: &Args) -> ShmConfig {
 }
 
 /// The QUIC settings of this run: the library's, with collbench's options.
-fn quic_config(args: &Args, secret: &control::Secret) -> QuicConfig {
+fn quic_config(args: &Args) -> QuicConfig {
     let d = QuicConfig::default();
     QuicConfig {
         io_timeout: Duration::from_secs(args.timeout_secs),
@@ -174,7 +169,6 @@ fn quic_config(args: &Args, secret: &control::Secret) -> QuicConfig {
         initial_window_bytes: args
             .quic_initial_window
             .map_or(d.initial_window_bytes, |b| b as u64),
-        job_key: secret.data_key(0),
         ..d
     }
 }
@@ -194,26 +188,9 @@ fn self_grant(
     ca.grant(key, rank, GENERATION).map_err(|e| e.to_string())
 }
 
-/// Binds a QUIC endpoint and grants it its leaf ([`self_grant`]).
-async fn quic_endpoint(
-    args: &Args,
-    secret: &control::Secret,
-    rank: usize,
-    listen: SocketAddr,
-) -> Result<QuicEndpoint, String> {
-    let config = quic_config(args, secret);
-    let connect_timeout = config.connect_timeout;
-    let mut ep = QuicEndpoint::bind(listen, config)
-        .await
-        .map_err(|e| e.to_string())?;
-    let grant = self_grant(secret, &ep.public_key(), rank)?;
-    ep.prepare(secret.data_key(0), &grant, connect_timeout)
-        .map_err(|e| e.to_string())?;
-    Ok(ep)
-}
-
 /// Announces this rank's address to the launcher and waits for everyone's.
-async fn exchange(addr: SocketAddr, rank: usize, np: usize) -> Result<Vec<SocketAddr>, String> {
+async fn exchange(addr: &PeerAddress, rank: usize, np: usize) -> Result<Vec<PeerAddress>, String> {
+    let addr = serde_json::to_string(addr).map_err(|e| e.to_string())?;
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "ADDR {addr}")
@@ -253,14 +230,14 @@ mod tests {
 
     #[test]
     fn peers_line_is_validated() {
-        assert_eq!(
-            parse_peers("PEERS 127.0.0.1:5,127.0.0.1:6", 2)
-                .unwrap()
-                .len(),
-            2
-        );
-        assert!(parse_peers("PEERS 127.0.0.1:5", 2).is_err());
-        assert!(parse_peers("ADDR 127.0.0.1:5", 1).is_err());
+        let a =
+            |port| serde_json::to_string(&PeerAddress::tcp(([127, 0, 0, 1], port).into())).unwrap();
+        let two = format!("PEERS {} {}", a(5), a(6));
+        let parsed = parse_peers(&two, 2).unwrap();
+        assert_eq!(parsed[1].tcp_addr(), Some(([127, 0, 0, 1], 6).into()));
+        assert!(parse_peers(&format!("PEERS {}", a(5)), 2).is_err());
+        assert!(parse_peers(&format!("ADDR {}", a(5)), 1).is_err());
         assert!(parse_peers("PEERS nonsense", 1).is_err());
+        assert!(parse_peers("PEERS 127.0.0.1:5", 1).is_err());
     }
 }
