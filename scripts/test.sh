@@ -98,6 +98,12 @@ if [ "$whole" -eq 1 ]; then
 fi
 cargo test --no-fail-fast "$@" || status=$?
 if [ "$whole" -eq 1 ]; then
+    # The crates' documentation, private items included (architecture.md
+    # points into it): a broken or ambiguous link fails.
+    if ! RUSTDOCFLAGS="-Dwarnings" cargo doc "$@" --no-deps --document-private-items --quiet; then
+        echo "scripts/test.sh: cargo doc found broken documentation (see above)" >&2
+        status=1
+    fi
     # README's main command needs only Rust: its build, checked in a clean
     # target directory (every build script of its graph compiled and run)
     # with a `protoc` first on PATH, and as PROTOC, that fails whenever it

@@ -47,27 +47,10 @@ impl Default for Knobs {
     }
 }
 
-/// A knob's name, to say which ones the user fixed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Knob {
-    FusionThreshold,
-    CycleTime,
-    ResponseCache,
-    HierarchicalAllreduce,
-    HierarchicalAllgather,
-    SegmentSize,
-}
-
-impl Knob {
-    pub const ALL: [Knob; 6] = [
-        Knob::FusionThreshold,
-        Knob::CycleTime,
-        Knob::ResponseCache,
-        Knob::HierarchicalAllreduce,
-        Knob::HierarchicalAllgather,
-        Knob::SegmentSize,
-    ];
-}
+/// A knob's name, to say which ones the user fixed: the one the coordinator
+/// sends ([`control::Knob`]), so that what the user set reaches the tuner as
+/// it is.
+pub use control::Knob;
 
 /// How the job is laid out, as far as the space cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -72,7 +72,7 @@ impl Space {
         let tuned = |k: Knob| !fixed.contains(&k);
         let hier = layout.hierarchical_applies();
         let candidates = [
-            (Dim::ResponseCache, tuned(Knob::ResponseCache)),
+            (Dim::ResponseCache, tuned(Knob::Cache)),
             (Dim::FusionEnabled, tuned(Knob::FusionThreshold)),
             (
                 Dim::HierarchicalAllreduce,
@@ -118,7 +118,7 @@ impl Space {
         let dim = match knob {
             Knob::FusionThreshold => Dim::FusionThreshold,
             Knob::CycleTime => Dim::CycleTime,
-            Knob::ResponseCache => Dim::ResponseCache,
+            Knob::Cache => Dim::ResponseCache,
             Knob::HierarchicalAllreduce => Dim::HierarchicalAllreduce,
             Knob::HierarchicalAllgather => Dim::HierarchicalAllgather,
             Knob::SegmentSize => Dim::SegmentSize,
@@ -134,7 +134,7 @@ impl Space {
             Knob::FusionThreshold,
             k.fusion_threshold_bytes == init.fusion_threshold_bytes,
         ) && same(Knob::CycleTime, k.cycle_time_us == init.cycle_time_us)
-            && same(Knob::ResponseCache, k.cache_enabled == init.cache_enabled)
+            && same(Knob::Cache, k.cache_enabled == init.cache_enabled)
             && same(
                 Knob::HierarchicalAllreduce,
                 k.hierarchical_allreduce == init.hierarchical_allreduce,

@@ -15,11 +15,7 @@ const ONE_HOST: Layout = Layout {
 
 /// Only the cycle time is tuned: a one-dimensional space.
 fn cycle_only() -> Space {
-    let fixed = [
-        Knob::FusionThreshold,
-        Knob::ResponseCache,
-        Knob::SegmentSize,
-    ];
+    let fixed = [Knob::FusionThreshold, Knob::Cache, Knob::SegmentSize];
     Space::new(Knobs::default(), &fixed, ONE_HOST)
 }
 

@@ -36,7 +36,7 @@ fn hierarchical_knobs_only_across_hosts_with_several_slots() {
 
 #[test]
 fn categorical_first_then_continuous() {
-    let s = Space::new(Knobs::default(), &[Knob::ResponseCache], TWO_BY_TWO);
+    let s = Space::new(Knobs::default(), &[Knob::Cache], TWO_BY_TWO);
     assert_eq!(s.categorical(), vec![0, 1, 2]);
     assert_eq!(s.continuous(), vec![3, 4, 5]);
 }

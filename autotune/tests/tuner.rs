@@ -129,7 +129,7 @@ fn fixed_knobs_stay_fixed_in_every_proposal() {
         hierarchical_allreduce: true,
         ..Knobs::default()
     };
-    let fixed = [Knob::CycleTime, Knob::ResponseCache, Knob::SegmentSize];
+    let fixed = [Knob::CycleTime, Knob::Cache, Knob::SegmentSize];
     // One host: the hierarchical switches are held as well.
     let space = Space::new(initial, &fixed, ONE_HOST);
     let mut t = Tuner::new(space, seeded(5)).unwrap();

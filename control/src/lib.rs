@@ -3,7 +3,7 @@
 //! length-delimited bincode with explicit limits), and the authentication that
 //! opens every connection ([`accept`] / [`connect`], a mutual HMAC challenge over
 //! the per-job [`Secret`], after which every frame carries a tag under keys
-//! derived from it and both nonces). [`env`] names the variables the launcher sets for
+//! derived from it and both nonces). [`mod@env`] names the variables the launcher sets for
 //! every worker.
 
 mod address;

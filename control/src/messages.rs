@@ -11,7 +11,7 @@ use crate::generation::Generation;
 /// Worker -> coordinator.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WorkerMsg {
-    /// Answer to the challenge (see [`crate::auth`]).
+    /// Answer to the challenge (see `crate::auth`).
     Prove { nonce: Nonce, proof: Proof },
     /// Who this worker is and where its data plane listens.
     Register(Registration),

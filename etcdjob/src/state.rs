@@ -16,7 +16,7 @@ pub async fn timed_get(c: &mut Client, key: &str) -> Result<Option<(u64, Vec<u8>
     }))
 }
 
-/// Runs a transaction with [`REQUEST_TIMEOUT`].
+/// Runs a transaction with [`REQUEST_TIMEOUT`](crate::REQUEST_TIMEOUT).
 pub async fn timed_txn(
     c: &mut Client,
     txn: etcd_client::Txn,

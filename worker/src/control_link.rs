@@ -172,7 +172,7 @@ impl Observe for () {}
 /// Serves the control connection, reconnecting when it drops; returns why
 /// the worker must exit (the coordinator stopped it, or stayed unreachable).
 /// Messages from `out` go to the coordinator (a `Rejoin` recorded in
-/// [`Shared::asking`] is asked again of a coordinator reached anew);
+/// [`field@Shared::asking`] is asked again of a coordinator reached anew);
 /// `Assign` and `Leave` go to `placements`.
 pub async fn run<C: Connect>(
     mut link: WorkerLink<C::Stream>,

@@ -1,5 +1,5 @@
 //! Joining a job: authenticate to the coordinator, then enter the first
-//! generation ([`crate::generation::enter`]) by registering and waiting for
+//! generation ([`crate::generation`]) by registering and waiting for
 //! the assignment (the control task in [`crate::control_link`] takes the
 //! connection from there).
 

@@ -192,16 +192,11 @@ impl Worker {
 mod tests {
     use super::*;
 
-    /// A world of one (the tests do not run under elasticrun).
-    fn alone() -> Option<Worker> {
-        std::env::var(crate::env::COORDINATOR)
-            .is_err()
-            .then(|| crate::init().unwrap())
-    }
+    use crate::worker::alone;
 
     #[test]
     fn passes_accumulate_locally_and_the_last_one_exchanges_their_mean() {
-        let Some(w) = alone() else { return };
+        let w = alone();
         let opts = OptimizerOptions {
             backward_passes_per_step: 3,
             ..OptimizerOptions::default()
@@ -230,7 +225,7 @@ mod tests {
 
     #[test]
     fn fp16_compression_keeps_about_three_digits() {
-        let Some(w) = alone() else { return };
+        let w = alone();
         let opts = OptimizerOptions {
             compression: Compression::Fp16,
             ..OptimizerOptions::default()
@@ -248,7 +243,7 @@ mod tests {
 
     #[test]
     fn misuse_is_an_error_not_a_wrong_answer() {
-        let Some(w) = alone() else { return };
+        let w = alone();
         let bad = OptimizerOptions {
             backward_passes_per_step: 0,
             ..OptimizerOptions::default()

@@ -36,11 +36,7 @@ pub(crate) fn engine_config(
 
 /// The engine's autotuner settings from the coordinator's.
 fn autotune_setup(a: &control::Autotune, memory: &TuningMemory) -> AutotuneSetup {
-    let fixed = a
-        .fixed
-        .iter()
-        .map(|&k| crate::engine::tuned_knob(k))
-        .collect();
+    let fixed = a.fixed.clone();
     AutotuneSetup {
         config: autotune::TunerConfig {
             warmup_samples: a.warmup_samples as usize,

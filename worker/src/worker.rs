@@ -178,6 +178,13 @@ fn default_logging(level: control::env::LogLevel) {
         .try_init();
 }
 
+/// A world of one on a runtime of its own, whatever the environment says:
+/// the unit tests' worker (a test run under `elasticrun` too).
+#[cfg(test)]
+pub(crate) fn alone() -> Worker {
+    Worker::alone(runtime().unwrap_or_else(|e| panic!("a runtime: {e}")))
+}
+
 impl Worker {
     /// A world of one, on the in-memory transport.
     fn alone(rt: tokio::runtime::Runtime) -> Worker {
@@ -343,11 +350,7 @@ mod tests {
 
     #[test]
     fn alone_is_a_world_of_one() {
-        // The test process was not started by elasticrun.
-        if std::env::var(env::COORDINATOR).is_ok() {
-            return;
-        }
-        let w = init().unwrap();
+        let w = alone();
         assert_eq!(
             (w.rank(), w.size(), w.local_size(), w.cross_size()),
             (0, 1, 1, 1)

@@ -1,4 +1,4 @@
-//! Broadcast down a tree or chain (shapes in [`crate::schedule::tree`]), in
+//! Broadcast down a tree or chain (shapes in `crate::schedule::tree`), in
 //! segments: a rank forwards segment k to its children as soon as it has it, so a
 //! chain streams the buffer through every hop at once.
 

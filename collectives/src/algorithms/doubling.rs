@@ -1,5 +1,5 @@
 //! Recursive-doubling allreduce for small buffers (schedule in
-//! [`crate::schedule::doubling`]): whole-buffer exchanges, log2(n) rounds.
+//! `crate::schedule::doubling`): whole-buffer exchanges, log2(n) rounds.
 
 use crate::dtype::Element;
 use crate::error::Result;

@@ -1,5 +1,5 @@
 //! The ring pass shared by allreduce, reduce-scatter and allgather (schedules in
-//! [`crate::schedule::ring`]), segmented and pipelined:
+//! `crate::schedule::ring`), segmented and pipelined:
 //!
 //! ```text
 //!            sender half                      receiver half
@@ -9,7 +9,7 @@
 //! ```
 //! Both halves run concurrently in one task, so while segment k is combined,
 //! segment k+1 is already on the wire in both directions. Copy steps receive
-//! straight into the buffer ([`Transport::recv_into`](crate::Transport::recv_into)).
+//! straight into the buffer ([`Transport::recv_into`]).
 
 use crate::dtype::Element;
 use crate::error::Result;

@@ -45,7 +45,7 @@ pub struct Admission<'a> {
 /// Where a rank's data plane can be reached, and how to build the connected
 /// transport of a generation from every rank's address. A new transport
 /// implements this and [`Transport`], in a folder of its own under
-/// `transport/`, with a [`DataEndpoint`] kind for its address.
+/// `transport/`, with a [`DataEndpoint`](control::DataEndpoint) kind for its address.
 pub trait Endpoint: Send + Sized {
     /// What peers need to reach this endpoint.
     type Address: Clone + Debug + Send + Sync;

@@ -3,8 +3,8 @@
 //! A [`Transport`] serves one generation of one world: `size` ranks, fully connected.
 //! Every message is tagged ([`Tag`]); `recv(from, tag)` returns the next message that
 //! `from` sent with that tag. Implementations: [`mem`] (in-process, for tests) and
-//! [`tcp`] (tokio sockets). An [`Endpoint`] builds a generation's transport from
-//! the peers' addresses (gloo's `transport::Device`); a new transport is a pair
+//! [`tcp`] (tokio sockets). An [`Endpoint`](endpoint::Endpoint) builds a generation's transport
+//! from the peers' addresses (gloo's `transport::Device`); a new transport is a pair
 //! of them in a folder of its own, a variant of [`plane::DataPlane`] and of
 //! [`plane_endpoint::PlaneEndpoint`] (what a worker binds, any transport
 //! chosen at run time), and a [`control::DataEndpoint`] kind for its address.

@@ -1,13 +1,13 @@
 //! The command line, with horovodrun's flag names. Every option is optional here
 //! (so that "given on the command line" is known); defaults are applied by
-//! [`super::resolve`], after the environment and the config file, and stated in
+//! [`super::resolve()`], after the environment and the config file, and stated in
 //! the help.
 //!
 //! Options are recognized up to the command: the first word that is not an
 //! option (or follows `--`) starts the training command, and everything from
 //! there on is the program's own. An unknown option before it is an error
 //! with a suggestion, never the start of the command. horovodrun's flags are
-//! accepted, including its single-dash spellings ([`super::argv`]); those
+//! accepted, including its single-dash spellings (`super::argv`); those
 //! that ask for MPI or jsrun are refused with what elasticrun does instead.
 
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
 //! Configuration, parsed once at the edge into typed values: the command line
-//! ([`cli`]), the environment and the YAML file ([`file`]), merged by
+//! ([`cli`]), the environment and the YAML file ([`mod@file`]), merged by
 //! [`resolve()`](resolve::resolve) into a [`JobConfig`]. Every option is one
 //! entry of the option table (`options.rs`): its flag, environment names, YAML
 //! key, parser and default.

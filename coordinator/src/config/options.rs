@@ -2,7 +2,7 @@
 //! (the name messages give it), its environment variables (ours first, then
 //! Horovod's alias, parsed in Horovod's unit), its key in the YAML
 //! `--config-file`, how the command line and the file hold it, and its default.
-//! [`super::resolve`] picks every value with one routine over these entries:
+//! [`super::resolve()`] picks every value with one routine over these entries:
 //! command line > environment > config file > default, recording the source.
 //!
 //! Values are in the option's own unit (MB, ms, seconds); conversion to the

@@ -92,7 +92,7 @@ pub(super) fn segment_bytes(bytes: u64) -> Result<u64, BadValue> {
     }
 }
 
-/// A size (see [`parse_size`]) that is a valid segment size.
+/// A size (see [`parse_size()`]) that is a valid segment size.
 pub(super) fn segment_size(s: &str) -> Result<u64, BadValue> {
     parse_size(s).and_then(segment_bytes)
 }

@@ -3,7 +3,7 @@
 //! last good host set (the driver hears nothing) and is logged with the
 //! reason, once per distinct reason in a row so that a flapping script does
 //! not flood the log; an empty host list is told once too. Nothing the
-//! script starts outlives elasticrun (see [`GUARD`]).
+//! script starts outlives elasticrun (see `GUARD`).
 
 use std::path::PathBuf;
 use std::process::Stdio;

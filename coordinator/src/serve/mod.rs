@@ -2,7 +2,7 @@
 //! start by themselves (Kubernetes pods) and find it through etcd. Any
 //! number of replicas run; each stands for leadership of the job on its own
 //! lease, and the one elected runs the job driver on the job's state in etcd
-//! ([`EtcdStore`]), the workers' keys as its slots ([`pods`]) and a control
+//! ([`EtcdStore`]), the workers' keys as its slots (`pods`) and a control
 //! listener whose address it publishes in its election key. A replica that
 //! can no longer count on its lease, or whose commit is fenced, steps down
 //! without a word to the workers and stands again; the next leader adopts

@@ -16,7 +16,7 @@
 //! collectives over `MemFabric` endpoints; what is simulated is the worker
 //! process: a task that registers, trains (allreduce steps, commits), obeys
 //! `Reset`, `HostsUpdated`, `Assign`, `Leave` and `Stop`, and reconnects when
-//! its coordinator goes away ([`worker`]). The test watches what the workers
+//! its coordinator goes away (`worker`). The test watches what the workers
 //! did through [`Event`]s and waits on them with deadlines in virtual time.
 //!
 //! Killing a worker aborts its task and makes its launcher handle report an

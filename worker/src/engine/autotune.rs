@@ -171,18 +171,6 @@ pub(super) fn starting_tuning(cfg: &EngineConfig, comm: &impl Collectives<Host>)
     }
 }
 
-/// The autotuner's name for a knob the coordinator says the user set.
-pub(crate) fn tuned_knob(k: control::Knob) -> Knob {
-    match k {
-        control::Knob::FusionThreshold => Knob::FusionThreshold,
-        control::Knob::CycleTime => Knob::CycleTime,
-        control::Knob::Cache => Knob::ResponseCache,
-        control::Knob::HierarchicalAllreduce => Knob::HierarchicalAllreduce,
-        control::Knob::HierarchicalAllgather => Knob::HierarchicalAllgather,
-        control::Knob::SegmentSize => Knob::SegmentSize,
-    }
-}
-
 /// The layout as the autotuner's space sees it.
 pub(super) fn layout(hierarchy: Option<&Hierarchy>) -> Layout {
     match hierarchy {
@@ -194,19 +182,5 @@ pub(super) fn layout(hierarchy: Option<&Hierarchy>) -> Layout {
             hosts: 1,
             max_local_size: 1,
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_knob_the_user_can_set_is_a_distinct_tuned_knob() {
-        let mut tuned: Vec<Knob> = control::Knob::ALL.into_iter().map(tuned_knob).collect();
-        tuned.sort();
-        let mut all = Knob::ALL;
-        all.sort();
-        assert_eq!(tuned, all, "one tuned knob for each, none left over");
     }
 }

@@ -63,7 +63,7 @@ pub enum Mismatch {
         "tensor {name}: rank(s) {ranks:?} have joined; only allreduce and allgather run while ranks have joined"
     )]
     Joined { name: String, ranks: Vec<usize> },
-    /// `views[r]` is rank `r`'s description ("allreduce(Sum) F32 [4]").
+    /// `views[r]` is rank `r`'s description ("allreduce(Sum) F32 \[4\]").
     #[error(
         "tensor {name} was submitted differently across ranks: {}",
         each_rank(views)

@@ -34,7 +34,6 @@ use std::marker::PhantomData;
 use collectives::{Communicator, Element, GroupCollectives, Host, ReduceOp, Transport};
 use tokio::sync::{mpsc, oneshot};
 
-pub(crate) use autotune::tuned_knob;
 pub use autotune::{AutotuneSetup, TuningMemory};
 pub use config::EngineConfig;
 use driver::Command;
@@ -161,7 +160,7 @@ impl<T: Element> Handle<T> {
 }
 
 /// The two communicators an engine runs on: `data` carries the tensors (any
-/// [`Collectives`] backend; today a host [`Communicator`]);
+/// [`Collectives`](collectives::Collectives) backend; today a host [`Communicator`]);
 /// `negotiation` carries the ranks' messages of every cycle, always in host
 /// memory, so that the data plane can be one that moves device buffers.
 /// They may share one transport if their op ids differ

@@ -86,7 +86,7 @@ fn autotuned(log: &std::path::Path, memory: &TuningMemory) -> EngineConfig {
     EngineConfig {
         autotune: Some(AutotuneSetup {
             config: TUNER,
-            fixed: vec![Knob::ResponseCache],
+            fixed: vec![Knob::Cache],
             log_file: Some(log.to_path_buf()),
             memory: memory.clone(),
         }),
@@ -178,7 +178,7 @@ fn a_world_size_tuned_before_starts_at_its_best_point_without_tuning() {
         hosts: 1,
         max_local_size: 1,
     };
-    let space = Space::new(start, &[Knob::ResponseCache], one_host);
+    let space = Space::new(start, &[Knob::Cache], one_host);
     // Any replica would do: a survivor that becomes rank 0 resumes alike.
     let best = memories[2]
         .snapshot()

@@ -166,7 +166,7 @@ impl Transport for QuicTransport {
         self.inner().breaker()
     }
 
-    /// Says goodbye, waits (at most [`LINGER`]) until each peer's QUIC stack
+    /// Says goodbye, waits (at most `LINGER`) until each peer's QUIC stack
     /// has acknowledged everything sent, then closes: closing at once would
     /// drop data still unsent, which TCP's kernel would have delivered.
     async fn shutdown(mut self) {

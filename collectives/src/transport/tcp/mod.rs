@@ -22,7 +22,7 @@ pub use mesh::TcpEndpoint;
 
 /// The reading half of a TCP mesh's link to one peer: the socket itself
 /// (`Left`), or, for a peer on the same host, a shared-memory link
-/// ([`crate::transport::shm`]) whose doorbell is that socket (`Right`).
+/// (`crate::transport::shm`) whose doorbell is that socket (`Right`).
 pub type TcpRead = Either<OwnedReadHalf, ShmRead>;
 
 /// The writing half of a TCP mesh's link to one peer (see [`TcpRead`]).
