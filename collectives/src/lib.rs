@@ -21,7 +21,6 @@
 
 mod algorithms;
 mod backend;
-mod buffer;
 mod comm;
 mod dtype;
 mod error;
@@ -34,12 +33,11 @@ mod topology;
 mod transport;
 
 pub use backend::{Collectives, FusedPhases, GroupCollectives, Host, Memory};
-pub use buffer::HostBuffer;
 pub use comm::{
     AllreduceAlgorithm, BroadcastAlgorithm, CollectiveOptions, Communicator, Layout, OpSpace,
     Scaling,
 };
-pub use dtype::{DType, Element, UnknownDType};
+pub use dtype::{DType, Element, HostBuffer, UnknownDType};
 pub use error::{CollectiveError, LossCause, Result, TransportError};
 pub use half::{bf16, f16};
 pub use reduce::{Combine, ReduceOp, UnknownReduceOp};

@@ -7,18 +7,7 @@ use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::pool::{self, Pooled};
-
-/// A tensor's elements, of the type the array had.
-#[derive(Debug)]
-pub(crate) enum Data {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    F16(Vec<f16>),
-    I32(Vec<i32>),
-    I64(Vec<i64>),
-    U8(Vec<u8>),
-}
+use crate::pool::{self, Data, Pooled};
 
 /// Appends `a`'s elements to `out` in C order; returns `a`'s shape.
 fn append<T: numpy::Element + Copy>(a: &Bound<'_, PyArrayDyn<T>>, out: &mut Vec<T>) -> Vec<usize> {

@@ -8,7 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use worker::{Element, Tensor, Worker};
 
-use crate::arrays::{Data, concat_numpy, from_numpy, to_numpy};
+use crate::arrays::{concat_numpy, from_numpy, to_numpy};
+use crate::pool::Data;
 use crate::{ElasticrunError, engine_err, on_worker, reduce_op};
 
 /// A submitted collective of one element type.

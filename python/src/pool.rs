@@ -14,8 +14,6 @@ use std::sync::{Mutex, PoisonError};
 
 use half::f16;
 
-use crate::arrays::Data;
-
 /// Smaller buffers come from malloc's free lists at no such cost.
 const MIN_POOLED_BYTES: usize = 64 * 1024;
 
@@ -49,6 +47,17 @@ static SHELVES: Mutex<Shelves> = Mutex::new(Shelves {
     reused: 0,
     allocated: 0,
 });
+
+/// A tensor's elements, of the type the array had.
+#[derive(Debug)]
+pub(crate) enum Data {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    F16(Vec<f16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    U8(Vec<u8>),
+}
 
 /// An element type the pool keeps buffers of, and its [`Data`] variant.
 pub(crate) trait Pooled: Sized {

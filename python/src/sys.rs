@@ -7,8 +7,7 @@ use numpy::ndarray::{ArrayViewMutD, IxDyn};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::arrays::Data;
-use crate::pool::Pooled;
+use crate::pool::{Data, Pooled};
 
 /// Owns a result's buffer for the numpy arrays that look at it (it is their
 /// base object); returns the buffer to the pool when the last one is gone.

@@ -27,7 +27,6 @@ use crate::data_plane::DataPlane;
 use crate::engine::{Engine, EngineConfig, Planes, TuningMemory};
 use crate::hierarchy::{self, CollectivePaths};
 use crate::settings::engine_config;
-use crate::worker::Place;
 
 /// A generation entered: the assignment and its connected data plane.
 #[derive(Debug)]
@@ -142,6 +141,18 @@ impl Bound {
             .await?;
         Ok(Entered { assignment, plane })
     }
+}
+
+/// This process's place in the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    pub rank: usize,
+    pub size: usize,
+    pub local_rank: usize,
+    pub local_size: usize,
+    pub cross_rank: usize,
+    pub cross_size: usize,
+    pub generation: u64,
 }
 
 /// What a worker runs with in one generation, besides its engine.

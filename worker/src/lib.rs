@@ -46,10 +46,11 @@ pub use engine::{
     Mismatch, Planes, Storage, Tensor, TimelineConfig, Tuning, TuningMemory,
 };
 pub use error::{Error, InitError, ObjectError};
+pub use generation::Place;
 #[cfg(feature = "cuda")]
 pub use gpu::{DeviceBuffer, DeviceTensor, GpuError};
 pub use hierarchy::{CollectivePath, CollectivePaths};
 pub use optimizer::{Compression, DistributedOptimizer, Gradients, OptimizerOptions};
 pub use rejoin::RejoinError;
 pub use sys::{LendError, LentHost};
-pub use worker::{Place, Worker, init};
+pub use worker::{Worker, init};

@@ -110,9 +110,13 @@ pub(crate) struct Pod {
     pub(crate) secret_hex: String,
 }
 
-/// Joins through etcd (a pod): registers, finds the leader, joins it, and
-/// leaves on SIGTERM.
-pub(crate) fn init(rt: tokio::runtime::Runtime, pe: PodEnv) -> Result<crate::Worker, InitError> {
+/// Enters the job through etcd (a pod): registers, finds the leader, and
+/// leaves on SIGTERM from then on. Returns the job's launch settings and the
+/// pod, whose [`Pod::connect`] dials the leader: what joining it takes.
+pub(crate) fn enter_job(
+    rt: &tokio::runtime::Runtime,
+    pe: PodEnv,
+) -> Result<(crate::env::Launch, Arc<Pod>), InitError> {
     let within = std::env::var(control::env::START_TIMEOUT)
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
@@ -133,10 +137,8 @@ pub(crate) fn init(rt: tokio::runtime::Runtime, pe: PodEnv) -> Result<crate::Wor
             ours: launch.transport.name(),
         });
     }
-    watch_signals(&rt, &pod, launch.coordinator_timeout);
-    let tls = launch.control_tls()?;
-    let connect = pod.connect(tls.clone());
-    crate::worker::join_job(rt, &launch, connect, tls.as_ref(), Some(pod))
+    watch_signals(rt, &pod, launch.coordinator_timeout);
+    Ok((launch, pod))
 }
 
 /// Registers in etcd and finds the leader, within `within`.

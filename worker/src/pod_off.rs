@@ -3,7 +3,12 @@
 //! links no etcd client, and refuses `ELASTICRUN_ETCD` saying how to build
 //! it instead of ignoring it.
 
+use std::sync::Arc;
+
+use control::tls::ControlConnector;
+
 use crate::InitError;
+use crate::reconnect::Tcp;
 
 /// The variable that asks for etcd mode.
 pub(crate) const ETCD: &str = "ELASTICRUN_ETCD";
@@ -30,12 +35,22 @@ pub(crate) fn read(get: &impl Fn(&str) -> Option<String>) -> Result<Option<PodEn
     }
 }
 
-/// Joins through etcd: unreachable, as no [`PodEnv`] exists.
-pub(crate) fn init(_rt: tokio::runtime::Runtime, pe: PodEnv) -> Result<crate::Worker, InitError> {
+/// Enters the job through etcd: unreachable, as no [`PodEnv`] exists.
+pub(crate) fn enter_job(
+    _rt: &tokio::runtime::Runtime,
+    pe: PodEnv,
+) -> Result<(crate::env::Launch, Arc<Pod>), InitError> {
     match pe {}
 }
 
 impl Pod {
+    /// The coordinator as the control task redials it: unreachable, as no
+    /// [`Pod`] exists (any [`Connect`](crate::reconnect::Connect) would do as
+    /// the type).
+    pub(crate) fn connect(&self, _tls: Option<ControlConnector>) -> Tcp {
+        match *self {}
+    }
+
     /// Marks the pod finished in etcd: unreachable, as no [`Pod`] exists.
     pub(crate) async fn finished(&self) {
         match *self {}

@@ -12,22 +12,10 @@ use crate::control_link;
 use crate::data_plane::DataPlane;
 use crate::engine::{Engine, EngineConfig, EngineStats, TuningMemory};
 use crate::error::InitError;
-use crate::generation::{self, Entered};
+use crate::generation::{self, Entered, Place};
 use crate::hierarchy::CollectivePaths;
 use crate::settings::engine_config;
 use crate::{affinity, api, env, join, pod};
-
-/// This process's place in the job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Place {
-    pub rank: usize,
-    pub size: usize,
-    pub local_rank: usize,
-    pub local_size: usize,
-    pub cross_rank: usize,
-    pub cross_size: usize,
-    pub generation: u64,
-}
 
 /// A joined worker. Dropping it without [`Worker::shutdown`] looks like a crash
 /// to its peers.
@@ -98,7 +86,10 @@ pub fn init() -> Result<Worker, InitError> {
     crate::sys::remove_env(control::env::SECRET);
     let rt = runtime()?;
     if let Some(pe) = pod_env {
-        return pod::init(rt, pe);
+        let (launch, pod) = pod::enter_job(&rt, pe)?;
+        let tls = launch.control_tls()?;
+        let connect = pod.connect(tls.clone());
+        return join_job(rt, &launch, connect, tls.as_ref(), Some(pod));
     }
     let Some(launch) = launch else {
         return Ok(Worker::alone(rt));
@@ -114,7 +105,7 @@ pub fn init() -> Result<Worker, InitError> {
 
 /// Joins as `launch` says (inside `tls` when given), redialling the
 /// coordinator through `connect`.
-pub(crate) fn join_job<C: control_link::Connect<Stream = control::tls::ClientStream>>(
+fn join_job<C: control_link::Connect<Stream = control::tls::ClientStream>>(
     rt: tokio::runtime::Runtime,
     launch: &env::Launch,
     connect: C,

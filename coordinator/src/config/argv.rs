@@ -1,10 +1,13 @@
 //! horovodrun's command line on top of clap's: its single-dash long options
 //! (`-np`, `-hostfile`, `-cb`, `-prefix-timestamp`), the `-np` of the help,
-//! the flags refused with what elasticrun does instead, and `--check-build`.
+//! the flags refused with what elasticrun does instead, and `--check-build`;
+//! [`Cli::parse_args`] and [`Cli::help_text`] put them around clap's parse.
 
 use std::sync::OnceLock;
 
-use super::cli::{Cli, CpuList};
+use clap::error::ErrorKind;
+
+use super::cli::{Cli, CliError};
 
 /// horovodrun's single-dash spellings and the long options they are.
 const SINGLE_DASH: [(&str, &str); 4] = [
@@ -41,7 +44,7 @@ fn command() -> &'static clap::Command {
 
 /// `args` parsed by clap (what `Cli::try_parse_from` does, on the command
 /// built once).
-pub(super) fn parse(args: Vec<String>) -> Result<Cli, clap::Error> {
+fn parse(args: Vec<String>) -> Result<Cli, clap::Error> {
     use clap::FromArgMatches;
     let mut cmd = command().clone();
     let mut matches = cmd.try_get_matches_from_mut(args)?;
@@ -73,7 +76,7 @@ fn values_after_table() -> &'static [(String, usize)] {
 /// Rewrites horovodrun's single-dash spellings among elasticrun's own options
 /// into their long forms; nothing from the training command onwards is
 /// touched (the first word that is not an option, or the one after `--`).
-pub(super) fn horovod_spellings(mut args: Vec<String>) -> Vec<String> {
+fn horovod_spellings(mut args: Vec<String>) -> Vec<String> {
     let values_after = |flag: &str| {
         values_after_table()
             .iter()
@@ -120,7 +123,7 @@ pub(super) fn spell_np(help: &str) -> String {
 }
 
 /// The first option given that elasticrun refuses, with what it does instead.
-pub(super) fn refused(cli: &Cli) -> Option<(&'static str, &'static str)> {
+fn refused(cli: &Cli) -> Option<(&'static str, &'static str)> {
     let refusals = [
         (
             cli.mpi,
@@ -164,19 +167,31 @@ pub(super) fn refused(cli: &Cli) -> Option<(&'static str, &'static str)> {
         .map(|(_, flag, instead)| (flag, instead))
 }
 
-/// `--thread-affinity`'s value: CPU ids separated by commas.
-pub(super) fn cpu_list(s: &str) -> Result<CpuList, control::env::CpuListError> {
-    control::env::parse_cpu_list(s).map(CpuList)
-}
+impl Cli {
+    /// Parses `args` (program name first), accepting horovodrun's spellings
+    /// (`-np N`, `-hostfile`, `-cb`, `-prefix-timestamp`) as well.
+    pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, CliError> {
+        let args = horovod_spellings(args.into_iter().collect());
+        let cli = match parse(args) {
+            Ok(cli) => cli,
+            Err(e) if e.kind() == ErrorKind::DisplayHelp => {
+                return Err(CliError::Help {
+                    text: Cli::help_text(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match refused(&cli) {
+            Some((flag, instead)) => Err(CliError::Refused { flag, instead }),
+            None => Ok(cli),
+        }
+    }
 
-/// `--transport`'s value: `tcp`, `quic` or `tls`.
-pub(super) fn transport(s: &str) -> Result<control::env::TransportKind, String> {
-    control::env::TransportKind::parse(s).ok_or_else(|| {
-        format!(
-            "{s:?} is not a data plane: expected one of {}",
-            control::env::TransportKind::NAMES
-        )
-    })
+    /// The `--help` text, with `-np` spelled as users type it.
+    pub fn help_text() -> String {
+        use clap::CommandFactory;
+        spell_np(&Cli::command().render_help().to_string())
+    }
 }
 
 /// What `--check-build` (`-cb`) prints: horovodrun's report, for elasticrun.

@@ -12,10 +12,7 @@
 
 use std::path::PathBuf;
 
-use clap::error::ErrorKind;
 use clap::{ArgAction, Parser};
-
-use super::argv;
 
 #[derive(Clone, Debug, Default, Parser, PartialEq)]
 #[command(
@@ -333,7 +330,7 @@ pub struct Cli {
     #[arg(
         long,
         value_name = "CPU,...",
-        value_parser = argv::cpu_list,
+        value_parser = cpu_list,
         help_heading = "Controller and library"
     )]
     pub thread_affinity: Option<CpuList>,
@@ -341,7 +338,7 @@ pub struct Cli {
     #[arg(
         long,
         value_name = "tcp|quic|tls",
-        value_parser = argv::transport,
+        value_parser = transport,
         help_heading = "Controller and library"
     )]
     pub transport: Option<control::env::TransportKind>,
@@ -446,6 +443,21 @@ pub struct Cli {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CpuList(pub Vec<usize>);
 
+/// `--thread-affinity`'s value: CPU ids separated by commas.
+fn cpu_list(s: &str) -> Result<CpuList, control::env::CpuListError> {
+    control::env::parse_cpu_list(s).map(CpuList)
+}
+
+/// `--transport`'s value: `tcp`, `quic` or `tls`.
+fn transport(s: &str) -> Result<control::env::TransportKind, String> {
+    control::env::TransportKind::parse(s).ok_or_else(|| {
+        format!(
+            "{s:?} is not a data plane: expected one of {}",
+            control::env::TransportKind::NAMES
+        )
+    })
+}
+
 /// A command line elasticrun does not run.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -473,33 +485,6 @@ impl CliError {
             CliError::Help { .. } => 0,
             CliError::Refused { .. } => 2,
         }
-    }
-}
-
-impl Cli {
-    /// Parses `args` (program name first), accepting horovodrun's spellings
-    /// (`-np N`, `-hostfile`, `-cb`, `-prefix-timestamp`) as well.
-    pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, CliError> {
-        let args = argv::horovod_spellings(args.into_iter().collect());
-        let cli = match argv::parse(args) {
-            Ok(cli) => cli,
-            Err(e) if e.kind() == ErrorKind::DisplayHelp => {
-                return Err(CliError::Help {
-                    text: Cli::help_text(),
-                });
-            }
-            Err(e) => return Err(e.into()),
-        };
-        match argv::refused(&cli) {
-            Some((flag, instead)) => Err(CliError::Refused { flag, instead }),
-            None => Ok(cli),
-        }
-    }
-
-    /// The `--help` text, with `-np` spelled as users type it.
-    pub fn help_text() -> String {
-        use clap::CommandFactory;
-        argv::spell_np(&Cli::command().render_help().to_string())
     }
 }
 

@@ -20,7 +20,6 @@ use elastic::membership::SlotId;
 use futures::future::BoxFuture;
 
 use super::address::AddressError;
-use super::start::StartError;
 
 /// Why a worker could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +29,15 @@ pub enum LaunchError {
     Address(#[from] AddressError),
     #[error(transparent)]
     Start(#[from] StartError),
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start rank {rank} on {host} ({program}): {why}")]
+pub struct StartError {
+    pub rank: usize,
+    pub host: String,
+    pub program: String,
+    pub why: String,
 }
 
 /// Starts a job's workers.

@@ -13,6 +13,7 @@ use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 
 use super::address::{control_addresses, is_this_machine};
+pub use super::launcher::StartError;
 use super::launcher::{LaunchError, Launcher, Started};
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
@@ -20,15 +21,6 @@ use super::program_env::{StaticLayout, omp_threads, program_env};
 use super::ssh::{self, SshOptions};
 use crate::config::JobConfig;
 use control::alloc_env;
-
-#[derive(Debug, thiserror::Error)]
-#[error("cannot start rank {rank} on {host} ({program}): {why}")]
-pub struct StartError {
-    pub rank: usize,
-    pub host: String,
-    pub program: String,
-    pub why: String,
-}
 
 /// What elasticrun tells a worker about the job (the secret aside).
 fn job_env(cfg: &JobConfig, w: &WorkerStart<'_>) -> Vec<(String, String)> {

@@ -12,17 +12,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::machine::{Gathering, Membership, Phase, Worker, WorkerState};
+use super::machine::{Cause, Gathering, Membership, Phase, Worker, WorkerState};
 use super::{Command, Generation, JobFailure, SlotId};
-
-/// Why a new generation is gathered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Cause {
-    /// Workers failed: members drop the generation now (`Reset`).
-    Failure,
-    /// Hosts came or went: members rejoin at their next commit (`HostsUpdated`).
-    HostsChanged,
-}
 
 impl Membership {
     /// Announces generation `g+1` to the members, or fails the job when that would

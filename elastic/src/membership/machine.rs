@@ -4,9 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::blacklist::Blacklist;
-use super::gather::Cause;
 use super::policy::{OnFailure, Policy};
-use super::snapshot::Detached;
 use super::{Command, Generation, JobFailure, SlotId};
 use crate::hosts::HostSlots;
 
@@ -98,6 +96,18 @@ pub(super) struct Gathering {
     /// replacements the previous generation went on without.
     pub(super) counts: bool,
 }
+
+/// Why a new generation is gathered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cause {
+    /// Workers failed: members drop the generation now (`Reset`).
+    Failure,
+    /// Hosts came or went: members rejoin at their next commit (`HostsUpdated`).
+    HostsChanged,
+}
+
+/// The detached members, by slot, with when they were detached.
+pub(super) type Detached = BTreeMap<SlotId, Duration>;
 
 impl Membership {
     /// A job with no hosts yet: feed it [`Membership::discovered`] first (a static

@@ -20,14 +20,13 @@
 //!   └─ not back within the rejoin timeout ─► failed: Reset, replaced
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::blacklist::HostRecord;
-use super::gather::Cause;
-use super::machine::{Gathering, Membership, Phase, Worker, WorkerState};
+use super::machine::{Cause, Gathering, Membership, Phase, Worker, WorkerState};
 use super::policy::Policy;
 use super::{Command, Generation, SlotId};
 
@@ -194,6 +193,3 @@ impl Membership {
             .min()
     }
 }
-
-/// The detached members, by slot, with when they were detached.
-pub(super) type Detached = BTreeMap<SlotId, Duration>;

@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use super::gather::Cause;
-use super::machine::{Membership, Phase};
+use super::machine::{Cause, Membership, Phase};
 use super::policy::OnFailure;
 use super::{Command, Generation, JobFailure, SlotId, fmt_secs};
 

@@ -14,9 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use autotune::{Decision, Knob, Layout, Memory, SampleRecord, Space, Tuner, TunerConfig};
-use collectives::{Collectives, Hierarchy, Host};
+use collectives::Hierarchy;
 
-use super::config::EngineConfig;
 use super::messages::Tuning;
 
 /// What an autotuned job's engines need (every rank: rank 0 tunes, the
@@ -156,19 +155,6 @@ fn open_log(path: &PathBuf) -> Result<std::fs::File, String> {
             .map_err(|e| e.to_string())?;
     }
     Ok(f)
-}
-
-/// The settings the engine starts with.
-pub(super) fn starting_tuning(cfg: &EngineConfig, comm: &impl Collectives<Host>) -> Tuning {
-    let o = comm.options();
-    Tuning {
-        fusion_threshold_bytes: cfg.fusion_threshold_bytes as u64,
-        cycle_time_us: u64::try_from(cfg.cycle_time.as_micros()).unwrap_or(u64::MAX),
-        cache_enabled: cfg.cache_capacity > 0,
-        hierarchical_allreduce: o.hierarchical_allreduce.is_some(),
-        hierarchical_allgather: o.hierarchical_allgather.is_some(),
-        segment_bytes: o.segment_bytes as u64,
-    }
 }
 
 /// The layout as the autotuner's space sees it.

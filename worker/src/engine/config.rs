@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use collectives::Hierarchy;
+use collectives::{Collectives, Hierarchy, Host};
 
 use super::autotune::AutotuneSetup;
+use super::messages::Tuning;
 use super::timeline::TimelineConfig;
 
 /// Engine settings (from the job's knobs).
@@ -44,5 +45,18 @@ impl Default for EngineConfig {
             device_timeout: Duration::from_secs(60),
             settle_quiet: Duration::from_micros(50),
         }
+    }
+}
+
+/// The settings the engine starts with.
+pub(super) fn starting_tuning(cfg: &EngineConfig, comm: &impl Collectives<Host>) -> Tuning {
+    let o = comm.options();
+    Tuning {
+        fusion_threshold_bytes: cfg.fusion_threshold_bytes as u64,
+        cycle_time_us: u64::try_from(cfg.cycle_time.as_micros()).unwrap_or(u64::MAX),
+        cache_enabled: cfg.cache_capacity > 0,
+        hierarchical_allreduce: o.hierarchical_allreduce.is_some(),
+        hierarchical_allgather: o.hierarchical_allgather.is_some(),
+        segment_bytes: o.segment_bytes as u64,
     }
 }

@@ -12,8 +12,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::Planes;
-use super::autotune::{AutotuneSetup, Autotuner, layout, starting_tuning};
-use super::config::EngineConfig;
+use super::autotune::{AutotuneSetup, Autotuner, layout};
+use super::config::{EngineConfig, starting_tuning};
 use super::error::{EngineError, Internal, Invalid};
 use super::exec;
 use super::fusion::{FusionPolicy, fused_bytes};

@@ -14,14 +14,18 @@
 //!   them lost until a timeout. With 1,472-byte packets (a 1,500-byte veth)
 //!   GSO doubles throughput; on loopback with 65,000-byte packets, turning it
 //!   off did.
+//!
+//! [`transport`] puts both into quinn's transport settings, the rest of
+//! which are tuned for bulk transfer between a few peers.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
+use std::time::Duration;
 
-use quinn::TransportConfig;
+use quinn::congestion::CubicConfig;
+use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
 
 use super::QuicConfig;
-use super::tls::transport;
 
 /// The most packets quinn 0.11 hands the kernel in one GSO send
 /// (`MAX_TRANSMIT_SEGMENTS` in its `connection.rs`).
@@ -67,6 +71,31 @@ pub(crate) fn for_peer(
     peer: SocketAddr,
 ) -> Arc<TransportConfig> {
     transport(config, payload(config, route_mtu(local, peer)))
+}
+
+/// quinn's transport settings for bulk transfer between ranks, with packets
+/// of up to `payload` bytes (see the module docs).
+pub(crate) fn transport(config: &QuicConfig, payload: u16) -> Arc<TransportConfig> {
+    let mut t = TransportConfig::default();
+    let window = VarInt::from_u64(config.stream_window_bytes).unwrap_or(VarInt::MAX);
+    t.stream_receive_window(window)
+        .receive_window(VarInt::MAX)
+        .send_window(config.stream_window_bytes.saturating_mul(2))
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .max_concurrent_bidi_streams(VarInt::from_u32(4))
+        .keep_alive_interval(Some(config.idle_timeout / 4))
+        .initial_rtt(Duration::from_millis(1));
+    // A silent peer (killed: UDP says nothing) is lost after the idle timeout.
+    t.max_idle_timeout(config.idle_timeout.try_into().ok());
+    t.initial_mtu(config.initial_mtu.min(payload).max(1200));
+    let mut mtu = MtuDiscoveryConfig::default();
+    mtu.upper_bound(payload);
+    t.mtu_discovery_config(Some(mtu));
+    t.enable_segmentation_offload(payload <= GSO_MAX_PACKET);
+    let mut cubic = CubicConfig::default();
+    cubic.initial_window(config.initial_window_bytes);
+    t.congestion_controller_factory(Arc::new(cubic));
+    Arc::new(t)
 }
 
 #[cfg(test)]
