@@ -25,7 +25,7 @@ use super::waiting::{self, Waiting};
 use crate::config::JobConfig;
 use crate::job::{Ending, JobError, STOP_GRACE, Stops};
 use crate::launch::address::{first_interface, interface_address};
-use crate::launch::{Launcher, Started, stop_all};
+use crate::launch::{EXIT_POLL, Launcher, Started, stop_all};
 use crate::server::{Arrival, Arrivals};
 use crate::stall::{Inspector, StallConfig, StallEvent};
 use crate::store::{JobState, Revision, Store, StoreError};
@@ -49,8 +49,6 @@ pub(super) const STORE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a self-started worker's registration waits for its slot to be
 /// offered (its etcd key to be seen).
 const EARLY_GRACE: Duration = Duration::from_secs(10);
-/// How often the driver polls exits and ticks the core.
-const TICK: Duration = Duration::from_millis(20);
 
 /// What kind of job the driver runs: the core's policy decides what happens,
 /// this only decides how the driver words it.
@@ -185,10 +183,12 @@ impl Driver {
         mut stops: Stops,
     ) -> Ending {
         self.adopt_self_started();
-        let mut tick = tokio::time::interval(TICK);
         loop {
+            // Asleep until something happens or the next thing is due.
+            let due = self.next_wake();
             let cmds = tokio::select! {
-                _ = tick.tick() => Vec::new(),
+                () = sleep_until(due) => Vec::new(),
+                () = self.launcher.exit_news() => Vec::new(),
                 ending = stops.next(&self.say) => return ending,
                 Some(offer) = discovered.next() => {
                     let now = self.now();
@@ -216,6 +216,36 @@ impl Driver {
             }
             self.say_waiting();
         }
+    }
+
+    /// When the driver next has something to do with no news: the core's
+    /// next timer, a stall's warning, an early registration's grace, the
+    /// wait said again, a held exit or a closed connection's grace running
+    /// out, a worker that counts as gone unless it shows up (`None`: not
+    /// before news).
+    fn next_wake(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let on_job_clock = |d: Duration| now + d.saturating_sub(self.now());
+        let core = self.core.next_deadline().map(on_job_clock);
+        let waiting = self.waiting.next_due().map(on_job_clock);
+        let stalls = self.inspector.as_ref().and_then(|i| {
+            let due = i.next_due(now.into_std())?;
+            Some(Instant::from_std(due))
+        });
+        let early = self.early.iter().map(|(at, _)| *at + EARLY_GRACE);
+        let self_started = self.launcher.self_started();
+        let workers = self.workers.values().flat_map(|live| {
+            let held = live.exited.map(|(at, _)| at + EXIT_SETTLE);
+            let grace = exit_grace(self_started, live.finished);
+            let closed = live.link_ended.as_ref().map(|(at, _)| *at + grace);
+            [held, closed, live.process.check_by()]
+        });
+        [core, waiting, stalls]
+            .into_iter()
+            .chain(early.map(Some))
+            .chain(workers)
+            .flatten()
+            .min()
     }
 
     /// Says what an elastic job that cannot form its next generation waits
@@ -412,8 +442,6 @@ impl Driver {
                 cmds.extend(self.core.failed(now, &slot, &why));
             }
         }
-        // A pod's exit status is its key vanishing (a lease later): no use
-        // waiting for it.
         let self_started = self.launcher.self_started();
         let overdue: Vec<(SlotId, usize, bool, String)> = self
             .workers
@@ -421,13 +449,7 @@ impl Driver {
             .filter_map(|(slot, live)| {
                 let (at, why) = live.link_ended.as_ref()?;
                 let (id, leaving) = (live.id, live.leaving || live.finished);
-                let grace = match (self_started, live.finished) {
-                    (true, _) => Duration::ZERO,
-                    // It said it finished: its exit status, when it comes,
-                    // says whether its end went well too.
-                    (false, true) => FINISHED_EXIT_GRACE,
-                    (false, false) => EXIT_GRACE,
-                };
+                let grace = exit_grace(self_started, live.finished);
                 (at.elapsed() >= grace).then(|| (slot.clone(), id, leaving, why.clone()))
             })
             .collect();
@@ -644,11 +666,33 @@ impl Driver {
     }
 }
 
+/// How long a worker whose control connection closed is given for its exit
+/// status to come before the closing counts as its end.
+fn exit_grace(self_started: bool, finished: bool) -> Duration {
+    match (self_started, finished) {
+        // A pod's exit status is its key vanishing (a lease later): no use
+        // waiting for it.
+        (true, _) => Duration::ZERO,
+        // It said it finished: its exit status, when it comes, says whether
+        // its end went well too.
+        (false, true) => FINISHED_EXIT_GRACE,
+        (false, false) => EXIT_GRACE,
+    }
+}
+
+/// Sleeps until `due`, or for ever.
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Waits up to [`LEAVE_GRACE`] for a leaving worker to exit, then stops it.
 async fn let_leave(mut old: Live) {
     let deadline = Instant::now() + LEAVE_GRACE;
     while Instant::now() < deadline && matches!(old.process.poll(), Ok(None)) {
-        tokio::time::sleep(TICK).await;
+        tokio::time::sleep(EXIT_POLL).await;
     }
     stop_all(std::slice::from_mut(&mut old.process), STOP_GRACE).await;
 }

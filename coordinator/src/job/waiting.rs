@@ -41,6 +41,12 @@ impl Waiting {
         }
         due
     }
+
+    /// When the wait said last is due to be said again (the job's clock;
+    /// `None`: no wait is being said).
+    pub(super) fn next_due(&self) -> Option<Duration> {
+        self.said.as_ref().map(|(_, at)| at.saturating_add(REPEAT))
+    }
 }
 
 /// The line that says the wait, `now` being the job's clock and `clock` the

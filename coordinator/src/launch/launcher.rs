@@ -3,6 +3,7 @@
 //! ```text
 //!  driver ──start(label, slot)──► Launcher ──► Box<dyn Started>: poll / how / terminate / kill
 //!         ──adopt(label, slot, pid)──► (a worker another coordinator started; rarely possible)
+//!         ──exit_news()──► resolves when a worker may have ended: the driver polls them then
 //!         ──finish()──► output forwarding done
 //! ```
 //!
@@ -82,7 +83,19 @@ pub trait Launcher: Send + std::fmt::Debug {
         let _ = slot;
         None
     }
+
+    /// Resolves when a worker it started may have ended, so that the driver
+    /// polls them ([`Started::poll`]) then and sleeps otherwise; news that
+    /// came while nobody waited resolves the next call at once. The default,
+    /// for a launcher that cannot tell, resolves every [`EXIT_POLL`].
+    fn exit_news(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(tokio::time::sleep(EXIT_POLL))
+    }
 }
+
+/// How often the driver polls the workers of a launcher that cannot say
+/// when one has ended.
+pub const EXIT_POLL: Duration = Duration::from_millis(20);
 
 /// A started worker, as its launcher sees it.
 pub trait Started: Send + std::fmt::Debug {
@@ -97,6 +110,13 @@ pub trait Started: Send + std::fmt::Debug {
     /// status comes through ssh as 128 + the signal).
     fn killed(&self, status: ExitStatus) -> bool {
         std::os::unix::process::ExitStatusExt::signal(&status).is_some()
+    }
+
+    /// When [`Started::poll`] may change its answer with no news from the
+    /// launcher ([`Launcher::exit_news`]): a worker that counts as gone once
+    /// it has not shown up for a while. `None` (the default): never.
+    fn check_by(&self) -> Option<tokio::time::Instant> {
+        None
     }
 
     /// Asks it to stop (SIGTERM to a process).

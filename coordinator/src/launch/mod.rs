@@ -10,4 +10,4 @@ pub mod program_env;
 pub mod ssh;
 pub mod start;
 
-pub use launcher::{LaunchError, Launcher, Started, stop_all};
+pub use launcher::{EXIT_POLL, LaunchError, Launcher, Started, stop_all};

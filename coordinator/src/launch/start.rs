@@ -10,11 +10,12 @@ use elastic::hosts::HostSlots;
 use elastic::membership::SlotId;
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinHandle;
 
 use super::address::{control_addresses, is_this_machine};
 pub use super::launcher::StartError;
-use super::launcher::{LaunchError, Launcher, Started};
+use super::launcher::{EXIT_POLL, LaunchError, Launcher, Started};
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
 use super::program_env::{StaticLayout, omp_threads, program_env};
@@ -177,6 +178,10 @@ pub struct ProcessLauncher {
     layout: Option<StaticLayout>,
     /// An elastic job's hosts and their slots, as discovery last gave them.
     host_slots: HashMap<String, usize>,
+    /// SIGCHLD, which every exit of a worker (or of the ssh carrying it)
+    /// sends: the driver's news of exits. Made before the first worker
+    /// starts; `None` until then, or where it cannot be had.
+    child_exits: Option<Signal>,
 }
 
 impl ProcessLauncher {
@@ -190,6 +195,17 @@ impl ProcessLauncher {
             forwarders: Vec::new(),
             layout: None,
             host_slots: HashMap::new(),
+            child_exits: None,
+        }
+    }
+
+    /// Listens for SIGCHLD from now on, if it does not yet.
+    fn listen_for_exits(&mut self) {
+        if self.child_exits.is_none() {
+            match signal(SignalKind::child()) {
+                Ok(s) => self.child_exits = Some(s),
+                Err(e) => tracing::debug!(%e, "no SIGCHLD stream: the workers are polled"),
+            }
         }
     }
 
@@ -252,6 +268,7 @@ impl ProcessLauncher {
         label: usize,
         slot: &SlotId,
     ) -> Result<Box<dyn Started>, LaunchError> {
+        self.listen_for_exits();
         let iface = self.cfg.network_interface.as_deref();
         let addrs = control_addresses(&[slot.host.as_str()], iface)?;
         let ip = addrs
@@ -289,6 +306,21 @@ impl Launcher for ProcessLauncher {
 
     fn hosts_discovered(&mut self, hosts: &[HostSlots]) {
         self.host_slots = hosts.iter().map(|h| (h.host.clone(), h.slots)).collect();
+    }
+
+    /// The next SIGCHLD (one that came since the last call, at once).
+    fn exit_news(&mut self) -> BoxFuture<'_, ()> {
+        self.listen_for_exits();
+        async move {
+            let heard = match self.child_exits.as_mut() {
+                Some(s) => s.recv().await.is_some(),
+                None => false,
+            };
+            if !heard {
+                tokio::time::sleep(EXIT_POLL).await;
+            }
+        }
+        .boxed()
     }
 
     /// Waits until every worker's output has been forwarded.

@@ -105,6 +105,18 @@ impl Launcher for PodLauncher {
         let id = (slot.host.clone(), slot.slot);
         pods.as_ref()?.get(&id).map(|r| r.pid)
     }
+
+    /// A change of the workers' keys: a pod's end is its key finished or
+    /// gone.
+    fn exit_news(&mut self) -> BoxFuture<'_, ()> {
+        async move {
+            if self.pods.changed().await.is_err() {
+                // The watch ended (the job is ending): poll what is left.
+                tokio::time::sleep(crate::launch::EXIT_POLL).await;
+            }
+        }
+        .boxed()
+    }
 }
 
 /// The worker registered on one slot, seen through its key.
@@ -147,6 +159,11 @@ impl Started for Pod {
             }
             None => Ok(None),
         }
+    }
+
+    /// A pod not seen yet counts as gone once [`KEY_GRACE`] has passed.
+    fn check_by(&self) -> Option<Instant> {
+        (!self.seen).then(|| self.since + KEY_GRACE)
     }
 
     fn how(&self, status: ExitStatus) -> String {

@@ -209,6 +209,25 @@ impl Inspector {
         self.warnings(&stalled)
     }
 
+    /// When [`Inspector::poll`] next has something to say, as seen at `now`
+    /// (`None`: nothing before another report): a stalled tensor's warning,
+    /// its next one, or the shutdown time, whichever comes first.
+    pub fn next_due(&self, now: Instant) -> Option<Instant> {
+        if self.shut_down {
+            return None;
+        }
+        self.ages(now)
+            .iter()
+            .filter_map(|(name, by)| {
+                let stalled = self.stalled(name, by)?;
+                let warn = self.next_warning.get(*name).copied();
+                let at = warn.unwrap_or(self.cfg.warning);
+                let at = self.cfg.shutdown.map_or(at, |limit| at.min(limit));
+                Some(now + at.saturating_sub(stalled.age))
+            })
+            .min()
+    }
+
     /// Each pending tensor's age on each rank that listed it, at `now`.
     fn ages(&self, now: Instant) -> BTreeMap<&str, BTreeMap<usize, Duration>> {
         let mut ages: BTreeMap<&str, BTreeMap<usize, Duration>> = BTreeMap::new();

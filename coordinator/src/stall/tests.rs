@@ -257,3 +257,32 @@ fn the_config_comes_from_the_knobs() {
         })
     );
 }
+
+/// `next_due` says when `poll` next has something: the warning, the one at
+/// twice the age, the shutdown; nothing while no tensor is stalled or after
+/// the shutdown. Polling at the said time gives exactly the event.
+#[test]
+fn the_next_due_time_is_when_poll_next_speaks() {
+    let mut sim = Sim::new(Some(3000));
+    let due = |sim: &Sim, t: u64| sim.insp.next_due(sim.t0 + ms(t)).map(|d| d - sim.t0);
+    sim.report(0, 0, &[("grad.3", 0)]);
+    assert_eq!(
+        due(&sim, 0),
+        None,
+        "one rank reported: nothing is stalled yet"
+    );
+    sim.report(0, 1, &[]);
+    assert_eq!(due(&sim, 0), Some(ms(1000)));
+    assert_eq!(due(&sim, 400), Some(ms(1000)), "the same time, seen later");
+    assert_eq!(sim.poll(999), []);
+    sim.warning(1000);
+    assert_eq!(due(&sim, 1000), Some(ms(2000)), "again at twice the age");
+    assert_eq!(sim.poll(1999), []);
+    sim.warning(2000);
+    assert_eq!(due(&sim, 2000), Some(ms(3000)), "the shutdown before 4 s");
+    assert!(matches!(
+        sim.poll(3000).as_slice(),
+        [StallEvent::Shutdown(_)]
+    ));
+    assert_eq!(due(&sim, 3000), None, "nothing after the shutdown");
+}
