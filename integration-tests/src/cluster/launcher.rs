@@ -82,6 +82,11 @@ impl Launcher for SimLauncher {
     fn finish(&mut self) -> BoxFuture<'_, ()> {
         async {}.boxed()
     }
+
+    /// A simulated worker ended (or one ended while the driver was busy).
+    fn exit_news(&mut self) -> BoxFuture<'_, ()> {
+        self.cluster.inner.exits.notified().boxed()
+    }
 }
 
 /// The driver's handle on a simulated worker.

@@ -132,6 +132,9 @@ struct Inner {
     state: Mutex<State>,
     /// Bumped on every event: what the waits watch.
     version: watch::Sender<u64>,
+    /// A worker ended: the launcher's news of exits, which the driver sleeps
+    /// on (a permit is kept if it is not waiting).
+    exits: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -169,6 +172,7 @@ impl Cluster {
             clock: WallClock::tokio_from(SystemTime::UNIX_EPOCH + WALL_START),
             state: Mutex::default(),
             version,
+            exits: tokio::sync::Notify::new(),
         };
         Self {
             inner: Arc::new(inner),
@@ -255,6 +259,7 @@ impl Cluster {
             }
             w.slot.clone()
         };
+        self.inner.exits.notify_one();
         self.record(Event::Exited { pid, slot, exit });
     }
 
