@@ -43,6 +43,8 @@ pub(crate) enum Command {
     Join(oneshot::Sender<Result<usize, EngineError>>),
     /// Switch every rank to these settings (honoured from rank 0 only).
     Retune(Tuning),
+    /// Answer once the engine sleeps with no timer: see [`super::Engine::parked`].
+    WhenParked(std::sync::mpsc::Sender<()>),
 }
 
 /// Counters, for tests and benchmarks.
@@ -113,6 +115,8 @@ struct State<D, H> {
     fusion: FusionBuffer,
     /// GPU tensors' communicator and fusion buffers.
     gpu: GpuSide,
+    /// Waiting for the engine to sleep with no timer ([`Command::WhenParked`]).
+    parked: Vec<std::sync::mpsc::Sender<()>>,
 }
 
 /// Runs the engine until every rank has shut down or the data plane fails;
@@ -194,6 +198,13 @@ async fn wait_for_round(
             (true, None) => Some(next),
             (false, j) => j,
         };
+        if due.is_none() {
+            // Asleep with no timer: only a command or another rank's round
+            // wakes it now.
+            for tx in st.parked.drain(..) {
+                let _ = tx.send(());
+            }
+        }
         let wake = tokio::select! {
             c = rx.recv(), if *open => Wake::Command(c),
             () = tokio::time::sleep_until(due.unwrap_or(next)), if due.is_some() => Wake::Round,
@@ -286,7 +297,8 @@ async fn drain_after_failure(rx: &mut mpsc::UnboundedReceiver<Command>, e: &Engi
                 let _ = reply.send(Err(e.clone()));
             }
             Command::Shutdown => return,
-            Command::Retune(_) => {}
+            // Dropped: the engine will not sleep again.
+            Command::Retune(_) | Command::WhenParked(_) => {}
         }
     }
 }
@@ -336,6 +348,7 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             hierarchy: cfg.hierarchy.clone(),
             fusion: FusionBuffer::default(),
             gpu: GpuSide::new(cfg.device_timeout),
+            parked: Vec::new(),
         };
         if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
             st.start_autotuner(setup, cfg);
@@ -386,6 +399,7 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
         match c {
             Command::Shutdown => self.leave(),
             Command::Retune(t) => self.retune = Some(t),
+            Command::WhenParked(tx) => self.parked.push(tx),
             Command::Join(reply) if self.join_reply.is_some() || self.shutdown => {
                 let _ = reply.send(Err(Invalid::Join.into()));
             }

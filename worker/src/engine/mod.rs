@@ -207,6 +207,17 @@ impl Engine {
         }
     }
 
+    /// Says (on the returned channel) once this engine has taken everything
+    /// submitted before the call and sleeps with no timer of its own: only a
+    /// submission, a command or another rank's round can wake it then. For
+    /// tests of what wakes an engine; the channel closes unanswered if the
+    /// engine stops first.
+    pub fn parked(&self) -> std::sync::mpsc::Receiver<()> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _ = self.tx.send(Command::WhenParked(tx));
+        rx
+    }
+
     /// The tensors submitted here and not finished (for heartbeats).
     pub fn pending(&self) -> PendingBoard {
         self.pending.clone()

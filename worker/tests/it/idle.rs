@@ -30,7 +30,8 @@ fn want(size: usize) -> Vec<f32> {
 
 /// With an hour's cycle, nothing but another rank's round can wake the
 /// ranks that submitted first, nor a rank's shutdown but its own news: a
-/// late rank's submission completes the tensor on every rank at once.
+/// late rank's submission completes the tensor on every rank at once. The
+/// late rank submits only once the others' engines sleep with no timer.
 #[test]
 fn a_late_rank_wakes_the_ranks_waiting_for_it_without_a_timer() {
     let size = 3;
@@ -43,10 +44,11 @@ fn a_late_rank_wakes_the_ranks_waiting_for_it_without_a_timer() {
         let mut got = vec![sum(e, "first", rank)];
         if rank == size - 1 {
             gate.wait();
-            // Long enough that the others' engines have gone idle.
-            thread::sleep(Duration::from_millis(30));
         } else {
             let h = submit(e, "late", rank);
+            e.parked()
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the engine sleeps, untimed, waiting for the late rank");
             gate.wait();
             got.push(h.wait().unwrap().data);
             return got;
