@@ -260,7 +260,9 @@ fn a_flaky_discovery_script_keeps_the_last_good_host_set() {
     let script = scratch.write(
         "flaky.sh",
         &format!(
-            "n=$(cat {c} 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {c}\n\
+            // The count is replaced whole (a rename): elasticrun stops a run
+            // still going when the job ends, which must not leave it empty.
+            "n=$(cat {c} 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {c}.new; mv {c}.new {c}\n\
              if [ $((n % 2)) = 0 ]; then echo 'flaky on purpose' >&2; exit 1; fi\n\
              echo localhost:3\n",
             c = count.display()
