@@ -142,17 +142,25 @@ pub struct TlsAddress {
     pub key: LeafPublicKey,
 }
 
-/// The certificate an encrypted plane needs, or the error of its absence.
-fn grant<'a>(
-    admission: &Admission<'a>,
+/// What an encrypted plane (TLS, QUIC) connects with: every peer's socket
+/// address, this rank's own, and its certificate (none is an error).
+fn sealed(
+    peers: impl Iterator<Item = SocketAddr>,
     rank: Rank,
-    addr: SocketAddr,
-) -> Result<&'a TlsGrant, TransportError> {
-    admission.grant.ok_or_else(|| TransportError::Tls {
+    grant: Option<&TlsGrant>,
+) -> Result<(Vec<SocketAddr>, SocketAddr, &TlsGrant), TransportError> {
+    let addrs: Vec<SocketAddr> = peers.collect();
+    let size = addrs.len();
+    let addr = addrs
+        .get(rank)
+        .copied()
+        .ok_or(TransportError::InvalidRank { rank, size })?;
+    let grant = grant.ok_or_else(|| TransportError::Tls {
         rank,
         addr,
         reason: "the coordinator granted this worker no certificate".into(),
-    })
+    })?;
+    Ok((addrs, addr, grant))
 }
 
 /// The error of TLS settings that could not be made from a grant.
@@ -162,14 +170,6 @@ fn tls_setup(rank: Rank, addr: SocketAddr) -> impl FnOnce(TlsSetupError) -> Tran
         addr,
         reason: e.to_string(),
     }
-}
-
-/// This rank's own address among `peers`, for its errors.
-fn own(peers: &[SocketAddr], rank: Rank) -> Result<SocketAddr, TransportError> {
-    peers.get(rank).copied().ok_or(TransportError::InvalidRank {
-        rank,
-        size: peers.len(),
-    })
 }
 
 impl Endpoint for TlsEndpoint {
@@ -199,9 +199,7 @@ impl Endpoint for TlsEndpoint {
         peers: &[TlsAddress],
         admission: Admission<'_>,
     ) -> Result<TlsTransport, TransportError> {
-        let addrs: Vec<SocketAddr> = peers.iter().map(|p| p.addr).collect();
-        let addr = own(&addrs, rank)?;
-        let grant = grant(&admission, rank, addr)?;
+        let (addrs, addr, grant) = sealed(peers.iter().map(|p| p.addr), rank, admission.grant)?;
         self.prepare(admission.key, grant, admission.within)
             .map_err(tls_setup(rank, addr))?;
         TlsEndpoint::connect(self, rank, generation, &addrs).await
@@ -236,9 +234,7 @@ impl Endpoint for QuicEndpoint {
         peers: &[QuicAddress],
         admission: Admission<'_>,
     ) -> Result<QuicTransport, TransportError> {
-        let addrs: Vec<SocketAddr> = peers.iter().map(|p| p.addr).collect();
-        let addr = own(&addrs, rank)?;
-        let grant = grant(&admission, rank, addr)?;
+        let (addrs, addr, grant) = sealed(peers.iter().map(|p| p.addr), rank, admission.grant)?;
         self.prepare(admission.key, grant, admission.within)
             .map_err(tls_setup(rank, addr))?;
         QuicEndpoint::connect(self, rank, generation, &addrs).await
