@@ -27,6 +27,20 @@ use bytes::Bytes;
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank, Tag};
 
+/// Runs `$body` with `$t` bound to what `$value`, a value of `$kind` (an
+/// enum with a variant per transport: [`plane::DataPlane`],
+/// [`plane_endpoint::PlaneEndpoint`]), holds.
+macro_rules! each_plane {
+    ($kind:ident, $value:expr, $t:ident => $body:expr) => {
+        match $value {
+            $kind::Tcp($t) => $body,
+            $kind::Quic($t) => $body,
+            $kind::Tls($t) => $body,
+            $kind::Mem($t) => $body,
+        }
+    };
+}
+
 pub(crate) mod end;
 pub(crate) mod endpoint;
 pub(crate) mod group;

@@ -53,45 +53,33 @@ impl From<MemTransport> for DataPlane {
     }
 }
 
-/// Runs `$body` with `$t` bound to the transport inside `$plane`.
-macro_rules! delegate {
-    ($plane:expr, $t:ident => $body:expr) => {
-        match $plane {
-            DataPlane::Tcp($t) => $body,
-            DataPlane::Quic($t) => $body,
-            DataPlane::Tls($t) => $body,
-            DataPlane::Mem($t) => $body,
-        }
-    };
-}
-
 impl Transport for DataPlane {
     fn rank(&self) -> Rank {
-        delegate!(self, t => t.rank())
+        each_plane!(DataPlane, self, t => t.rank())
     }
 
     fn size(&self) -> usize {
-        delegate!(self, t => t.size())
+        each_plane!(DataPlane, self, t => t.size())
     }
 
     fn generation(&self) -> Generation {
-        delegate!(self, t => t.generation())
+        each_plane!(DataPlane, self, t => t.generation())
     }
 
     async fn send(&self, to: Rank, tag: Tag, payload: &[u8]) -> Result<(), TransportError> {
-        delegate!(self, t => t.send(to, tag, payload).await)
+        each_plane!(DataPlane, self, t => t.send(to, tag, payload).await)
     }
 
     async fn recv(&self, from: Rank, tag: Tag) -> Result<Bytes, TransportError> {
-        delegate!(self, t => t.recv(from, tag).await)
+        each_plane!(DataPlane, self, t => t.recv(from, tag).await)
     }
 
     async fn recv_into(&self, from: Rank, tag: Tag, dst: &mut [u8]) -> Result<(), TransportError> {
-        delegate!(self, t => t.recv_into(from, tag, dst).await)
+        each_plane!(DataPlane, self, t => t.recv_into(from, tag, dst).await)
     }
 
     async fn send_parts(&self, to: Rank, tag: Tag, parts: &[&[u8]]) -> Result<(), TransportError> {
-        delegate!(self, t => t.send_parts(to, tag, parts).await)
+        each_plane!(DataPlane, self, t => t.send_parts(to, tag, parts).await)
     }
 
     async fn recv_into_parts(
@@ -100,7 +88,7 @@ impl Transport for DataPlane {
         tag: Tag,
         dst: &mut [&mut [u8]],
     ) -> Result<(), TransportError> {
-        delegate!(self, t => t.recv_into_parts(from, tag, dst).await)
+        each_plane!(DataPlane, self, t => t.recv_into_parts(from, tag, dst).await)
     }
 
     fn arrival(
@@ -108,19 +96,19 @@ impl Transport for DataPlane {
         ops: std::ops::Range<u64>,
     ) -> Option<impl std::future::Future<Output = ()> + Send + '_> {
         type Arrival<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
-        delegate!(self, t => t.arrival(ops).map(|f| Box::pin(f) as Arrival<'_>))
+        each_plane!(DataPlane, self, t => t.arrival(ops).map(|f| Box::pin(f) as Arrival<'_>))
     }
 
     fn stale_refused(&self) -> u64 {
-        delegate!(self, t => t.stale_refused())
+        each_plane!(DataPlane, self, t => t.stale_refused())
     }
 
     fn breaker(&self) -> Breaker {
-        delegate!(self, t => t.breaker())
+        each_plane!(DataPlane, self, t => t.breaker())
     }
 
     async fn shutdown(self) {
-        delegate!(self, t => t.shutdown().await)
+        each_plane!(DataPlane, self, t => t.shutdown().await)
     }
 }
 

@@ -81,12 +81,7 @@ impl Endpoint for PlaneEndpoint {
     }
 
     fn published(&self, ip: IpAddr) -> Result<PeerAddress, TransportError> {
-        match self {
-            Self::Tcp(ep) => ep.published(ip),
-            Self::Quic(ep) => ep.published(ip),
-            Self::Tls(ep) => ep.published(ip),
-            Self::Mem(ep) => ep.published(ip),
-        }
+        each_plane!(PlaneEndpoint, self, ep => ep.published(ip))
     }
 
     /// Everything the peer published: each variant picks its own kind.
@@ -101,19 +96,11 @@ impl Endpoint for PlaneEndpoint {
         peers: &[PeerAddress],
         admission: Admission<'_>,
     ) -> Result<DataPlane, TransportError> {
-        Ok(match self {
-            Self::Tcp(ep) => connect_published(ep, rank, generation, peers, admission)
+        let plane = each_plane!(PlaneEndpoint, self, ep => {
+            connect_published(ep, rank, generation, peers, admission)
                 .await?
-                .into(),
-            Self::Quic(ep) => connect_published(ep, rank, generation, peers, admission)
-                .await?
-                .into(),
-            Self::Tls(ep) => connect_published(ep, rank, generation, peers, admission)
-                .await?
-                .into(),
-            Self::Mem(ep) => connect_published(ep, rank, generation, peers, admission)
-                .await?
-                .into(),
-        })
+                .into()
+        });
+        Ok(plane)
     }
 }
