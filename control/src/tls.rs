@@ -106,6 +106,16 @@ impl ControlConnector {
 /// (`Right`).
 pub type ClientStream = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
+/// The local address of a worker's control connection: the address this
+/// host reaches the coordinator from.
+pub fn local_ip(stream: &ClientStream) -> Option<std::net::IpAddr> {
+    let tcp = match stream {
+        Either::Left(s) => s,
+        Either::Right(tls) => tls.get_ref().0,
+    };
+    tcp.local_addr().ok().map(|a| a.ip())
+}
+
 /// Connects to `addr` (no Nagle) and, with `tls`, runs its handshake.
 pub async fn dial(
     addr: std::net::SocketAddr,

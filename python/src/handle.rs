@@ -187,7 +187,7 @@ fn reducescatter_async(
     let (data, shape) = from_numpy(array)?;
     let (row, trailing) = rows_of(&shape);
     let rows = shape.first().copied().unwrap_or(1);
-    let size = on_worker(Worker::size)?;
+    let size = on_worker(|w: &Worker| w.size())?;
     if shape.len() > 1 && rows % size != 0 {
         return Err(PyValueError::new_err(format!(
             "reducescatter of {rows} rows over {size} ranks: the rows must divide evenly"
@@ -215,7 +215,7 @@ fn alltoall_async(
     let (data, shape) = from_numpy(array)?;
     let (row, trailing) = rows_of(&shape);
     let rows = shape.first().copied().unwrap_or(1);
-    let size = on_worker(Worker::size)?;
+    let size = on_worker(|w: &Worker| w.size())?;
     let splits = match splits {
         Some(s) => s,
         None if rows % size == 0 => vec![rows / size; size],

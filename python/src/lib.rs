@@ -142,7 +142,7 @@ macro_rules! place_getter {
         #[pyfunction]
         fn $name() -> PyResult<usize> {
             let g = worker()?;
-            Ok(g.as_ref().map_or(0, Worker::$name))
+            Ok(g.as_ref().map_or(0, |w| w.$name()))
         }
     )*};
 }
@@ -165,14 +165,14 @@ fn join(py: Python<'_>) -> PyResult<usize> {
 /// Whether this job is elastic (workers may fail and hosts come and go).
 #[pyfunction]
 fn is_elastic() -> PyResult<bool> {
-    Ok(worker()?.as_ref().is_some_and(Worker::is_elastic))
+    Ok(worker()?.as_ref().is_some_and(|w| w.is_elastic()))
 }
 
 /// Whether the coordinator announced a host update to this rank (ranks
 /// agree on it at their next commit).
 #[pyfunction]
 fn hosts_updated() -> PyResult<bool> {
-    Ok(worker()?.as_ref().is_some_and(Worker::hosts_updated))
+    Ok(worker()?.as_ref().is_some_and(|w| w.hosts_updated()))
 }
 
 /// Leaves this generation and joins the next (rank and size may change).

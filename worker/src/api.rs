@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::engine::{Handle, Invalid, Kind, LentHandle, Tensor, op_name, refuse};
+use crate::session::Session;
 use crate::sys::LentHost;
 use crate::{Error, ObjectError, Worker};
 
@@ -66,7 +67,7 @@ impl<T: Element> GroupHandle<T> {
     }
 }
 
-impl Worker {
+impl Session {
     pub(crate) fn name(&self, name: Option<&str>, kind: Kind) -> String {
         name.map_or_else(|| self.names.next(prefix(kind)), str::to_owned)
     }
@@ -195,6 +196,37 @@ impl Worker {
         self.submit(name, Kind::Reducescatter(op), data.into(), Vec::new())
     }
 
+    /// Sends `value` from `root` to every rank (other ranks' values are
+    /// ignored): any serde value, e.g. a model or a configuration, of at
+    /// most [`MAX_OBJECT_BYTES`] encoded. [`Worker::broadcast_object`] for
+    /// async code.
+    pub async fn broadcast_object_async<V: Serialize + DeserializeOwned>(
+        &self,
+        value: &V,
+        root: usize,
+    ) -> Result<V, ObjectError> {
+        let mut bytes = if self.rank() == root {
+            encode_object(value)?
+        } else {
+            Vec::new()
+        };
+        let len = [bytes.len() as i64];
+        let len = self
+            .broadcast_async(None, len.to_vec(), root)
+            .finish()
+            .await?;
+        let len = len.data.first().copied().unwrap_or(-1);
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&l| l <= MAX_OBJECT_BYTES)
+            .ok_or_else(|| ObjectError::Decode(format!("a length of {len} bytes")))?;
+        bytes.resize(len, 0);
+        let got = self.broadcast_async(None, bytes, root).finish().await?;
+        decode_object(&got.data)
+    }
+}
+
+impl Worker {
     /// Reduces `buf` over all ranks, in place.
     pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), Error> {
         let out = self.allreduce_async(None, buf.to_vec(), op).wait()?;
@@ -261,20 +293,7 @@ impl Worker {
         value: &V,
         root: usize,
     ) -> Result<V, ObjectError> {
-        let mut bytes = if self.rank() == root {
-            encode_object(value)?
-        } else {
-            Vec::new()
-        };
-        let mut len = [bytes.len() as i64];
-        self.broadcast(&mut len, root)?;
-        let len = usize::try_from(len[0])
-            .ok()
-            .filter(|&l| l <= MAX_OBJECT_BYTES)
-            .ok_or_else(|| ObjectError::Decode(format!("a length of {} bytes", len[0])))?;
-        bytes.resize(len, 0);
-        self.broadcast(&mut bytes, root)?;
-        decode_object(&bytes)
+        self.block_on(self.broadcast_object_async(value, root))
     }
 }
 

@@ -3,19 +3,20 @@
 //! backoff and the worker registers anew, saying which generation it is in
 //! ([`Redial`]); a coordinator that cannot be reached within
 //! `--coordinator-timeout` ends the process, so that no worker outlives its job.
-//! Public so that the in-process cluster tests run this same loop for their
-//! simulated workers, over in-memory streams ([`Connect`]) and watched
-//! ([`Observe`]).
+//! A [`crate::Session`] starts it as soon as it has registered; the
+//! in-process cluster tests run the same sessions over in-memory streams
+//! ([`Connect`]), watched ([`Observe`]).
 //!
 //! ```text
 //!  heartbeat every second ──> coordinator      Stop        -> exit(1)
 //!  connection lost ──> redial + Register{generation} until the timeout -> exit(1)
 //!                      + the unanswered Rejoin again (a new coordinator never saw it)
-//!  Rejoin (from Worker::rejoin) ──>            Reset{g}    -> end the current
+//!  Rejoin (from Session::rejoin) ──>            Reset{g}    -> end the current
 //!                                                             data plane now
 //!                                              HostsUpdated{g} -> flag, read at
 //!                                                             the next commit
-//!                                              Assign / Leave -> Worker::rejoin
+//!                                              Assign / Leave -> the session's
+//!                                                             join or rejoin
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,6 +87,14 @@ impl Shared {
         *installed = Some(breaker);
     }
 
+    /// Sets the data-plane address a registration publishes.
+    pub fn set_data_addr(&self, data_addr: PeerAddress) {
+        *self
+            .data_addr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(data_addr);
+    }
+
     /// Records the `Rejoin` being asked (`None` once it is answered).
     pub fn set_asking(&self, ask: Option<WorkerMsg>) {
         *self.asking.lock().unwrap_or_else(PoisonError::into_inner) = ask;
@@ -136,38 +145,67 @@ pub(crate) struct Control {
     pub(crate) placements: mpsc::Receiver<Placement>,
 }
 
-/// Starts the control task on `rt`; `redial` says how to reach the
-/// coordinator again if the connection drops.
+/// Starts the control task on `rt` over `link`, sharing `shared` with the
+/// session; `redial` says how to reach the coordinator again if the
+/// connection drops. When the task ends (the coordinator stopped the worker,
+/// or stayed unreachable) `on_end` gets why: a launched worker's process
+/// exits. Returns the session's handle and the task's.
 pub(crate) fn spawn<C: Connect>(
     rt: &tokio::runtime::Handle,
     link: WorkerLink<C::Stream>,
+    shared: Arc<Shared>,
     redial: Redial<C>,
-) -> Control {
-    let shared = Arc::new(Shared::default());
+    observe: Arc<dyn Observe>,
+    on_end: impl FnOnce(String) + Send + 'static,
+) -> (Control, tokio::task::AbortHandle) {
     let (out, out_rx) = mpsc::channel(16);
     let (placements_tx, placements) = mpsc::channel(16);
     let task_shared = shared.clone();
-    rt.spawn(async move {
-        let why = run(link, task_shared, out_rx, placements_tx, redial, ()).await;
-        exit(&why);
+    let task = rt.spawn(async move {
+        // Whoever awaits a placement hears why before the channel closes.
+        let open = placements_tx.clone();
+        let why = run(link, task_shared, out_rx, placements_tx, redial, observe).await;
+        on_end(why);
+        drop(open);
     });
-    Control {
+    let control = Control {
         shared,
         out,
         placements,
-    }
+    };
+    (control, task.abort_handle())
 }
 
-/// What a control task tells whoever watches it (the in-process cluster
-/// tests record it); the runtime watches nothing.
+/// What a session tells whoever watches it (the in-process cluster tests
+/// record it); the runtime watches nothing.
 pub trait Observe: Send + Sync {
     /// A message came from the coordinator.
     fn heard(&self, _msg: &CoordinatorMsg) {}
     /// The worker registered again after a lost connection, in `generation`.
     fn reconnected(&self, _generation: u64) {}
+    /// The worker entered a generation, at `place`.
+    fn entered(&self, _place: crate::Place) {}
+    /// The elastic run loop went back to the last commit (workers failed in
+    /// `generation`), at `steps` optimizer steps.
+    fn rolled_back(&self, _generation: u64, _steps: u64) {}
 }
 
 impl Observe for () {}
+
+impl<O: Observe + ?Sized> Observe for Arc<O> {
+    fn heard(&self, msg: &CoordinatorMsg) {
+        (**self).heard(msg);
+    }
+    fn reconnected(&self, generation: u64) {
+        (**self).reconnected(generation);
+    }
+    fn entered(&self, place: crate::Place) {
+        (**self).entered(place);
+    }
+    fn rolled_back(&self, generation: u64, steps: u64) {
+        (**self).rolled_back(generation, steps);
+    }
+}
 
 /// Serves the control connection, reconnecting when it drops; returns why
 /// the worker must exit (the coordinator stopped it, or stayed unreachable).
@@ -306,7 +344,8 @@ async fn obey(
     None
 }
 
-fn exit(why: &str) -> ! {
+/// Ends a launched worker's process once its control task has ended.
+pub(crate) fn exit(why: String) {
     eprintln!("elasticrun worker: {why}; exiting");
     std::process::exit(1)
 }

@@ -57,12 +57,6 @@ impl Launch {
                 why: e.to_string(),
             })
     }
-
-    /// How long to wait for an assignment after registering: an elastic job
-    /// may wait up to its elastic timeout for enough workers.
-    pub(crate) fn assignment_wait(&self) -> Duration {
-        self.start_timeout + self.elastic_timeout.unwrap_or_default()
-    }
 }
 
 /// How long a worker keeps reconnecting when `elasticrun` did not say
@@ -255,7 +249,6 @@ mod tests {
         );
         assert_eq!(l.start_timeout, Duration::from_secs(30));
         assert_eq!(l.elastic_timeout, None);
-        assert_eq!(l.assignment_wait(), Duration::from_secs(30));
         let l = read(env(&[
             (COORDINATOR, "127.0.0.1:4000"),
             (SECRET, &k),
@@ -266,7 +259,6 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(l.elastic_timeout, Some(Duration::from_secs(600)));
-        assert_eq!(l.assignment_wait(), Duration::from_secs(630));
         assert_eq!(l.coordinator_timeout, DEFAULT_COORDINATOR_TIMEOUT);
         let with = |v: &str| {
             read(env(&[

@@ -11,8 +11,8 @@ use crate::engine::EngineError;
 pub enum InitError {
     #[error("{var} {why}")]
     Environment { var: &'static str, why: String },
-    #[error("cannot reach the coordinator at {addr}")]
-    Unreachable { addr: std::net::SocketAddr },
+    #[error("cannot reach the coordinator at {at}")]
+    Unreachable { at: String },
     #[error("authentication with the coordinator failed: {0}")]
     Handshake(#[from] HandshakeError),
     /// The coordinator said `Stop` or `Leave` before placing this worker.

@@ -1,27 +1,28 @@
-//! Entering a generation, the one routine behind both [`crate::init`] (the
-//! first generation) and [`crate::Worker::rejoin`] (every later one):
+//! Entering a generation, the one routine behind both joining (the first
+//! generation) and rejoining (every later one), which
+//! [`crate::Session`] runs:
 //!
 //! ```text
-//!  bind a data-plane endpoint ─> publish its PeerAddress (Register or Rejoin)
+//!  Endpoints::bind ─> publish its PeerAddress (Register or Rejoin)
 //!  ─> the coordinator's Assignment ─> connect the mesh ─> place, collective
 //!  options, engine settings ─> a fresh engine on the new data plane
 //! ```
-//! How the address is published and the assignment awaited differs between
-//! the two (the raw link before the control task runs, or the control task's
-//! channels after), and so does what keeps the coordinator told that the
-//! worker lives while the mesh forms: the callers do those steps between
-//! [`bind`] and [`Bound::connect`].
+//! How a session makes its endpoints is its [`Endpoints`]: the transport
+//! `elasticrun` chose ([`DataBind`]), or an in-process fabric in the
+//! cluster tests.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{
-    Admission, Breaker, CollectiveOptions, Communicator, Endpoint, OpSpace, PlaneConfig,
-    PlaneEndpoint, QuicConfig, ShmConfig, TcpConfig, Transport, TransportError,
+    Admission, Breaker, CollectiveOptions, Communicator, Endpoint, MemEndpoint, MemFabric, OpSpace,
+    PlaneConfig, PlaneEndpoint, QuicConfig, ShmConfig, TcpConfig, Transport, TransportError,
 };
 use control::env::TransportKind;
 use control::{Assignment, PeerAddress, Secret};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 
 use crate::data_plane::DataPlane;
 use crate::engine::{Engine, EngineConfig, Planes, TuningMemory};
@@ -35,29 +36,46 @@ pub(crate) struct Entered {
     pub(crate) plane: DataPlane,
 }
 
-/// Where a worker's data plane listens: on `ip`, the address this host
-/// reaches the coordinator from, which is also the address it publishes;
-/// with `all_interfaces` (a job that may span hosts) a loopback `ip` is
-/// widened to every interface, so that the coordinator can hand remote peers
-/// a routable address of this host in its place.
+/// How a session makes the data-plane endpoint of each generation it
+/// enters: one listening endpoint a generation, bound anew every time.
+pub trait Endpoints: Send + Sync + std::fmt::Debug + 'static {
+    /// A listening endpoint for a worker whose connection to the
+    /// coordinator leaves from `near`, the address its peers reach it at.
+    fn bind(&self, near: IpAddr) -> BoxFuture<'_, Result<PlaneEndpoint, TransportError>>;
+}
+
+/// The endpoints of an in-process [`MemFabric`] (the cluster tests).
+impl Endpoints for MemFabric {
+    fn bind(&self, _near: IpAddr) -> BoxFuture<'_, Result<PlaneEndpoint, TransportError>> {
+        let ep: MemEndpoint = self.endpoint();
+        async move { Ok(PlaneEndpoint::from(ep)) }.boxed()
+    }
+}
+
+/// Where a launched worker's data plane listens: on `near`, the address
+/// this host reaches the coordinator from, which is also the address it
+/// publishes; with `all_interfaces` (a job that may span hosts) a loopback
+/// `near` is widened to every interface, so that the coordinator can hand
+/// remote peers a routable address of this host in its place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DataBind {
-    pub(crate) ip: IpAddr,
     pub(crate) all_interfaces: bool,
     /// The data plane to bind.
     pub(crate) transport: TransportKind,
     /// On TCP, shared memory with the peers on this host
     /// ([`control::env::SHARED_MEMORY`]); QUIC never uses it.
     pub(crate) shared_memory: bool,
-    /// How long shared-memory links and the engine busy-wait before they
-    /// sleep ([`control::env::SPIN_US`]; `None`: the defaults).
+    /// How long shared-memory links busy-wait before they sleep
+    /// ([`control::env::SPIN_US`]; `None`: the defaults).
     pub(crate) spin: Option<Duration>,
+    /// Longest wait of one send or receive.
+    pub(crate) data_timeout: Duration,
 }
 
 impl DataBind {
     /// The address the listening socket binds.
-    pub(crate) fn listen_ip(self) -> IpAddr {
-        match self.ip {
+    pub(crate) fn listen_ip(self, near: IpAddr) -> IpAddr {
+        match near {
             IpAddr::V4(v4) if self.all_interfaces && v4.is_loopback() => {
                 IpAddr::V4(Ipv4Addr::UNSPECIFIED)
             }
@@ -66,6 +84,20 @@ impl DataBind {
             }
             ip => ip,
         }
+    }
+}
+
+impl Endpoints for DataBind {
+    fn bind(&self, near: IpAddr) -> BoxFuture<'_, Result<PlaneEndpoint, TransportError>> {
+        let listen = SocketAddr::new(self.listen_ip(near), 0);
+        let config = PlaneConfig {
+            tcp: tcp_config(self.data_timeout, self.shared_memory, self.spin),
+            quic: QuicConfig {
+                io_timeout: self.data_timeout,
+                ..QuicConfig::default()
+            },
+        };
+        PlaneEndpoint::bind(self.transport, listen, config).boxed()
     }
 }
 
@@ -81,28 +113,23 @@ pub(crate) struct Bound {
     pub(crate) address: PeerAddress,
 }
 
-/// Binds a data-plane endpoint as `bind` says; each send and receive of its
-/// transport may wait up to `data_timeout`.
-pub(crate) async fn bind(
-    bind: DataBind,
-    data_timeout: Duration,
-    secret: &Secret,
-) -> Result<Bound, TransportError> {
-    let listen = SocketAddr::new(bind.listen_ip(), 0);
-    let config = PlaneConfig {
-        tcp: tcp_config(data_timeout, bind.shared_memory, bind.spin),
-        quic: QuicConfig {
-            io_timeout: data_timeout,
-            ..QuicConfig::default()
-        },
-    };
-    let endpoint = PlaneEndpoint::bind(bind.transport, listen, config).await?;
-    let address = endpoint.published(bind.ip)?;
-    Ok(Bound {
-        endpoint,
-        secret: secret.clone(),
-        address,
-    })
+impl Bound {
+    /// A new endpoint from `endpoints` for a worker reaching its coordinator
+    /// from `near`; `secret` is the job's, from which each assignment's
+    /// data-plane key comes.
+    pub(crate) async fn bind(
+        endpoints: &dyn Endpoints,
+        near: IpAddr,
+        secret: &Secret,
+    ) -> Result<Bound, TransportError> {
+        let endpoint = endpoints.bind(near).await?;
+        let address = endpoint.published(near)?;
+        Ok(Bound {
+            endpoint,
+            secret: secret.clone(),
+            address,
+        })
+    }
 }
 
 /// The TCP data plane's settings: each send and receive may wait up to

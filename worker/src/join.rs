@@ -1,210 +1,140 @@
-//! Joining a job: authenticate to the coordinator, then enter the first
-//! generation ([`crate::generation`]) by registering and waiting for
-//! the assignment (the control task in [`crate::control_link`] takes the
-//! connection from there).
+//! Joining a job: open and authenticate the control connection, bind a
+//! data-plane endpoint, register with its address, start the control task,
+//! then enter the first generation the coordinator places this worker in
+//! ([`crate::generation`]). The control task heartbeats from registration
+//! on, so the coordinator hears from the worker while it waits for enough
+//! workers and while the mesh forms.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 use std::time::Duration;
 
-use control::{
-    Assignment, CoordinatorMsg, Generation, PendingReport, Registration, WorkerLink, WorkerMsg,
-};
-
-use crate::control_link::HEARTBEAT;
-use control::tls::ClientStream;
-use futures::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
+use control::Generation;
 use tokio::time::Instant;
 
-use crate::env::Launch;
+use crate::control_link::{self, Connect, Observe, Redial, Shared};
 use crate::error::InitError;
-use crate::generation::{self, DataBind, Entered};
+use crate::generation::{Bound, Endpoints};
+use crate::rejoin::{RejoinError, await_placement};
+use crate::session::{Link, Session, Tasks, Watcher};
 
-async fn dial(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, InitError> {
-    let mut backoff = Duration::from_millis(10);
-    loop {
-        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => return Ok(s),
-            Ok(Err(e)) if Instant::now() + backoff < deadline => {
-                tracing::debug!(%addr, %e, "coordinator not reachable yet");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(500));
-            }
-            _ => return Err(InitError::Unreachable { addr }),
-        }
+/// How a worker joins its job: how it reaches the coordinator and as whom,
+/// how it makes its data-plane endpoints, and how long it waits.
+#[derive(Debug)]
+pub struct Joining<C> {
+    /// How to reach the coordinator (the first time too), as whom, and for
+    /// how long to keep trying after the connection drops.
+    pub redial: Redial<C>,
+    pub endpoints: Box<dyn Endpoints>,
+    /// How long joining and each generation's mesh may take
+    /// (`--start-timeout`).
+    pub start_timeout: Duration,
+    /// How much longer an elastic job may keep the worker waiting for a
+    /// placement (`--elastic-timeout`; `None`: not an elastic job).
+    pub elastic_timeout: Option<Duration>,
+    /// Longest wait of one data-plane send or receive.
+    pub data_timeout: Duration,
+    /// How long the engine busy-waits at most (`None`: its default).
+    pub spin: Option<Duration>,
+}
+
+impl<C> Joining<C> {
+    /// How long to wait for the first placement after registering: an
+    /// elastic job may wait up to its elastic timeout for enough workers.
+    pub fn placement_wait(&self) -> Duration {
+        self.start_timeout + self.elastic_timeout.unwrap_or_default()
     }
 }
 
-/// Everything `init` needs to keep: the first generation and the control link.
-pub(crate) struct Joined {
-    pub(crate) entered: Entered,
-    pub(crate) link: WorkerLink<ClientStream>,
-    /// Where the data plane listens, in this and every later generation.
-    pub(crate) data_bind: DataBind,
-}
-
-pub(crate) async fn join(
-    launch: &Launch,
-    tls: Option<&control::tls::ControlConnector>,
-) -> Result<Joined, InitError> {
-    let deadline = Instant::now() + launch.start_timeout;
-    let stream = dial(launch.coordinator, deadline).await?;
-    let _ = stream.set_nodelay(true);
-    // The data plane listens on the address this host reaches the coordinator
-    // from, which is where its peers can reach it too.
-    let ip = stream
-        .local_addr()
-        .map_err(|e| InitError::Control {
-            what: "reading the connection's local address",
-            why: e.to_string(),
-        })?
-        .ip();
-    let data_bind = DataBind {
-        ip,
-        all_interfaces: launch.data_all_interfaces,
-        transport: launch.transport,
-        shared_memory: launch.shared_memory,
-        spin: launch.spin,
-    };
-    let stream = match tokio::time::timeout_at(deadline, control::tls::over(stream, tls)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            return Err(InitError::Control {
-                what: "setting up TLS with the coordinator",
-                why: e.to_string(),
-            });
-        }
-        Err(_) => {
-            return Err(InitError::Unreachable {
-                addr: launch.coordinator,
-            });
-        }
-    };
-    let left = deadline.saturating_duration_since(Instant::now());
-    let mut link = control::connect(stream, &launch.secret, left).await?;
-    let bound = generation::bind(data_bind, launch.data_timeout, &launch.secret).await?;
-    let assignment = register(&mut link, launch, bound.address.clone()).await?;
-    // The coordinator hears from this worker while the mesh forms: a mesh
-    // that cannot form is reported as such, not taken for a silent worker.
-    let entered = tokio::select! {
-        entered = bound.connect(assignment, launch.start_timeout) => entered?,
-        e = keep_alive(&mut link, "building the data-plane mesh") => return Err(e),
-    };
-    Ok(Joined {
-        entered,
-        link,
-        data_bind,
-    })
-}
-
-/// Heartbeats on `link` until one cannot be sent (the error says so, and
-/// `what` the worker was doing). Messages from the coordinator stay on the
-/// link for the control task.
-async fn keep_alive(link: &mut WorkerLink<ClientStream>, what: &'static str) -> InitError {
-    let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
-    loop {
-        beat.tick().await;
-        let hb = WorkerMsg::Heartbeat {
-            generation: Generation(0),
-            pending: PendingReport::default(),
+impl Session {
+    /// Joins the job as `joining` says, on `rt` (where the control task and
+    /// the engine run): registers, waits for the first placement and
+    /// connects its mesh. `observe` watches the session; `on_end` gets why
+    /// the control task ended (the coordinator stopped the worker, or
+    /// stayed unreachable), whereupon a launched worker's process exits.
+    pub async fn join<C: Connect>(
+        rt: tokio::runtime::Handle,
+        joining: Joining<C>,
+        observe: Arc<dyn Observe>,
+        on_end: impl FnOnce(String) + Send + 'static,
+    ) -> Result<Session, InitError> {
+        let wait = joining.placement_wait();
+        let Joining {
+            redial,
+            endpoints,
+            start_timeout,
+            elastic_timeout,
+            data_timeout,
+            spin,
+        } = joining;
+        let mut link = redial.open(Instant::now() + start_timeout).await?;
+        // The data plane listens where this host reaches the coordinator
+        // from, which is where its peers can reach it too.
+        let near = C::near(link.get_ref()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let secret = redial.secret.clone();
+        let bound = Bound::bind(&*endpoints, near, &secret).await?;
+        let shared = Arc::new(Shared::default());
+        shared.set_data_addr(bound.address.clone());
+        redial
+            .register(&mut link, &shared)
+            .await
+            .map_err(|why| InitError::Control {
+                what: "registering",
+                why,
+            })?;
+        let observe = Watcher(observe);
+        let (mut control, task) =
+            control_link::spawn(&rt, link, shared, redial, observe.0.clone(), on_end);
+        let mut tasks = Tasks::default();
+        tasks.push(task);
+        let assignment = await_placement(&mut control, Generation(0), wait)
+            .await
+            .map_err(first_placement)?;
+        let entered = bound.connect(assignment, start_timeout).await?;
+        let link = Link {
+            control,
+            endpoints,
+            near,
+            secret,
+            start_timeout,
+            elastic_timeout,
+            data_timeout,
+            spin,
+            pod: None,
         };
-        let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(hb)).await;
-        if !matches!(sent, Ok(Ok(()))) {
-            return InitError::Control {
-                what,
-                why: "the coordinator stopped answering".into(),
-            };
-        }
+        Ok(Session::launched(rt, entered, link, observe, tasks))
     }
 }
 
-/// Registers with the data-plane address `data_addr` and waits for the
-/// first assignment.
-async fn register(
-    link: &mut WorkerLink<ClientStream>,
-    launch: &Launch,
-    data_addr: control::PeerAddress,
-) -> Result<Assignment, InitError> {
-    let registration = Registration {
-        host: launch.host.clone(),
-        slot: launch.slot,
-        pid: std::process::id(),
-        data_addr,
-        generation: Generation(0),
-    };
-    link.send(WorkerMsg::Register(registration))
-        .await
-        .map_err(|e| InitError::Control {
-            what: "registering",
-            why: e.to_string(),
-        })?;
-    // An elastic job may wait for enough workers before the first assignment.
-    let assigned_by = Instant::now() + launch.assignment_wait();
-    first_assignment(link, assigned_by)
-        .await?
-        .ok_or(InitError::NoAssignment {
-            waited: launch.assignment_wait(),
-        })
-}
-
-/// Waits for the first assignment until `until` (`None` then), heartbeating
-/// meanwhile: an elastic job may keep a newcomer waiting for a while. Notices
-/// meant for the workers already placed are skipped.
-async fn first_assignment(
-    link: &mut WorkerLink<ClientStream>,
-    until: Instant,
-) -> Result<Option<Assignment>, InitError> {
-    let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
-    loop {
-        let m = tokio::select! {
-            m = link.next() => m,
-            _ = beat.tick() => {
-                let hb = WorkerMsg::Heartbeat { generation: Generation(0), pending: PendingReport::default() };
-                let sent = tokio::time::timeout(HEARTBEAT * 5, link.send(hb)).await;
-                if !matches!(sent, Ok(Ok(()))) {
-                    return Err(InitError::Control {
-                        what: "waiting for the first assignment",
-                        why: "the coordinator stopped answering".into(),
-                    });
-                }
-                continue;
-            }
-            _ = tokio::time::sleep_until(until) => return Ok(None),
-        };
-        match m {
-            Some(Ok(CoordinatorMsg::Assign(a))) => return Ok(Some(a)),
-            Some(Ok(CoordinatorMsg::Stop { reason } | CoordinatorMsg::Leave { reason })) => {
-                return Err(InitError::Refused { reason });
-            }
-            Some(Ok(other)) => tracing::debug!(?other, "ignored before the first assignment"),
-            Some(Err(e)) => {
-                return Err(InitError::Control {
-                    what: "waiting for the first assignment",
-                    why: e.to_string(),
-                });
-            }
-            None => {
-                return Err(InitError::Control {
-                    what: "waiting for the first assignment",
-                    why: "the coordinator closed the connection".into(),
-                });
-            }
-        }
+/// Why the first placement did not come, as joining says it.
+fn first_placement(e: RejoinError) -> InitError {
+    match e {
+        RejoinError::NoAssignment { waited } => InitError::NoAssignment { waited },
+        RejoinError::Left { reason } => InitError::Refused { reason },
+        other => InitError::Control {
+            what: "waiting for the first assignment",
+            why: other.to_string(),
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use control::{Knobs, PeerAddress, Secret};
+    use control::{Assignment, CoordinatorMsg, Knobs, PeerAddress, Secret, WorkerMsg};
+    use futures::{SinkExt, StreamExt};
     use tokio::net::TcpListener;
 
     use super::*;
 
     const LIMIT: Duration = Duration::from_secs(10);
 
-    fn launch(coordinator: SocketAddr, secret: Secret, start_timeout: Duration) -> Launch {
-        Launch {
+    fn joining(
+        coordinator: std::net::SocketAddr,
+        secret: Secret,
+        start_timeout: Duration,
+    ) -> Joining<control_link::Tcp> {
+        let launch = crate::env::Launch {
             coordinator,
             secret,
             host: "h".into(),
@@ -218,7 +148,13 @@ mod tests {
             transport: control::env::TransportKind::Tcp,
             shared_memory: true,
             spin: None,
-        }
+        };
+        let connect = control_link::Tcp {
+            addr: coordinator,
+            launcher: None,
+            tls: None,
+        };
+        crate::worker::joining(&launch, connect)
     }
 
     /// Rank 1 of two, whose rank 0 accepts connections but never answers:
@@ -230,8 +166,12 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mute = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let secret = Secret::generate().unwrap();
-        let l = launch(listener.local_addr().unwrap(), secret.clone(), LIMIT * 3);
-        let worker = tokio::spawn(async move { join(&l, None).await.map(|_| ()) });
+        let j = joining(listener.local_addr().unwrap(), secret.clone(), LIMIT * 3);
+        let rt = tokio::runtime::Handle::current();
+        let worker =
+            tokio::spawn(
+                async move { Session::join(rt, j, Arc::new(()), |_| {}).await.map(|_| ()) },
+            );
         let (s, _) = listener.accept().await.unwrap();
         let mut link = control::accept(s, &secret, LIMIT).await.unwrap();
         let Some(Ok(WorkerMsg::Register(r))) = link.next().await else {
@@ -252,14 +192,19 @@ mod tests {
             tls: None,
         };
         link.send(CoordinatorMsg::Assign(a)).await.unwrap();
-        // The dial to rank 0 is accepted by the kernel and then hangs.
-        let heard = tokio::time::timeout(LIMIT, link.next())
-            .await
-            .expect("the worker went silent while its mesh formed");
-        assert!(
-            matches!(heard, Some(Ok(WorkerMsg::Heartbeat { .. }))),
-            "{heard:?}"
-        );
+        // The dial to rank 0 is accepted by the kernel and then hangs. At
+        // most one heartbeat was sent before the assignment (the control
+        // task's first, at once): three more span two heartbeat periods of
+        // the mesh forming.
+        for _ in 0..4 {
+            let heard = tokio::time::timeout(LIMIT, link.next())
+                .await
+                .expect("the worker went silent while its mesh formed");
+            assert!(
+                matches!(heard, Some(Ok(WorkerMsg::Heartbeat { .. }))),
+                "{heard:?}"
+            );
+        }
         assert!(!worker.is_finished());
         worker.abort();
     }

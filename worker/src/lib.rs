@@ -1,7 +1,8 @@
 //! The runtime a training program links.
 //!
 //! [`init`] joins the job `elasticrun` started (or, run on its own, makes a world
-//! of one); the returned [`Worker`] tells the program its place
+//! of one); the returned [`Worker`] (a runtime and the async [`Session`] it
+//! blocks on) tells the program its place
 //! ([`Worker::rank`], [`Worker::size`], local and cross ranks) and runs its
 //! collectives, blocking or asynchronous ([`Handle`]), through the [`Engine`]:
 //! every cycle the ranks negotiate which submitted tensors are ready on all of
@@ -30,6 +31,7 @@ mod pod;
 mod pod;
 mod reconnect;
 mod rejoin;
+mod session;
 mod settings;
 #[allow(unsafe_code)]
 mod sys;
@@ -46,11 +48,13 @@ pub use engine::{
     Mismatch, Planes, Storage, Tensor, TimelineConfig, Tuning, TuningMemory,
 };
 pub use error::{Error, InitError, ObjectError};
-pub use generation::Place;
+pub use generation::{Endpoints, Place};
 #[cfg(feature = "cuda")]
 pub use gpu::{DeviceBuffer, DeviceTensor, GpuError};
 pub use hierarchy::{CollectivePath, CollectivePaths};
+pub use join::Joining;
 pub use optimizer::{Compression, DistributedOptimizer, Gradients, OptimizerOptions};
 pub use rejoin::RejoinError;
+pub use session::Session;
 pub use sys::{LendError, LentHost};
 pub use worker::{Worker, init};

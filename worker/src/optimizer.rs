@@ -134,7 +134,7 @@ impl<'w> DistributedOptimizer<'w> {
 
     /// Ends a backward pass: `None` while gradients accumulate locally; on
     /// the pass that completes a step, every gradient averaged over ranks and
-    /// passes (and the step is counted, [`Worker::steps`]).
+    /// passes (and the step is counted, [`crate::Session::steps`]).
     pub fn step(&mut self) -> Result<Option<Gradients>, Error> {
         if !self.last_pass() {
             self.passes += 1;

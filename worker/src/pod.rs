@@ -261,6 +261,10 @@ impl Connect for LeaderConn {
         }
     }
 
+    fn near(stream: &ClientStream) -> Option<std::net::IpAddr> {
+        control::tls::local_ip(stream)
+    }
+
     async fn connect(&self) -> std::io::Result<ClientStream> {
         let Some((epoch, addr)) = self.leader() else {
             return Err(std::io::Error::other("no coordinator leads the job now"));

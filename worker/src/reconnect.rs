@@ -23,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
 use crate::control_link::Shared;
+use crate::error::InitError;
 
 /// First pause between attempts; each failure doubles it up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -38,6 +39,12 @@ pub trait Connect: Send + Sync + 'static {
     fn target(&self) -> String;
     /// A new stream to the coordinator.
     fn connect(&self) -> impl Future<Output = std::io::Result<Self::Stream>> + Send;
+    /// The address this host reaches the coordinator from over `stream`,
+    /// where the worker's data plane listens; `None` when it has none (an
+    /// in-memory pipe).
+    fn near(_stream: &Self::Stream) -> Option<std::net::IpAddr> {
+        None
+    }
     /// Whether the process that started this worker is gone (the job with
     /// it); `None` when there is none to watch.
     fn launcher_gone(&self) -> Option<bool> {
@@ -72,6 +79,10 @@ impl Connect for Tcp {
 
     async fn connect(&self) -> std::io::Result<ClientStream> {
         control::tls::dial(self.addr, self.tls.as_ref()).await
+    }
+
+    fn near(stream: &ClientStream) -> Option<std::net::IpAddr> {
+        control::tls::local_ip(stream)
     }
 
     /// Whether the launcher has exited (this process was handed to another
@@ -167,6 +178,31 @@ impl<C: Connect> Redial<C> {
         }
     }
 
+    /// The first control connection, authenticated: dialled again with
+    /// backoff while the coordinator is not up yet, until `deadline`; a
+    /// handshake that fails (a wrong secret) is final. Registering is the
+    /// caller's, once it has an address to publish ([`Redial::register`]).
+    pub(crate) async fn open(&self, deadline: Instant) -> Result<WorkerLink<C::Stream>, InitError> {
+        let mut backoff = FIRST_BACKOFF;
+        let stream = loop {
+            match tokio::time::timeout_at(deadline, self.connect.connect()).await {
+                Ok(Ok(s)) => break s,
+                Ok(Err(e)) if Instant::now() + backoff < deadline => {
+                    tracing::debug!(at = %self.connect.target(), %e, "coordinator not reachable yet");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                _ => {
+                    return Err(InitError::Unreachable {
+                        at: self.connect.target(),
+                    });
+                }
+            }
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        Ok(control::connect(stream, &self.secret, left).await?)
+    }
+
     /// One try: connect, authenticate within `deadline`, and register as this
     /// worker in its generation with its data-plane address.
     pub async fn attempt(
@@ -179,6 +215,17 @@ impl<C: Connect> Redial<C> {
         let mut link = control::connect(stream, &self.secret, left)
             .await
             .map_err(|e| e.to_string())?;
+        self.register(&mut link, shared).await?;
+        Ok(link)
+    }
+
+    /// Registers on `link` as this worker, in the generation `shared` says,
+    /// with the data-plane address it holds.
+    pub(crate) async fn register(
+        &self,
+        link: &mut WorkerLink<C::Stream>,
+        shared: &Shared,
+    ) -> Result<(), String> {
         let data_addr = shared
             .data_addr
             .lock()
@@ -194,8 +241,7 @@ impl<C: Connect> Redial<C> {
         };
         link.send(WorkerMsg::Register(registration))
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(link)
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -1,8 +1,8 @@
 //! Moving an elastic worker to its next generation: end the current data
-//! plane, then enter the next generation ([`crate::generation::bind`], then
-//! [`crate::generation::Bound::connect`]) by
-//! asking the coordinator to rejoin. The elastic run loop (`elastic::run`)
-//! calls this after a failure or a host update.
+//! plane, then enter the next generation ([`crate::generation::Bound::bind`],
+//! then [`crate::generation::Bound::connect`]) by asking the coordinator to
+//! rejoin. The elastic run loop (`elastic::run`) calls this after a failure
+//! or a host update.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -11,7 +11,8 @@ use collectives::TransportError;
 use control::{Assignment, PeerAddress, WorkerMsg};
 
 use crate::control_link::{Control, Placement};
-use crate::generation;
+use crate::generation::Bound;
+use crate::session::Session;
 use crate::worker::Worker;
 
 /// How long the engine of a finished generation gets to stop cleanly.
@@ -39,8 +40,9 @@ pub enum RejoinError {
     Bind(TransportError),
 }
 
-impl Worker {
-    /// Whether this worker runs in an elastic job (and can [`Worker::rejoin`]).
+impl Session {
+    /// Whether this worker runs in an elastic job (and can
+    /// [`Session::rejoin`]).
     pub fn is_elastic(&self) -> bool {
         self.link
             .as_ref()
@@ -57,10 +59,10 @@ impl Worker {
     }
 
     /// Leaves the current generation and joins the next one: afterwards
-    /// [`Worker::place`] and every collective belong to the new generation.
+    /// [`Session::place`] and every collective belong to the new generation.
     /// On [`RejoinError::Mesh`] the worker is in the new generation but its
     /// data plane is down: call again.
-    pub fn rejoin(&mut self) -> Result<(), RejoinError> {
+    pub async fn rejoin(&mut self) -> Result<(), RejoinError> {
         let link = self.link.as_mut().ok_or(RejoinError::NotElastic)?;
         let elastic_timeout = link.elastic_timeout.ok_or(RejoinError::NotElastic)?;
         link.control
@@ -68,36 +70,30 @@ impl Worker {
             .end_generation("this worker is rejoining the job");
         let wanted = self.place.generation + 1;
         let wait = link.start_timeout + elastic_timeout;
-        let bound = self
-            .rt
-            .block_on(generation::bind(
-                link.data_bind,
-                link.data_timeout,
-                &link.secret,
-            ))
+        let bound = Bound::bind(&*link.endpoints, link.near, &link.secret)
+            .await
             .map_err(RejoinError::Bind)?;
-        let ask = ask_to_rejoin(&mut link.control, wanted, bound.address.clone(), wait);
-        let assignment = self.rt.block_on(ask)?;
+        let assignment =
+            ask_to_rejoin(&mut link.control, wanted, bound.address.clone(), wait).await?;
         // The control task heartbeats meanwhile.
         let generation = assignment.generation;
-        let entered = self
-            .rt
-            .block_on(bound.connect(assignment, link.start_timeout))
-            .map_err(|source| {
+        let entered = match bound.connect(assignment, link.start_timeout).await {
+            Ok(entered) => entered,
+            Err(source) => {
                 // In the new generation, with its data plane down.
                 self.place.generation = generation.0;
-                RejoinError::Mesh { generation, source }
-            })?;
-        let old = self.install(entered.assignment, entered.plane);
+                return Err(RejoinError::Mesh { generation, source });
+            }
+        };
+        let old = self.install(entered);
         // The old engine's data plane is ended; let it wind down on its own.
-        self.rt.spawn(async move {
+        let retiring = self.rt.spawn(async move {
             let _ = tokio::time::timeout(RETIRE, old.shutdown()).await;
         });
+        self.hold(retiring.abort_handle());
         Ok(())
     }
-}
 
-impl Worker {
     /// Tells the coordinator that this worker runs in its generation from
     /// its current step, having reached `reached` in the one it left
     /// ([`WorkerMsg::Running`]). Nothing when it runs alone; a full queue
@@ -115,6 +111,14 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// [`Session::rejoin`], blocking.
+    pub fn rejoin(&mut self) -> Result<(), RejoinError> {
+        let Worker { rt, session } = self;
+        rt.block_on(session.rejoin())
+    }
+}
+
 /// Asks to be placed in generation `wanted` (or later) with the data plane at
 /// `data_addr`, and waits up to `wait` for that assignment.
 pub(crate) async fn ask_to_rejoin(
@@ -129,24 +133,26 @@ pub(crate) async fn ask_to_rejoin(
         data_addr,
     };
     control.shared.set_asking(Some(ask.clone()));
-    let answer = placement(control, ask, wanted, wait).await;
+    let answer = match control.out.send(ask).await {
+        Ok(()) => await_placement(control, wanted, wait).await,
+        Err(_) => Err(RejoinError::CoordinatorGone),
+    };
     control.shared.set_asking(None);
     answer
 }
 
-async fn placement(
+/// Waits up to `wait` for the control task to hand on an assignment to
+/// `wanted` or a later generation (older ones are stale), or the word to
+/// leave: what joining and rejoining both do once they have published
+/// their data-plane address.
+pub(crate) async fn await_placement(
     control: &mut Control,
-    ask: WorkerMsg,
     wanted: collectives::Generation,
     wait: Duration,
 ) -> Result<Assignment, RejoinError> {
-    control
-        .out
-        .send(ask)
-        .await
-        .map_err(|_| RejoinError::CoordinatorGone)?;
+    let by = tokio::time::Instant::now() + wait;
     loop {
-        match tokio::time::timeout(wait, control.placements.recv()).await {
+        match tokio::time::timeout_at(by, control.placements.recv()).await {
             Err(_) => return Err(RejoinError::NoAssignment { waited: wait }),
             Ok(None) => return Err(RejoinError::CoordinatorGone),
             Ok(Some(Placement::Leave(reason))) => return Err(RejoinError::Left { reason }),

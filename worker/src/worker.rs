@@ -1,59 +1,34 @@
-//! [`Worker`]: a training process's place in the job and its engine.
+//! [`Worker`]: a training process's place in the job and its engine, for
+//! programs that block: a runtime of its own and a [`Session`] on it, whose
+//! methods it offers (through `Deref`) beside the blocking collectives.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use collectives::{Breaker, CollectiveOptions, Generation, MemTransport};
-use control::{Assignment, Knobs};
+use std::ops::Deref;
 
 use crate::affinity::AffinityError;
-use crate::control_link;
-use crate::data_plane::DataPlane;
-use crate::engine::{Engine, EngineConfig, EngineStats, TuningMemory};
+use crate::control_link::{self, Connect, Redial};
+use crate::engine::EngineStats;
 use crate::error::InitError;
-use crate::generation::{self, Entered, Place};
-use crate::hierarchy::CollectivePaths;
-use crate::settings::engine_config;
-use crate::{affinity, api, env, join, pod};
+use crate::generation::DataBind;
+use crate::join::Joining;
+use crate::session::Session;
+use crate::{affinity, env, pod};
 
 /// A joined worker. Dropping it without [`Worker::shutdown`] looks like a crash
 /// to its peers.
 #[derive(Debug)]
 pub struct Worker {
+    /// Dropped first: its tasks stop before the runtime goes.
+    pub(crate) session: Session,
     pub(crate) rt: tokio::runtime::Runtime,
-    pub(crate) engine: Engine,
-    pub(crate) place: Place,
-    pub(crate) knobs: Option<Knobs>,
-    pub(crate) paths: CollectivePaths,
-    pub(crate) names: api::Names,
-    /// The coordinator connection (`None` when running alone).
-    pub(crate) link: Option<Link>,
-    /// Autotune samples per world size, across generations.
-    pub(crate) memory: TuningMemory,
-    /// Optimizer steps the training state holds (see [`Worker::steps`]).
-    pub(crate) steps: AtomicU64,
 }
 
-/// A launched worker's tie to its coordinator.
-#[derive(Debug)]
-pub(crate) struct Link {
-    pub(crate) control: control_link::Control,
-    pub(crate) data_bind: crate::generation::DataBind,
-    pub(crate) start_timeout: Duration,
-    /// `Some` in an elastic job.
-    pub(crate) elastic_timeout: Option<Duration>,
-    /// Longest wait of one data-plane send or receive.
-    pub(crate) data_timeout: Duration,
-    /// This worker in etcd, when it joined through etcd.
-    pub(crate) pod: Option<Arc<pod::Pod>>,
-    /// The job secret: each generation's data-plane key comes from it.
-    pub(crate) secret: control::Secret,
-}
+impl Deref for Worker {
+    type Target = Session;
 
-/// How long a world of one waits on itself (it never does: every message it
-/// receives it has sent).
-const ALONE_TIMEOUT: Duration = Duration::from_secs(60);
+    fn deref(&self) -> &Session {
+        &self.session
+    }
+}
 
 /// The worker's runtime: one worker thread, where the engine and the
 /// connections' tasks run (the thread `--thread-affinity` pins).
@@ -87,69 +62,68 @@ pub fn init() -> Result<Worker, InitError> {
     let rt = runtime()?;
     if let Some(pe) = pod_env {
         let (launch, pod) = pod::enter_job(&rt, pe)?;
-        let tls = launch.control_tls()?;
-        let connect = pod.connect(tls.clone());
-        return join_job(rt, &launch, connect, tls.as_ref(), Some(pod));
+        let connect = pod.connect(launch.control_tls()?);
+        return join_job(rt, &launch, connect, Some(pod));
     }
     let Some(launch) = launch else {
-        return Ok(Worker::alone(rt));
+        let session = Session::alone(rt.handle().clone());
+        return Ok(Worker { session, rt });
     };
-    let tls = launch.control_tls()?;
     let connect = control_link::Tcp {
         addr: launch.coordinator,
         launcher: Some(std::os::unix::process::parent_id()),
-        tls: tls.clone(),
+        tls: launch.control_tls()?,
     };
-    join_job(rt, &launch, connect, tls.as_ref(), None)
+    join_job(rt, &launch, connect, None)
 }
 
-/// Joins as `launch` says (inside `tls` when given), redialling the
-/// coordinator through `connect`.
-fn join_job<C: control_link::Connect<Stream = control::tls::ClientStream>>(
+/// How a launched worker joins, as `launch` says, reaching the coordinator
+/// through `connect`.
+pub(crate) fn joining<C: Connect>(launch: &env::Launch, connect: C) -> Joining<C> {
+    let data_bind = DataBind {
+        all_interfaces: launch.data_all_interfaces,
+        transport: launch.transport,
+        shared_memory: launch.shared_memory,
+        spin: launch.spin,
+        data_timeout: launch.data_timeout,
+    };
+    Joining {
+        redial: Redial {
+            connect,
+            secret: launch.secret.clone(),
+            host: launch.host.clone(),
+            slot: launch.slot,
+            pid: std::process::id(),
+            give_up_after: launch.coordinator_timeout,
+        },
+        endpoints: Box::new(data_bind),
+        start_timeout: launch.start_timeout,
+        elastic_timeout: launch.elastic_timeout,
+        data_timeout: launch.data_timeout,
+        spin: launch.spin,
+    }
+}
+
+/// Joins as `launch` says on `rt`, through `connect`; the process exits
+/// when its control task ends.
+fn join_job<C: Connect>(
     rt: tokio::runtime::Runtime,
     launch: &env::Launch,
     connect: C,
-    tls: Option<&control::tls::ControlConnector>,
-    pod: Option<Arc<pod::Pod>>,
+    pod: Option<std::sync::Arc<pod::Pod>>,
 ) -> Result<Worker, InitError> {
     if let Some(cpu) = launch.engine_cpu {
         affinity::pin_engine_thread(&rt, cpu)
             .map_err(|source| InitError::ThreadAffinity { cpu, source })?;
     }
-    let joined = rt.block_on(join::join(launch, tls))?;
-    let redial = control_link::Redial {
-        connect,
-        secret: launch.secret.clone(),
-        host: launch.host.clone(),
-        slot: launch.slot,
-        pid: std::process::id(),
-        give_up_after: launch.coordinator_timeout,
-    };
-    let control = control_link::spawn(rt.handle(), joined.link, redial);
-    let link = Link {
-        control,
-        data_bind: joined.data_bind,
-        start_timeout: launch.start_timeout,
-        elastic_timeout: launch.elastic_timeout,
-        data_timeout: launch.data_timeout,
-        pod,
-        secret: launch.secret.clone(),
-    };
-    Ok(Worker::launched(rt, joined.entered, link))
-}
-
-/// Says the training ended cleanly: in etcd (a pod's record outlives it)
-/// and to the coordinator, waiting (briefly) until that is written, so that
-/// the connection closing next is taken for an exit 0.
-async fn finished(link: &Link) {
-    if let Some(pod) = &link.pod {
-        pod.finished().await;
+    let joining = joining(launch, connect);
+    let observe = std::sync::Arc::new(());
+    let join = Session::join(rt.handle().clone(), joining, observe, control_link::exit);
+    let mut session = rt.block_on(join)?;
+    if let Some(link) = session.link.as_mut() {
+        link.pod = pod;
     }
-    let out = &link.control.out;
-    let written = link.control.shared.finished_sent.notified();
-    if out.send(control::WorkerMsg::Finished).await.is_ok() {
-        let _ = tokio::time::timeout(Duration::from_secs(2), written).await;
-    }
+    Ok(Worker { session, rt })
 }
 
 /// The runtime's log lines at `level` and above on stderr (which elasticrun
@@ -173,118 +147,18 @@ fn default_logging(level: control::env::LogLevel) {
 /// the unit tests' worker (a test run under `elasticrun` too).
 #[cfg(test)]
 pub(crate) fn alone() -> Worker {
-    Worker::alone(runtime().unwrap_or_else(|e| panic!("a runtime: {e}")))
+    let rt = runtime().unwrap_or_else(|e| panic!("a runtime: {e}"));
+    Worker {
+        session: Session::alone(rt.handle().clone()),
+        rt,
+    }
 }
 
 impl Worker {
-    /// A world of one, on the in-memory transport.
-    fn alone(rt: tokio::runtime::Runtime) -> Worker {
-        let place = Place {
-            rank: 0,
-            size: 1,
-            local_rank: 0,
-            local_size: 1,
-            cross_rank: 0,
-            cross_size: 1,
-            generation: 0,
-        };
-        let memory = TuningMemory::default();
-        let mut world = MemTransport::world(1, Generation(0), ALONE_TIMEOUT);
-        let plane = DataPlane::from(world.remove(0));
-        let cfg = engine_config(None, None, &memory);
-        let engine = generation::engine_on(rt.handle(), plane, CollectiveOptions::default(), cfg);
-        Worker {
-            engine,
-            rt,
-            place,
-            knobs: None,
-            paths: CollectivePaths::default(),
-            names: api::Names::default(),
-            link: None,
-            memory,
-            steps: AtomicU64::new(0),
-        }
-    }
-
-    /// A worker placed in the generation it entered through `link`.
-    fn launched(rt: tokio::runtime::Runtime, entered: Entered, link: Link) -> Worker {
-        let memory = TuningMemory::default();
-        let a = entered.assignment;
-        let waits = (link.data_timeout, link.data_bind.spin);
-        let (engine, p) = generation::start(rt.handle(), &a, entered.plane, waits, &memory);
-        let own = a.peers.get(p.place.rank).cloned();
-        let worker = Worker {
-            engine,
-            rt,
-            place: p.place,
-            knobs: Some(a.knobs),
-            paths: p.paths,
-            names: api::Names::default(),
-            link: Some(link),
-            memory,
-            steps: AtomicU64::new(0),
-        };
-        worker.publish_generation(p.breaker, own);
-        worker
-    }
-
-    /// Moves to the generation of assignment `a` on `plane`; returns the
-    /// previous generation's engine, to be retired.
-    pub(crate) fn install(&mut self, a: Assignment, plane: DataPlane) -> Engine {
-        let waits = self
-            .link
-            .as_ref()
-            .map_or((EngineConfig::default().device_timeout, None), |l| {
-                (l.data_timeout, l.data_bind.spin)
-            });
-        let (engine, p) = generation::start(self.rt.handle(), &a, plane, waits, &self.memory);
-        let own = a.peers.get(p.place.rank).cloned();
-        let old = std::mem::replace(&mut self.engine, engine);
-        self.place = p.place;
-        self.paths = p.paths;
-        // Unnamed tensors are numbered afresh in every generation, so that
-        // survivors and newcomers generate the same names.
-        self.names = api::Names::default();
-        self.knobs = Some(a.knobs);
-        self.publish_generation(p.breaker, own);
-        old
-    }
-
-    /// Tells the control task about the current generation: heartbeats carry
-    /// it, a `Reset` ends its data plane, the stall check sees its engine, and
-    /// a reconnection registers with its data-plane address `own`.
-    fn publish_generation(&self, breaker: Breaker, own: Option<control::PeerAddress>) {
-        let Some(link) = &self.link else { return };
-        let stall_check = self
-            .knobs
-            .as_ref()
-            .is_some_and(|k| k.stall_warning_ms.is_some());
-        let pending = stall_check.then(|| self.engine.pending());
-        link.control
-            .shared
-            .set_generation(self.place.generation, breaker, pending, own);
-    }
-
-    pub fn place(&self) -> Place {
-        self.place
-    }
-    pub fn rank(&self) -> usize {
-        self.place.rank
-    }
-    pub fn size(&self) -> usize {
-        self.place.size
-    }
-    pub fn local_rank(&self) -> usize {
-        self.place.local_rank
-    }
-    pub fn local_size(&self) -> usize {
-        self.place.local_size
-    }
-    pub fn cross_rank(&self) -> usize {
-        self.place.cross_rank
-    }
-    pub fn cross_size(&self) -> usize {
-        self.place.cross_size
+    /// Runs `f` to completion on this worker's runtime: the blocking form of
+    /// the session's async methods.
+    pub(crate) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
     }
 
     /// The CPUs the engine's thread may run on: the one `--thread-affinity`
@@ -294,43 +168,11 @@ impl Worker {
         affinity::engine_thread_cpus(&self.rt)
     }
 
-    /// Optimizer steps this rank's training state holds: each
-    /// [`crate::DistributedOptimizer::step`] that handed back gradients
-    /// counts one; [`crate::elastic::State`] keeps the count with its
-    /// commits, goes back to it when it restores and takes rank 0's when it
-    /// syncs. elasticrun reports from it how many steps a recovery rolled
-    /// back.
-    pub fn steps(&self) -> u64 {
-        self.steps.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn set_steps(&self, steps: u64) {
-        self.steps.store(steps, Ordering::Relaxed);
-    }
-
-    /// The engine settings from elasticrun (`None` when running alone).
-    pub fn knobs(&self) -> Option<&Knobs> {
-        self.knobs.as_ref()
-    }
-
-    /// Whether allreduce and allgather run hierarchically in this generation
-    /// (and why not, when that was asked for but the hosts do not allow it).
-    pub fn collective_paths(&self) -> &CollectivePaths {
-        &self.paths
-    }
-
     /// Leaves the job cleanly once every rank has asked to (peers still
     /// finishing are not disturbed); returns the engine's counters.
     pub fn shutdown(self) -> Option<EngineStats> {
-        let Worker {
-            rt, engine, link, ..
-        } = self;
-        let stats = rt.block_on(engine.shutdown()).ok();
-        tracing::debug!(?stats, "engine shut down");
-        if let Some(link) = link {
-            rt.block_on(finished(&link));
-        }
-        stats
+        let Worker { session, rt } = self;
+        rt.block_on(session.shutdown())
     }
 }
 

@@ -7,5 +7,5 @@
 mod run;
 mod state;
 
-pub use run::{ElasticError, Outcome, rejoin, run};
+pub use run::{ElasticError, Outcome, rejoin, rejoin_async, run, run_async};
 pub use state::{Interrupt, PeerLost, State, WorkersFailed};

@@ -1,6 +1,7 @@
 //! The elastic run loop.
 
-use crate::{RejoinError, Worker};
+use crate::{RejoinError, Session, Worker};
+use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -34,6 +35,48 @@ pub struct Outcome<R> {
     pub resets: u32,
 }
 
+/// What the run loop does after an attempt of the training function.
+enum Next<R> {
+    Done(R),
+    Rejoin,
+}
+
+/// The run loop's one decision, whichever driver runs it: after `attempt`,
+/// finish, give up, or (after a failure, having restored the last commit)
+/// move to the next generation.
+fn after<T, R>(
+    s: &Session,
+    state: &mut State<T>,
+    attempt: Result<R, Interrupt>,
+) -> Result<Next<R>, ElasticError>
+where
+    T: Clone + Serialize + DeserializeOwned,
+{
+    match attempt {
+        Ok(value) => Ok(Next::Done(value)),
+        Err(Interrupt::Fatal(why)) => Err(ElasticError::Train(why)),
+        Err(Interrupt::WorkersFailed(failed)) => {
+            if !s.is_elastic() {
+                return Err(ElasticError::NotElastic(failed.why));
+            }
+            let lost = failed.lost.map(|p| p.rank);
+            tracing::info!(rank = s.rank(), ?lost, why = %failed.why, "workers failed; restoring the last commit");
+            state.restore();
+            s.set_steps(state.committed_steps());
+            let generation = s.place().generation;
+            s.observe.0.rolled_back(generation, state.committed_steps());
+            Ok(Next::Rejoin)
+        }
+        Err(Interrupt::HostsUpdated) => {
+            tracing::info!(
+                rank = s.rank(),
+                "hosts updated; moving to the next generation"
+            );
+            Ok(Next::Rejoin)
+        }
+    }
+}
+
 /// Runs `train` until it returns a value: first syncs `state` from rank 0;
 /// on [`Interrupt::WorkersFailed`] restores the last commit, joins the next
 /// generation and syncs again; on [`Interrupt::HostsUpdated`] joins the next
@@ -57,27 +100,41 @@ where
             train(w, state)
         });
         reached = Some(w.steps());
-        match attempt {
-            Ok(value) => return Ok(Outcome { value, resets }),
-            Err(Interrupt::Fatal(why)) => return Err(ElasticError::Train(why)),
-            Err(Interrupt::WorkersFailed(failed)) => {
-                if !w.is_elastic() {
-                    return Err(ElasticError::NotElastic(failed.why));
-                }
-                let lost = failed.lost.map(|p| p.rank);
-                tracing::info!(rank = w.rank(), ?lost, why = %failed.why, "workers failed; restoring the last commit");
-                state.restore();
-                w.set_steps(state.committed_steps());
-            }
-            Err(Interrupt::HostsUpdated) => {
-                tracing::info!(
-                    rank = w.rank(),
-                    "hosts updated; moving to the next generation"
-                );
-            }
+        match after(w, state, attempt)? {
+            Next::Done(value) => return Ok(Outcome { value, resets }),
+            Next::Rejoin => resets += 1,
         }
-        resets += 1;
         rejoin(w)?;
+    }
+}
+
+/// [`run()`] for async code, on a [`Session`]: `train` returns the future
+/// of one attempt.
+pub async fn run_async<T, R, F>(
+    s: &mut Session,
+    state: &mut State<T>,
+    mut train: F,
+) -> Result<Outcome<R>, ElasticError>
+where
+    T: Clone + Serialize + DeserializeOwned + Send,
+    F: for<'a> FnMut(&'a Session, &'a mut State<T>) -> BoxFuture<'a, Result<R, Interrupt>>,
+{
+    let mut resets = 0;
+    let mut reached = None;
+    loop {
+        let attempt = match state.sync_async(s).await {
+            Ok(()) => {
+                s.report_running(reached);
+                train(s, state).await
+            }
+            Err(e) => Err(e),
+        };
+        reached = Some(s.steps());
+        match after(s, state, attempt)? {
+            Next::Done(value) => return Ok(Outcome { value, resets }),
+            Next::Rejoin => resets += 1,
+        }
+        rejoin_async(s).await?;
     }
 }
 
@@ -86,8 +143,14 @@ where
 /// [`run`] does between two attempts, for run loops written elsewhere (the
 /// Python package's `elastic.run`).
 pub fn rejoin(w: &mut Worker) -> Result<(), ElasticError> {
+    let Worker { rt, session } = w;
+    rt.block_on(rejoin_async(session))
+}
+
+/// [`rejoin()`] for async code.
+pub async fn rejoin_async(s: &mut Session) -> Result<(), ElasticError> {
     loop {
-        match w.rejoin() {
+        match s.rejoin().await {
             Ok(()) => return Ok(()),
             Err(RejoinError::Mesh { generation, source }) => {
                 tracing::info!(%generation, %source, "data plane did not come up; rejoining");

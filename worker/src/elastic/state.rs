@@ -3,7 +3,7 @@
 
 use collectives::{CollectiveError, TransportError};
 
-use crate::{EngineError, ObjectError, ReduceOp, Worker};
+use crate::{EngineError, ObjectError, ReduceOp, Session, Worker};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -97,7 +97,7 @@ pub struct State<T> {
     current: T,
     committed: T,
     commits: u64,
-    /// The worker's optimizer steps ([`Worker::steps`]) at the last commit.
+    /// The worker's optimizer steps ([`Session::steps`]) at the last commit.
     committed_steps: u64,
 }
 
@@ -132,7 +132,7 @@ impl<T: Clone + Serialize + DeserializeOwned> State<T> {
         self.commits
     }
 
-    /// The worker's optimizer steps ([`Worker::steps`]) at the last commit:
+    /// The worker's optimizer steps ([`Session::steps`]) at the last commit:
     /// where a restore goes back to.
     pub fn committed_steps(&self) -> u64 {
         self.committed_steps
@@ -141,13 +141,18 @@ impl<T: Clone + Serialize + DeserializeOwned> State<T> {
     /// Keeps the current value (and the worker's step count) as the one to
     /// come back to, then [`State::check_host_updates`].
     pub fn commit(&mut self, w: &Worker) -> Result<(), Interrupt> {
-        self.save(w);
-        self.check_host_updates(w)
+        w.block_on(self.commit_async(w))
     }
 
-    fn save(&mut self, w: &Worker) {
+    /// [`State::commit`] for async code.
+    pub async fn commit_async(&mut self, s: &Session) -> Result<(), Interrupt> {
+        self.save(s);
+        self.check_host_updates_async(s).await
+    }
+
+    fn save(&mut self, s: &Session) {
         self.committed = self.current.clone();
-        self.committed_steps = w.steps();
+        self.committed_steps = s.steps();
         self.commits += 1;
     }
 
@@ -159,10 +164,15 @@ impl<T: Clone + Serialize + DeserializeOwned> State<T> {
 
     /// Makes every rank's state and step count rank 0's (and commits it).
     pub fn sync(&mut self, w: &Worker) -> Result<(), Interrupt> {
-        self.current = w.broadcast_object(&self.current, 0)?;
-        let steps = w.broadcast_object(&w.steps(), 0)?;
-        w.set_steps(steps);
-        self.save(w);
+        w.block_on(self.sync_async(w))
+    }
+
+    /// [`State::sync`] for async code.
+    pub async fn sync_async(&mut self, s: &Session) -> Result<(), Interrupt> {
+        self.current = s.broadcast_object_async(&self.current, 0).await?;
+        let steps = s.broadcast_object_async(&s.steps(), 0).await?;
+        s.set_steps(steps);
+        self.save(s);
         Ok(())
     }
 
@@ -170,13 +180,19 @@ impl<T: Clone + Serialize + DeserializeOwned> State<T> {
     /// update to any rank; every rank decides the same (they take the
     /// maximum of their flags), so all of them leave at the same commit.
     pub fn check_host_updates(&self, w: &Worker) -> Result<(), Interrupt> {
-        if !w.is_elastic() {
+        w.block_on(self.check_host_updates_async(w))
+    }
+
+    /// [`State::check_host_updates`] for async code.
+    pub async fn check_host_updates_async(&self, s: &Session) -> Result<(), Interrupt> {
+        if !s.is_elastic() {
             return Ok(());
         }
-        let flag = vec![u8::from(w.hosts_updated())];
-        let any = w
+        let flag = vec![u8::from(s.hosts_updated())];
+        let any = s
             .allreduce_async(Some(HOST_UPDATES), flag, ReduceOp::Max)
-            .wait()?;
+            .finish()
+            .await?;
         if any.data.first().copied().unwrap_or(0) > 0 {
             return Err(Interrupt::HostsUpdated);
         }

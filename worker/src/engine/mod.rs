@@ -99,6 +99,15 @@ impl Reply {
         true
     }
 
+    /// The answer, awaited.
+    pub(crate) async fn finish(self) -> Result<Output, EngineError> {
+        match (self.got, self.rx) {
+            (Some(r), _) => r,
+            (None, Some(rx)) => rx.await.unwrap_or(Err(EngineError::ShutDown)),
+            (None, None) => Err(EngineError::ShutDown),
+        }
+    }
+
     /// Blocks for the answer; not from inside an async runtime.
     pub(crate) fn wait(self) -> Result<Output, EngineError> {
         match (self.got, self.rx) {
@@ -132,7 +141,7 @@ impl<T: Element> Handle<T> {
     }
 
     /// Blocks until the collective completes. Must not be called from inside
-    /// an async runtime (use [`Handle::poll`] there).
+    /// an async runtime (use [`Handle::finish`] there).
     pub fn wait(self) -> Result<Tensor<T>, EngineError> {
         self.wait_with_splits().map(|(t, _)| t)
     }
@@ -140,23 +149,32 @@ impl<T: Element> Handle<T> {
     /// [`Handle::wait`], also returning how many elements each rank sent
     /// (alltoall).
     pub fn wait_with_splits(self) -> Result<(Tensor<T>, Vec<usize>), EngineError> {
-        let out = self.reply.wait()?;
-        let data = out
-            .data
-            .into_host::<T>()
-            .map_err(|held| Internal::ElementType {
-                name: String::from("(a result)"),
-                held: held.dtype(),
-                wanted: T::DTYPE,
-            })?;
-        Ok((
-            Tensor {
-                data,
-                shape: out.shape,
-            },
-            out.splits,
-        ))
+        host_result(self.reply.wait()?)
     }
+
+    /// The result, awaited: [`Handle::wait`] for async code.
+    pub async fn finish(self) -> Result<Tensor<T>, EngineError> {
+        host_result(self.reply.finish().await?).map(|(t, _)| t)
+    }
+}
+
+/// A host tensor of `T` from an engine's answer, and the splits.
+fn host_result<T: Element>(out: Output) -> Result<(Tensor<T>, Vec<usize>), EngineError> {
+    let data = out
+        .data
+        .into_host::<T>()
+        .map_err(|held| Internal::ElementType {
+            name: String::from("(a result)"),
+            held: held.dtype(),
+            wanted: T::DTYPE,
+        })?;
+    Ok((
+        Tensor {
+            data,
+            shape: out.shape,
+        },
+        out.splits,
+    ))
 }
 
 /// The two communicators an engine runs on: `data` carries the tensors (any
@@ -216,6 +234,12 @@ impl Engine {
         let (tx, rx) = std::sync::mpsc::channel();
         let _ = self.tx.send(Command::WhenParked(tx));
         rx
+    }
+
+    /// Stops the engine at once, with no goodbye to the other ranks (a
+    /// session dropped: the process crashed, as far as they can tell).
+    pub(crate) fn abort_handle(&self) -> tokio::task::AbortHandle {
+        self.task.abort_handle()
     }
 
     /// The tensors submitted here and not finished (for heartbeats).
