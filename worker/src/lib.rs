@@ -3,7 +3,7 @@
 //! [`init`] joins the job `elasticrun` started (or, run on its own, makes a world
 //! of one); the returned [`Worker`] (a runtime and the async [`Session`] it
 //! blocks on) tells the program its place
-//! ([`Worker::rank`], [`Worker::size`], local and cross ranks) and runs its
+//! ([`Session::rank`], [`Session::size`], local and cross ranks) and runs its
 //! collectives, blocking or asynchronous ([`Handle`]), through the [`Engine`]:
 //! every cycle the ranks negotiate which submitted tensors are ready on all of
 //! them, fuse them and run them in one agreed order. [`elastic`] keeps a
