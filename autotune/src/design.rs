@@ -13,7 +13,7 @@
 use rand::seq::SliceRandom;
 use rand::{Rng, RngExt};
 
-use crate::{AutotuneError, Knobs, Space};
+use crate::{AutotuneError, Space, Tuning};
 
 /// Samples in the initial design, the starting point included (Horovod also begins
 /// with four fixed test points).
@@ -22,10 +22,10 @@ pub const INITIAL_DESIGN: usize = 4;
 /// `n` design points after `start`, decoded to knobs.
 pub(crate) fn latin_hypercube(
     space: &Space,
-    start: &Knobs,
+    start: &Tuning,
     n: usize,
     rng: &mut impl Rng,
-) -> Result<Vec<Knobs>, AutotuneError> {
+) -> Result<Vec<Tuning>, AutotuneError> {
     let origin = space.encode(start);
     let mut points = vec![origin.clone(); n];
     if n == 0 {
@@ -64,7 +64,7 @@ mod tests {
             hosts: 2,
             max_local_size: 4,
         };
-        let space = Space::new(Knobs::default(), &[], layout);
+        let space = Space::new(Tuning::default(), &[], layout);
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
         let start = space.initial();
         let pts = latin_hypercube(&space, &start, 3, &mut rng).unwrap();

@@ -20,37 +20,11 @@ pub const SEGMENT_MAX_BYTES: u64 = 16 << 20;
 /// Tuned segment sizes are multiples of this.
 pub const SEGMENT_GRID_BYTES: u64 = 4 << 10;
 
-/// One setting of every performance knob: what the engine runs with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Knobs {
-    /// 0 turns fusion off.
-    pub fusion_threshold_bytes: u64,
-    pub cycle_time_us: u64,
-    pub cache_enabled: bool,
-    pub hierarchical_allreduce: bool,
-    pub hierarchical_allgather: bool,
-    /// Bytes per message in the ring, chain and alltoall schedules.
-    pub segment_bytes: u64,
-}
-
-impl Default for Knobs {
-    /// elasticrun's defaults: 64 MiB, 1 ms, cache on, flat collectives, 512 KiB segments.
-    fn default() -> Self {
-        Knobs {
-            fusion_threshold_bytes: 64 << 20,
-            cycle_time_us: 1000,
-            cache_enabled: true,
-            hierarchical_allreduce: false,
-            hierarchical_allgather: false,
-            segment_bytes: 512 << 10,
-        }
-    }
-}
-
-/// A knob's name, to say which ones the user fixed: the one the coordinator
-/// sends ([`control::Knob`]), so that what the user set reaches the tuner as
-/// it is.
-pub use control::Knob;
+/// One setting of every performance knob, what the engine runs with, and
+/// a knob's name, to say which ones the user fixed: the coordinator's own
+/// ([`control::Tuning`], [`control::Knob`]), so that where a job starts and
+/// what the user set reach the tuner as they are.
+pub use control::{Knob, Tuning};
 
 /// How the job is laid out, as far as the space cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@
 //! No I/O, no clock, no async: the engine's rank 0 feeds measurements to a
 //! [`Tuner`] and applies the [`Decision`]s it returns. See `docs/autotune.md`.
 //!
-//! - `knobs`: [`Knobs`], [`Knob`], [`Layout`] and the tuned ranges;
+//! - `knobs`: [`Tuning`], [`Knob`], [`Layout`] and the tuned ranges;
 //! - `space`: [`Space`], which knobs are tuned and the encoding into the unit cube;
 //! - `gp`: [`Gp`], Gaussian-process regression (Matérn 5/2, nalgebra's Cholesky);
 //! - `acquisition`: [`expected_improvement`] and its maximiser [`maximise_ei`];
@@ -36,8 +36,8 @@ pub use design::INITIAL_DESIGN;
 pub use error::AutotuneError;
 pub use gp::{Gp, HyperGrid, Matern52, Prediction};
 pub use knobs::{
-    CYCLE_MAX_US, CYCLE_MIN_US, FUSION_GRID_BYTES, FUSION_MAX_BYTES, FUSION_MIN_BYTES, Knob, Knobs,
-    Layout, SEGMENT_GRID_BYTES, SEGMENT_MAX_BYTES, SEGMENT_MIN_BYTES,
+    CYCLE_MAX_US, CYCLE_MIN_US, FUSION_GRID_BYTES, FUSION_MAX_BYTES, FUSION_MIN_BYTES, Knob,
+    Layout, SEGMENT_GRID_BYTES, SEGMENT_MAX_BYTES, SEGMENT_MIN_BYTES, Tuning,
 };
 pub use log::{CSV_COLUMNS, csv_header, csv_row, params_yaml};
 pub use sample::{Decision, SampleRecord, TunerConfig};

@@ -7,7 +7,7 @@
 //! 67108864,1000,true,false,false,524288,1234567890.5,40,false,4
 //! ```
 
-use crate::{Knobs, SampleRecord};
+use crate::{SampleRecord, Tuning};
 
 /// The CSV columns, in order.
 pub const CSV_COLUMNS: [&str; 10] = [
@@ -51,7 +51,7 @@ pub fn csv_row(r: &SampleRecord, world_size: usize) -> String {
 /// `k` as a `params:` section for `elasticrun --config-file`, so a resumed job can
 /// skip tuning. `fusion_threshold_mb` is in MiB (bytes / 2^20, exact) and
 /// `cycle_time_ms` in ms (µs / 1000; multiply by 1000 and round to get the µs back).
-pub fn params_yaml(k: &Knobs) -> String {
+pub fn params_yaml(k: &Tuning) -> String {
     format!(
         "params:\n  fusion_threshold_mb: {}\n  cycle_time_ms: {}\n  disable_cache: {}\n  \
          hierarchical_allreduce: {}\n  hierarchical_allgather: {}\n  segment_bytes: {}\n",
@@ -80,7 +80,7 @@ mod tests {
     #[test]
     fn row_matches_the_header() {
         let r = SampleRecord {
-            knobs: Knobs::default(),
+            knobs: Tuning::default(),
             score: 1_234_567_890.5,
             step: 40,
             warmup: false,
@@ -95,7 +95,7 @@ mod tests {
 
     #[test]
     fn yaml_uses_the_config_file_keys_and_units() {
-        let k = Knobs {
+        let k = Tuning {
             fusion_threshold_bytes: 37 * (1 << 20) + (64 << 10),
             cycle_time_us: 2345,
             cache_enabled: false,
@@ -110,7 +110,7 @@ mod tests {
         );
         let ms: f64 = "2.345".parse().unwrap();
         assert_eq!((ms * 1000.0).round() as u64, 2345);
-        let off = Knobs {
+        let off = Tuning {
             fusion_threshold_bytes: 0,
             cycle_time_us: 1000,
             ..k

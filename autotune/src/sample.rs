@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{AutotuneError, Knobs};
+use crate::{AutotuneError, Tuning};
 
 /// The autotuner's own settings (the `--autotune-*` options).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -63,7 +63,7 @@ impl TunerConfig {
 /// One completed sample: a row of the CSV log.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SampleRecord {
-    pub knobs: Knobs,
+    pub knobs: Tuning,
     /// Bytes processed by collectives per second over the sample.
     pub score: f64,
     /// The step that completed the sample.
@@ -78,9 +78,9 @@ pub enum Decision {
     /// A warm-up sample ended; keep the current knobs.
     WarmUp { sample: SampleRecord },
     /// A scored sample ended; switch to `next` (which may equal the current knobs).
-    Explore { sample: SampleRecord, next: Knobs },
+    Explore { sample: SampleRecord, next: Tuning },
     /// The budget is spent; use `best` for the rest of the run.
-    Final { sample: SampleRecord, best: Knobs },
+    Final { sample: SampleRecord, best: Tuning },
 }
 
 impl Decision {
@@ -94,7 +94,7 @@ impl Decision {
     }
 
     /// The knobs to run with from now on.
-    pub fn knobs(&self) -> Knobs {
+    pub fn knobs(&self) -> Tuning {
         match self {
             Decision::WarmUp { sample } => sample.knobs,
             Decision::Explore { next, .. } => *next,

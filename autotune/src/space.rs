@@ -1,8 +1,8 @@
 //! The knob space: which knobs are tuned, their ranges, and the map between a
-//! [`Knobs`] value and a point of the unit hypercube the Gaussian process works in.
+//! [`Tuning`] value and a point of the unit hypercube the Gaussian process works in.
 //!
 //! ```text
-//!  Knobs ──encode──▶ [ cache, fusion_on, h_allreduce, h_allgather │ fusion, cycle, segment ] ∈ [0,1]^d
+//!  Tuning ──encode──▶ [ cache, fusion_on, h_allreduce, h_allgather │ fusion, cycle, segment ] ∈ [0,1]^d
 //!        ◀─decode──   categorical: 0 or 1                         │ continuous: log scale
 //! ```
 //!
@@ -26,8 +26,8 @@
 
 use crate::{
     AutotuneError, CYCLE_MAX_US, CYCLE_MIN_US, FUSION_GRID_BYTES, FUSION_MAX_BYTES,
-    FUSION_MIN_BYTES, Knob, Knobs, Layout, SEGMENT_GRID_BYTES, SEGMENT_MAX_BYTES,
-    SEGMENT_MIN_BYTES,
+    FUSION_MIN_BYTES, Knob, Layout, SEGMENT_GRID_BYTES, SEGMENT_MAX_BYTES, SEGMENT_MIN_BYTES,
+    Tuning,
 };
 
 /// One coordinate of an encoded point.
@@ -61,14 +61,14 @@ impl Dim {
 /// The tuned knobs, their order in the encoding, and the values of the others.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Space {
-    initial: Knobs,
+    initial: Tuning,
     dims: Vec<Dim>,
 }
 
 impl Space {
     /// `initial` is where tuning starts (and what every fixed or inapplicable knob is
     /// held at); `fixed` lists the knobs the user set explicitly.
-    pub fn new(initial: Knobs, fixed: &[Knob], layout: Layout) -> Space {
+    pub fn new(initial: Tuning, fixed: &[Knob], layout: Layout) -> Space {
         let tuned = |k: Knob| !fixed.contains(&k);
         let hier = layout.hierarchical_applies();
         let candidates = [
@@ -90,7 +90,7 @@ impl Space {
         Space { initial, dims }
     }
 
-    pub fn initial(&self) -> Knobs {
+    pub fn initial(&self) -> Tuning {
         self.initial
     }
 
@@ -127,7 +127,7 @@ impl Space {
     }
 
     /// Whether every knob that is not tuned has its held value in `k`.
-    pub fn holds_fixed(&self, k: &Knobs) -> bool {
+    pub fn holds_fixed(&self, k: &Tuning) -> bool {
         let init = &self.initial;
         let same = |knob: Knob, eq: bool| self.is_tuned(knob) || eq;
         same(
@@ -147,7 +147,7 @@ impl Space {
     }
 
     /// The unit-hypercube point of `k` (values outside a range clamp to its end).
-    pub fn encode(&self, k: &Knobs) -> Vec<f64> {
+    pub fn encode(&self, k: &Tuning) -> Vec<f64> {
         let on = |b: bool| if b { 1.0 } else { 0.0 };
         let fusion = k.fusion_threshold_bytes;
         self.dims
@@ -168,7 +168,7 @@ impl Space {
     /// The knobs at point `u`: categorical coordinates round at 0.5, continuous ones
     /// map back through the log scale and round to their grid; untuned knobs keep
     /// their initial value. Coordinates outside [0, 1] (or NaN) are clamped (NaN to 0).
-    pub fn decode(&self, u: &[f64]) -> Result<Knobs, AutotuneError> {
+    pub fn decode(&self, u: &[f64]) -> Result<Tuning, AutotuneError> {
         if u.len() != self.dims.len() {
             return Err(AutotuneError::DimensionMismatch {
                 expected: self.dims.len(),

@@ -30,13 +30,13 @@ use rand::{RngExt, SeedableRng};
 use crate::acquisition::{self, DEFAULT_XI};
 use crate::design::{INITIAL_DESIGN, latin_hypercube};
 use crate::sample::Sampler;
-use crate::{AutotuneError, Decision, Gp, HyperGrid, Knobs, SampleRecord, Space, TunerConfig};
+use crate::{AutotuneError, Decision, Gp, HyperGrid, SampleRecord, Space, TunerConfig, Tuning};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Phase {
     WarmUp { remaining: usize },
     Search,
-    Done { best: Knobs },
+    Done { best: Tuning },
 }
 
 /// Rank 0's autotuner for one world size.
@@ -45,9 +45,9 @@ pub struct Tuner {
     space: Space,
     config: TunerConfig,
     phase: Phase,
-    current: Knobs,
-    design: Vec<Knobs>,
-    observed: Vec<(Knobs, f64)>,
+    current: Tuning,
+    design: Vec<Tuning>,
+    observed: Vec<(Tuning, f64)>,
     records: Vec<SampleRecord>,
     sampler: Sampler,
     rng: Xoshiro256PlusPlus,
@@ -100,7 +100,7 @@ impl Tuner {
     }
 
     /// The knobs to run with now.
-    pub fn current(&self) -> Knobs {
+    pub fn current(&self) -> Tuning {
         self.current
     }
 
@@ -143,7 +143,7 @@ impl Tuner {
         })
     }
 
-    fn propose(&mut self) -> Knobs {
+    fn propose(&mut self) -> Tuning {
         let n = self.observed.len();
         if let Some(k) = self.design.get(n.wrapping_sub(1)) {
             return *k;
@@ -174,7 +174,7 @@ impl Tuner {
 
     /// The best point with the first categorical coordinate flipped whose flip has
     /// not been measured yet.
-    fn polish_next(&self) -> Option<Knobs> {
+    fn polish_next(&self) -> Option<Tuning> {
         let best = self.space.encode(&self.best()?.0);
         let seen: Vec<Vec<f64>> = self.encoded();
         self.space.categorical().into_iter().find_map(|j| {
@@ -204,7 +204,7 @@ impl Tuner {
         Gp::fit_grid(&self.encoded(), &ys, self.config.gp_noise, &cat, &grid)
     }
 
-    fn propose_ei(&mut self) -> Result<Knobs, AutotuneError> {
+    fn propose_ei(&mut self) -> Result<Tuning, AutotuneError> {
         let gp = self.fit()?;
         let xs = self.encoded();
         let mut incumbent = f64::MIN;
@@ -218,14 +218,14 @@ impl Tuner {
     /// The best point so far and its estimated score: the observed point with the
     /// highest posterior mean (the highest score when no model fits); `None` before
     /// any scored sample.
-    pub fn best(&self) -> Option<(Knobs, f64)> {
+    pub fn best(&self) -> Option<(Tuning, f64)> {
         let raw = || {
             let mut all = self.observed.iter().copied();
             all.next()
                 .map(|first| all.fold(first, |b, o| if o.1 > b.1 { o } else { b }))
         };
         let Ok(gp) = self.fit() else { return raw() };
-        let mut best: Option<(Knobs, f64)> = None;
+        let mut best: Option<(Tuning, f64)> = None;
         for ((k, _), x) in self.observed.iter().zip(self.encoded()) {
             let Ok(p) = gp.predict(&x) else { return raw() };
             if best.is_none_or(|b| p.mean > b.1) {
@@ -246,7 +246,7 @@ impl Tuner {
     }
 
     /// The chosen point, once tuning is over.
-    pub fn final_knobs(&self) -> Option<Knobs> {
+    pub fn final_knobs(&self) -> Option<Tuning> {
         match self.phase {
             Phase::Done { best } => Some(best),
             _ => None,

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use autotune::{
-    DEFAULT_XI, Gp, HyperGrid, Knob, Knobs, Layout, Space, expected_improvement, maximise_ei,
+    DEFAULT_XI, Gp, HyperGrid, Knob, Layout, Space, Tuning, expected_improvement, maximise_ei,
 };
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
@@ -16,7 +16,7 @@ const ONE_HOST: Layout = Layout {
 /// Only the cycle time is tuned: a one-dimensional space.
 fn cycle_only() -> Space {
     let fixed = [Knob::FusionThreshold, Knob::Cache, Knob::SegmentSize];
-    Space::new(Knobs::default(), &fixed, ONE_HOST)
+    Space::new(Tuning::default(), &fixed, ONE_HOST)
 }
 
 /// Observations on the left third, peaking at u = 0.2.
@@ -79,7 +79,7 @@ fn the_maximiser_finds_the_best_grid_point_and_is_seeded() {
 #[test]
 fn an_unmeasured_categorical_level_has_positive_ei() {
     let fixed = [Knob::FusionThreshold, Knob::SegmentSize];
-    let space = Space::new(Knobs::default(), &fixed, ONE_HOST);
+    let space = Space::new(Tuning::default(), &fixed, ONE_HOST);
     // [cache, cycle]: only cache off was measured.
     let xs: Vec<Vec<f64>> = (0..5).map(|i| vec![0.0, i as f64 / 4.0]).collect();
     let ys: Vec<f64> = xs.iter().map(|x| 5.0 + x[1]).collect();

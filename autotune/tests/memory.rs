@@ -4,7 +4,7 @@
 
 mod common;
 
-use autotune::{Decision, Knob, Knobs, Layout, Memory, Space, Tuner, TunerConfig};
+use autotune::{Decision, Knob, Layout, Memory, Space, Tuner, TunerConfig, Tuning};
 use common::{bowl, bowl_with_segments, drive};
 
 fn space(world_size: usize) -> Space {
@@ -18,7 +18,7 @@ fn space(world_size: usize) -> Space {
             max_local_size: 4,
         },
     };
-    Space::new(Knobs::default(), &[], layout)
+    Space::new(Tuning::default(), &[], layout)
 }
 
 /// Runs `t` until `scored` samples are scored (or it is final).
@@ -42,14 +42,14 @@ fn tuning_resumes_per_world_size() {
 
     // World size 4: tune to the end.
     let mut t4 = memory.tuner_for(4, space(4), config).unwrap();
-    assert_eq!(t4.current(), Knobs::default());
+    assert_eq!(t4.current(), Tuning::default());
     let (best4, _) = drive(&mut t4, bowl, 0.0, 1);
     memory.save(4, &t4);
     assert_eq!(memory.records(4).len(), 3 + 20);
 
     // Scale up to 8: values measured on the 4-rank ring are not reused.
     let mut t8 = memory.tuner_for(8, space(8), config).unwrap();
-    assert_eq!(t8.current(), Knobs::default());
+    assert_eq!(t8.current(), Tuning::default());
     let step = run_until(&mut t8, 5, 0);
     let best8 = t8.best().unwrap().0;
     memory.save(8, &t8);
@@ -86,9 +86,9 @@ fn samples_taken_under_other_fixed_values_are_not_reused() {
     run_until(&mut t, 6, 0);
     memory.save(4, &t);
 
-    let pinned = Knobs {
+    let pinned = Tuning {
         cycle_time_us: 777,
-        ..Knobs::default()
+        ..Tuning::default()
     };
     let layout = Layout {
         hosts: 1,

@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use autotune::{
-    AutotuneError, CYCLE_MAX_US, CYCLE_MIN_US, FUSION_GRID_BYTES, FUSION_MAX_BYTES, Knob, Knobs,
-    Layout, SEGMENT_GRID_BYTES, SEGMENT_MAX_BYTES, SEGMENT_MIN_BYTES, Space,
+    AutotuneError, CYCLE_MAX_US, CYCLE_MIN_US, FUSION_GRID_BYTES, FUSION_MAX_BYTES, Knob, Layout,
+    SEGMENT_GRID_BYTES, SEGMENT_MAX_BYTES, SEGMENT_MIN_BYTES, Space, Tuning,
 };
 
 const TWO_BY_TWO: Layout = Layout {
@@ -18,7 +18,7 @@ const ONE_HOST: Layout = Layout {
 
 #[test]
 fn hierarchical_knobs_only_across_hosts_with_several_slots() {
-    let all = Space::new(Knobs::default(), &[], TWO_BY_TWO);
+    let all = Space::new(Tuning::default(), &[], TWO_BY_TWO);
     assert_eq!(all.dims().len(), 7);
     assert!(all.is_tuned(Knob::HierarchicalAllgather));
     for layout in [
@@ -28,7 +28,7 @@ fn hierarchical_knobs_only_across_hosts_with_several_slots() {
             max_local_size: 1,
         },
     ] {
-        let s = Space::new(Knobs::default(), &[], layout);
+        let s = Space::new(Tuning::default(), &[], layout);
         assert_eq!(s.dims().len(), 5);
         assert!(!s.is_tuned(Knob::HierarchicalAllreduce));
     }
@@ -36,14 +36,14 @@ fn hierarchical_knobs_only_across_hosts_with_several_slots() {
 
 #[test]
 fn categorical_first_then_continuous() {
-    let s = Space::new(Knobs::default(), &[Knob::Cache], TWO_BY_TWO);
+    let s = Space::new(Tuning::default(), &[Knob::Cache], TWO_BY_TWO);
     assert_eq!(s.categorical(), vec![0, 1, 2]);
     assert_eq!(s.continuous(), vec![3, 4, 5]);
 }
 
 #[test]
 fn ends_of_the_ranges_map_to_the_cube_corners() {
-    let s = Space::new(Knobs::default(), &[], ONE_HOST);
+    let s = Space::new(Tuning::default(), &[], ONE_HOST);
     let lo = s.decode(&[0.0; 5]).unwrap();
     assert_eq!(lo.fusion_threshold_bytes, 0, "fusion_on = 0 is off");
     assert!(!lo.cache_enabled);
@@ -62,7 +62,7 @@ fn ends_of_the_ranges_map_to_the_cube_corners() {
 
 #[test]
 fn decode_rounds_to_the_grid_and_snap_is_idempotent() {
-    let s = Space::new(Knobs::default(), &[], TWO_BY_TWO);
+    let s = Space::new(Tuning::default(), &[], TWO_BY_TWO);
     let u = [0.7, 0.6, 0.2, 0.9, 0.3141, 0.2718, 0.577];
     let k = s.decode(&u).unwrap();
     assert_eq!(k.fusion_threshold_bytes % FUSION_GRID_BYTES, 0);
@@ -77,7 +77,7 @@ fn decode_rounds_to_the_grid_and_snap_is_idempotent() {
 
 #[test]
 fn fusion_off_collapses_the_threshold_coordinate() {
-    let s = Space::new(Knobs::default(), &[], ONE_HOST);
+    let s = Space::new(Tuning::default(), &[], ONE_HOST);
     let a = s.snap(&[1.0, 0.0, 0.9, 0.5, 0.5]).unwrap();
     let b = s.snap(&[1.0, 0.0, 0.1, 0.5, 0.5]).unwrap();
     assert_eq!(a, b);
@@ -86,17 +86,17 @@ fn fusion_off_collapses_the_threshold_coordinate() {
 
 #[test]
 fn fixed_knobs_are_held() {
-    let initial = Knobs {
+    let initial = Tuning {
         cycle_time_us: 3000,
         segment_bytes: 12345,
-        ..Knobs::default()
+        ..Tuning::default()
     };
     let s = Space::new(initial, &[Knob::CycleTime, Knob::SegmentSize], ONE_HOST);
     assert_eq!(s.dims().len(), 3);
     let k = s.decode(&[0.0, 1.0, 0.5]).unwrap();
     assert_eq!((k.cycle_time_us, k.segment_bytes), (3000, 12345));
     assert!(s.holds_fixed(&k));
-    assert!(!s.holds_fixed(&Knobs {
+    assert!(!s.holds_fixed(&Tuning {
         cycle_time_us: 1,
         ..k
     }));
@@ -104,7 +104,7 @@ fn fixed_knobs_are_held() {
 
 #[test]
 fn wrong_length_is_a_typed_error() {
-    let s = Space::new(Knobs::default(), &[], ONE_HOST);
+    let s = Space::new(Tuning::default(), &[], ONE_HOST);
     assert_eq!(
         s.decode(&[0.5; 3]),
         Err(AutotuneError::DimensionMismatch {

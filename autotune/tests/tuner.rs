@@ -4,7 +4,7 @@
 
 mod common;
 
-use autotune::{Decision, Knob, Knobs, Layout, SampleRecord, Space, Tuner, TunerConfig};
+use autotune::{Decision, Knob, Layout, SampleRecord, Space, Tuner, TunerConfig, Tuning};
 use common::{PEAK, bowl, bowl_with_segments, drive};
 
 const ONE_HOST: Layout = Layout {
@@ -17,7 +17,7 @@ const TWO_BY_FOUR: Layout = Layout {
 };
 
 fn tuner(fixed: &[Knob], layout: Layout, config: TunerConfig) -> Tuner {
-    Tuner::new(Space::new(Knobs::default(), fixed, layout), config).unwrap()
+    Tuner::new(Space::new(Tuning::default(), fixed, layout), config).unwrap()
 }
 
 fn seeded(seed: u64) -> TunerConfig {
@@ -122,12 +122,12 @@ fn warm_up_samples_are_logged_and_discarded() {
 
 #[test]
 fn fixed_knobs_stay_fixed_in_every_proposal() {
-    let initial = Knobs {
+    let initial = Tuning {
         cycle_time_us: 2500,
         cache_enabled: false,
         segment_bytes: 300_000,
         hierarchical_allreduce: true,
-        ..Knobs::default()
+        ..Tuning::default()
     };
     let fixed = [Knob::CycleTime, Knob::Cache, Knob::SegmentSize];
     // One host: the hierarchical switches are held as well.
@@ -176,9 +176,9 @@ fn after_the_final_decision_nothing_moves() {
 
 #[test]
 fn nothing_to_tune_starts_final() {
-    let space = Space::new(Knobs::default(), &Knob::ALL, TWO_BY_FOUR);
+    let space = Space::new(Tuning::default(), &Knob::ALL, TWO_BY_FOUR);
     let mut t = Tuner::new(space, seeded(0)).unwrap();
-    assert_eq!(t.final_knobs(), Some(Knobs::default()));
+    assert_eq!(t.final_knobs(), Some(Tuning::default()));
     assert_eq!(t.record(0, 1, 1.0), None);
 }
 

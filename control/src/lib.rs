@@ -35,6 +35,6 @@ pub use generation::Generation;
 pub use handshake::{CoordinatorLink, HandshakeError, WorkerLink, accept, connect};
 pub use messages::{
     Assignment, Autotune, CoordinatorMsg, Knob, Knobs, MAX_PENDING_NAME, MAX_PENDING_REPORTED,
-    PendingReport, PendingTensor, Registration, TlsGrant, WorkerMsg, cut_name,
+    PendingReport, PendingTensor, Registration, TlsGrant, Tuning, WorkerMsg, cut_name,
 };
 pub use throttle::{Say, Throttle};

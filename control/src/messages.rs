@@ -138,16 +138,45 @@ impl std::fmt::Debug for TlsGrant {
     }
 }
 
-/// Engine settings decided by the coordinator (from its configuration).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Knobs {
+/// One setting of every engine knob the autotuner may move, a field for
+/// each [`Knob`]: where a job's engines start (from the coordinator's
+/// configuration) and what rank 0 hands every rank when it retunes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Tuning {
+    /// 0 turns fusion off.
     pub fusion_threshold_bytes: u64,
     pub cycle_time_us: u64,
-    pub cache_capacity: u32,
+    /// Whether the response cache is on (it holds
+    /// [`Knobs::cache_capacity`] entries then).
+    pub cache_enabled: bool,
     pub hierarchical_allreduce: bool,
     pub hierarchical_allgather: bool,
     /// Bytes per message in the segmented (ring, chain, alltoall) collectives.
     pub segment_bytes: u64,
+}
+
+impl Default for Tuning {
+    /// elasticrun's defaults: 64 MiB fusion, 1 ms cycles, the cache on,
+    /// flat collectives, 512 KiB segments.
+    fn default() -> Self {
+        Tuning {
+            fusion_threshold_bytes: 64 << 20,
+            cycle_time_us: 1000,
+            cache_enabled: true,
+            hierarchical_allreduce: false,
+            hierarchical_allgather: false,
+            segment_bytes: 512 << 10,
+        }
+    }
+}
+
+/// Engine settings decided by the coordinator (from its configuration).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Knobs {
+    /// The settings the autotuner may move, as the job starts.
+    pub tuning: Tuning,
+    /// Entries the response cache holds when it is on.
+    pub cache_capacity: u32,
     pub timeline: Option<String>,
     pub timeline_mark_cycles: bool,
     /// Warn about a tensor other ranks have not submitted after this many
@@ -160,17 +189,12 @@ pub struct Knobs {
 }
 
 impl Default for Knobs {
-    /// elasticrun's defaults: 64 MiB fusion, 1 ms cycles, a 1024-entry cache,
-    /// flat collectives, 512 KiB segments, no timeline, no stall check, no
-    /// autotuning.
+    /// elasticrun's defaults: [`Tuning::default`], a 1024-entry cache, no
+    /// timeline, no stall check, no autotuning.
     fn default() -> Self {
         Knobs {
-            fusion_threshold_bytes: 64 << 20,
-            cycle_time_us: 1000,
+            tuning: Tuning::default(),
             cache_capacity: 1024,
-            hierarchical_allreduce: false,
-            hierarchical_allgather: false,
-            segment_bytes: 512 << 10,
             timeline: None,
             timeline_mark_cycles: false,
             stall_warning_ms: None,
@@ -195,26 +219,26 @@ pub struct Autotune {
 }
 
 /// A knob the autotuner may move, named so that the user's own settings can be
-/// held fixed: one variant per tunable field of [`Knobs`].
+/// held fixed: one variant per field of [`Tuning`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Knob {
-    /// [`Knobs::fusion_threshold_bytes`] (`--fusion-threshold-mb`).
+    /// [`Tuning::fusion_threshold_bytes`] (`--fusion-threshold-mb`).
     FusionThreshold,
-    /// [`Knobs::cycle_time_us`] (`--cycle-time-ms`).
+    /// [`Tuning::cycle_time_us`] (`--cycle-time-ms`).
     CycleTime,
-    /// The response cache on or off: [`Knobs::cache_capacity`]
+    /// The response cache on or off: [`Tuning::cache_enabled`]
     /// (`--cache-capacity`, `--disable-cache`).
     Cache,
-    /// [`Knobs::hierarchical_allreduce`] (`--hierarchical-allreduce`).
+    /// [`Tuning::hierarchical_allreduce`] (`--hierarchical-allreduce`).
     HierarchicalAllreduce,
-    /// [`Knobs::hierarchical_allgather`] (`--hierarchical-allgather`).
+    /// [`Tuning::hierarchical_allgather`] (`--hierarchical-allgather`).
     HierarchicalAllgather,
-    /// [`Knobs::segment_bytes`] (`--segment-size`).
+    /// [`Tuning::segment_bytes`] (`--segment-size`).
     SegmentSize,
 }
 
 impl Knob {
-    /// Every knob, in the order of [`Knobs`]' fields.
+    /// Every knob, in the order of [`Tuning`]'s fields.
     pub const ALL: [Knob; 6] = [
         Knob::FusionThreshold,
         Knob::CycleTime,

@@ -6,6 +6,7 @@
 //! go and what their local and cross ranks are.
 
 pub mod config;
+pub mod files;
 pub mod job;
 pub mod launch;
 pub mod layout;
@@ -26,7 +27,10 @@ pub(crate) mod test_support {
     /// that these very knobs were passed on.
     pub(crate) fn knobs() -> Knobs {
         Knobs {
-            fusion_threshold_bytes: 1,
+            tuning: control::Tuning {
+                fusion_threshold_bytes: 1,
+                ..control::Tuning::default()
+            },
             cache_capacity: 8,
             ..Knobs::default()
         }

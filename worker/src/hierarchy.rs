@@ -57,10 +57,10 @@ pub(crate) fn options(
         (true, Ok(h)) => (Some(h.clone()), CollectivePath::Hierarchical),
         (true, Err(why)) => (None, CollectivePath::FlatFallback(why.clone())),
     };
-    let (allreduce_grid, allreduce) = choose(knobs.hierarchical_allreduce);
-    let (allgather_grid, allgather) = choose(knobs.hierarchical_allgather);
+    let (allreduce_grid, allreduce) = choose(knobs.tuning.hierarchical_allreduce);
+    let (allgather_grid, allgather) = choose(knobs.tuning.hierarchical_allgather);
     // GPU allreduces take the two levels with one rank per host too.
-    let device_grid = match knobs.hierarchical_allreduce {
+    let device_grid = match knobs.tuning.hierarchical_allreduce {
         true => topology.device_hierarchy().ok().map(Arc::new),
         false => None,
     };
@@ -68,7 +68,7 @@ pub(crate) fn options(
         hierarchical_allreduce: allreduce_grid,
         hierarchical_allgather: allgather_grid,
         device_hierarchical_allreduce: device_grid,
-        segment_bytes: usize::try_from(knobs.segment_bytes.max(1)).unwrap_or(usize::MAX),
+        segment_bytes: usize::try_from(knobs.tuning.segment_bytes.max(1)).unwrap_or(usize::MAX),
         ..CollectiveOptions::default()
     };
     let paths = CollectivePaths {
@@ -111,8 +111,11 @@ mod tests {
 
     fn knobs(allreduce: bool, allgather: bool) -> Knobs {
         Knobs {
-            hierarchical_allreduce: allreduce,
-            hierarchical_allgather: allgather,
+            tuning: control::Tuning {
+                hierarchical_allreduce: allreduce,
+                hierarchical_allgather: allgather,
+                ..control::Tuning::default()
+            },
             ..Knobs::default()
         }
     }

@@ -20,10 +20,15 @@ pub(crate) fn engine_config(
     let Some(k) = knobs else {
         return EngineConfig::default();
     };
+    let t = &k.tuning;
     EngineConfig {
-        cycle_time: Duration::from_micros(k.cycle_time_us),
-        cache_capacity: k.cache_capacity as usize,
-        fusion_threshold_bytes: usize::try_from(k.fusion_threshold_bytes).unwrap_or(usize::MAX),
+        cycle_time: Duration::from_micros(t.cycle_time_us),
+        cache_capacity: if t.cache_enabled {
+            k.cache_capacity as usize
+        } else {
+            0
+        },
+        fusion_threshold_bytes: usize::try_from(t.fusion_threshold_bytes).unwrap_or(usize::MAX),
         timeline: k.timeline.as_ref().map(|path| TimelineConfig {
             path: path.into(),
             mark_cycles: k.timeline_mark_cycles,

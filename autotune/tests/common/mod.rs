@@ -2,7 +2,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use autotune::{Decision, Knobs, SampleRecord, Tuner};
+use autotune::{Decision, SampleRecord, Tuner, Tuning};
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 
@@ -14,7 +14,7 @@ pub const PEAK: f64 = 10e9;
 
 /// A smooth bowl in log2(fusion) × log2(cycle), a bonus for the cache, a penalty for
 /// fusion off; segment size does not matter.
-pub fn bowl(k: &Knobs) -> f64 {
+pub fn bowl(k: &Tuning) -> f64 {
     let cache = if k.cache_enabled { 1.0 } else { 0.85 };
     let fusion = if k.fusion_threshold_bytes == 0 {
         0.55
@@ -28,7 +28,7 @@ pub fn bowl(k: &Knobs) -> f64 {
 
 /// `bowl` times a mild preference for 2 MiB segments and a penalty for hierarchical
 /// allgather, a bonus for hierarchical allreduce.
-pub fn bowl_with_segments(k: &Knobs) -> f64 {
+pub fn bowl_with_segments(k: &Tuning) -> f64 {
     let s = (k.segment_bytes as f64 / OPT_SEGMENT as f64).log2() / 6.0;
     let ha = if k.hierarchical_allreduce { 1.0 } else { 0.9 };
     let hg = if k.hierarchical_allgather { 0.93 } else { 1.0 };
@@ -40,10 +40,10 @@ pub fn bowl_with_segments(k: &Knobs) -> f64 {
 /// knobs and every sample.
 pub fn drive(
     tuner: &mut Tuner,
-    objective: impl Fn(&Knobs) -> f64,
+    objective: impl Fn(&Tuning) -> f64,
     noise: f64,
     seed: u64,
-) -> (Knobs, Vec<SampleRecord>) {
+) -> (Tuning, Vec<SampleRecord>) {
     const BYTES_PER_STEP: u64 = 100 << 20;
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5eed);
     let mut samples = Vec::new();

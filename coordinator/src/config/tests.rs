@@ -633,6 +633,16 @@ fn np_counts_must_be_ordered() {
         "",
     );
     assert_eq!(invalid_option(r).0, "slots-per-host");
+    let e = run(
+        "--host-discovery-script d -np 2 --slots-per-host 99999999999 ./t",
+        &[],
+        "",
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--slots-per-host: 99999999999 slots is more than the 4096 a host may offer"
+    );
     // Equal bounds are fine.
     let c = run(
         "--host-discovery-script d -np 3 --min-np 3 --max-np 3 ./t",
@@ -1063,7 +1073,7 @@ fn a_set_segment_size_is_held_fixed_and_handed_to_the_workers() {
     .unwrap();
     assert_eq!(c.tuning.user_set(), [Knob::Cache, Knob::SegmentSize]);
     let k = crate::job::knobs(&c);
-    assert_eq!(k.segment_bytes, 2 << 20);
+    assert_eq!(k.tuning.segment_bytes, 2 << 20);
     assert_eq!(
         k.autotune.expect("autotuning on").fixed,
         [Knob::Cache, Knob::SegmentSize]
@@ -1071,7 +1081,10 @@ fn a_set_segment_size_is_held_fixed_and_handed_to_the_workers() {
     // The default is the workers' own default, and not held fixed.
     let c = run("--autotune ./t", &[], "").unwrap();
     let k = crate::job::knobs(&c);
-    assert_eq!(k.segment_bytes, control::Knobs::default().segment_bytes);
+    assert_eq!(
+        k.tuning.segment_bytes,
+        control::Tuning::default().segment_bytes
+    );
     assert!(k.autotune.expect("autotuning on").fixed.is_empty());
 }
 

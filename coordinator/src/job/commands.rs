@@ -7,7 +7,7 @@ use elastic::membership::{Command, SlotId};
 use tokio::time::Instant;
 
 use super::assign::{AssignmentBase, assignments};
-use super::driver::{Driver, Mode};
+use super::driver::Driver;
 use super::say::count;
 use crate::job::Ending;
 use crate::launch::address::{is_this_machine, source_address_towards};
@@ -33,7 +33,7 @@ impl Driver {
         );
         if durable
             && self.ending.is_none()
-            && let Err(e) = self.persist().await
+            && let Err(e) = self.journal.record(self.core.snapshot()).await
         {
             self.not_recorded(&e);
         }
@@ -42,8 +42,8 @@ impl Driver {
         }
         match cmd {
             Command::Spawn(slot) => {
-                if let Err(why) = self.spawn(&slot).await {
-                    if self.mode == Mode::Elastic {
+                if let Err(why) = self.workers.spawn(self.launcher.as_mut(), &slot).await {
+                    if self.replaces_failed() {
                         self.say
                             .line(format_args!("cannot start a worker on {slot}: {why}"));
                     }
@@ -53,14 +53,15 @@ impl Driver {
             }
             Command::Stop { slot, why } => {
                 tracing::info!(%slot, %why, "stopping worker");
-                self.tell(&slot, CoordinatorMsg::Stop { reason: why });
-                self.retire(&slot);
+                self.workers
+                    .tell(&slot, CoordinatorMsg::Stop { reason: why });
+                self.workers.retire(&slot);
             }
             Command::Reset { generation } => {
                 self.recovery.begin(Instant::now(), true);
                 let m = CoordinatorMsg::Reset { generation };
-                self.tell_all(&m);
-                self.announced = Some(m);
+                self.workers.tell_all(&m);
+                self.links.announced = Some(m);
             }
             Command::HostsUpdated { generation } => {
                 self.recovery.begin(Instant::now(), false);
@@ -68,8 +69,8 @@ impl Driver {
                     "hosts changed; workers move to generation {generation} at their next commit"
                 ));
                 let m = CoordinatorMsg::HostsUpdated { generation };
-                self.tell_all(&m);
-                self.announced = Some(m);
+                self.workers.tell_all(&m);
+                self.links.announced = Some(m);
             }
             Command::Assign { generation, ranks } => return self.assign(generation, &ranks),
             Command::Leave { slot } => {
@@ -77,7 +78,7 @@ impl Driver {
                     live.leaving = true;
                 }
                 let reason = format!("{slot} has no place in the new generation");
-                self.tell(&slot, CoordinatorMsg::Leave { reason });
+                self.workers.tell(&slot, CoordinatorMsg::Leave { reason });
             }
             Command::Blacklisted { host, until } => match until {
                 Some(t) => self.say.line(format_args!(
@@ -109,38 +110,37 @@ impl Driver {
     fn assign(&mut self, generation: Generation, ranks: &[SlotId]) -> Vec<Command> {
         let g = AssignmentBase {
             generation,
-            knobs: &self.knobs,
-            data_token: self.data_token,
+            knobs: &self.terms.knobs,
+            data_token: self.terms.data_token,
             loopback_as: self.loopback_as(ranks),
-            ca: &self.ca,
+            ca: &self.terms.ca,
         };
-        let all = match assignments(&g, ranks, &self.addrs) {
+        let all = match assignments(&g, ranks, &self.links.addrs) {
             Ok(a) => a,
             Err(slot) => {
                 // Cannot happen for a worker that registered or rejoined.
                 let why = "no data-plane address is known for it";
                 self.say.line(format_args!("worker on {slot}: {why}"));
-                self.retire(&slot);
+                self.workers.retire(&slot);
                 let now = self.now();
                 return self.core.failed(now, &slot, why);
             }
         };
         let summary = summary(ranks);
-        match self.mode {
-            Mode::Elastic => self.say.line(format_args!(
+        if self.replaces_failed() {
+            self.say.line(format_args!(
                 "generation {generation}: {} ({summary})",
                 count(ranks.len(), "worker")
-            )),
-            Mode::Static => {
-                tracing::debug!(workers = ranks.len(), %summary, "every worker registered")
-            }
+            ));
+        } else {
+            tracing::debug!(workers = ranks.len(), %summary, "every worker registered");
         }
         self.recovery.assigned(generation, ranks);
-        self.announced = None;
-        self.assigned.clear();
+        self.links.announced = None;
+        self.links.assigned.clear();
         for (slot, a) in ranks.iter().zip(all) {
-            self.tell(slot, CoordinatorMsg::Assign(a.clone()));
-            self.assigned.insert(slot.clone(), a);
+            self.workers.tell(slot, CoordinatorMsg::Assign(a.clone()));
+            self.links.assigned.insert(slot.clone(), a);
         }
         self.inspector = self.stall.map(Inspector::new);
         Vec::new()
@@ -157,7 +157,8 @@ impl Driver {
         }
         let remote = ranks.iter().find(|s| !is_this_machine(&s.host))?;
         let on_loopback = ranks.iter().any(|s| {
-            self.addrs
+            self.links
+                .addrs
                 .get(s)
                 .and_then(PeerAddress::tcp_addr)
                 .is_some_and(|a| a.ip().is_loopback())
@@ -190,22 +191,6 @@ impl Driver {
                 "cannot record the job's state: {e}; stopping every worker"
             ));
             self.ending = Some(Ending::Failed);
-        }
-    }
-
-    /// Sends `msg` to the worker on `slot`, if it is connected. A full channel
-    /// means a stuck connection, which its task reports.
-    pub(super) fn tell(&self, slot: &SlotId, msg: CoordinatorMsg) {
-        if let Some(link) = self.workers.get(slot).and_then(|l| l.link.as_ref()) {
-            let _ = link.try_send(msg);
-        }
-    }
-
-    pub(super) fn tell_all(&self, msg: &CoordinatorMsg) {
-        for live in self.workers.values().filter(|l| !l.leaving) {
-            if let Some(link) = &live.link {
-                let _ = link.try_send(msg.clone());
-            }
         }
     }
 }

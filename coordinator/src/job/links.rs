@@ -1,14 +1,84 @@
-//! One task per registered worker's control connection: what the worker says
-//! goes to the driver as [`LinkEvent`]s, what the driver says goes out.
+//! The driver's links: one task per registered worker's control
+//! connection (what the worker says goes to the driver as [`LinkEvent`]s,
+//! what the driver says goes out), and what the driver keeps of them
+//! ([`Links`]).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use control::{CoordinatorMsg, Generation, PendingReport, WorkerMsg};
+use control::{Assignment, CoordinatorMsg, Generation, PeerAddress, PendingReport, WorkerMsg};
 use elastic::membership::SlotId;
 use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
-use crate::server::{HANDSHAKE_TIMEOUT, Link};
+use super::workers::Live;
+use crate::server::{Arrival, HANDSHAKE_TIMEOUT, Link};
+
+/// The workers' control connections as the driver sees them: how each is
+/// served, the data-plane addresses they published, what a reconnecting
+/// worker is told again, and registrations waiting for their slot.
+#[derive(Debug)]
+pub(super) struct Links {
+    events: mpsc::Sender<LinkEvent>,
+    /// A worker silent (no heartbeat) this long has failed
+    /// (`--heartbeat-timeout`).
+    silence: Duration,
+    /// Control connections numbered in arrival order.
+    next: usize,
+    /// Each worker's data-plane address, as it last published it.
+    pub(super) addrs: HashMap<SlotId, PeerAddress>,
+    /// Each member's assignment of the current generation.
+    pub(super) assigned: HashMap<SlotId, Assignment>,
+    /// The last `Reset` or `HostsUpdated` sent since.
+    pub(super) announced: Option<CoordinatorMsg>,
+    /// Registrations on slots not offered yet (a pod's etcd key on its
+    /// way), with when they came.
+    pub(super) early: Vec<(Instant, Arrival)>,
+}
+
+impl Links {
+    /// Links whose tasks report on `events`, a worker silent for `silence`
+    /// taken for failed.
+    pub(super) fn new(events: mpsc::Sender<LinkEvent>, silence: Duration) -> Self {
+        Self {
+            events,
+            silence,
+            next: 0,
+            addrs: HashMap::new(),
+            assigned: HashMap::new(),
+            announced: None,
+            early: Vec::new(),
+        }
+    }
+
+    /// Serves `link` as the control connection of the worker `live` on
+    /// `slot`, numbered afresh (news of its earlier one is stale now).
+    pub(super) fn serve(&mut self, live: &mut Live, slot: &SlotId, link: Link) {
+        self.next += 1;
+        live.link_id = self.next;
+        live.link_ended = None;
+        let events = self.events.clone();
+        live.link = Some(spawn(link, slot.clone(), self.next, self.silence, events));
+    }
+
+    /// What a worker reconnecting on `slot` in `generation` may have missed
+    /// while it was away: its assignment of a newer generation, and the
+    /// announcement of the generation being gathered.
+    pub(super) fn missed(&self, slot: &SlotId, generation: Generation) -> Vec<CoordinatorMsg> {
+        let assign = self
+            .assigned
+            .get(slot)
+            .filter(|a| a.generation > generation)
+            .map(|a| CoordinatorMsg::Assign(a.clone()));
+        let announced = match &self.announced {
+            Some(m @ CoordinatorMsg::Reset { generation: g }) if *g > generation => Some(m),
+            Some(m @ CoordinatorMsg::HostsUpdated { generation: g }) if *g > generation => Some(m),
+            _ => None,
+        };
+        assign.into_iter().chain(announced.cloned()).collect()
+    }
+}
 
 #[derive(Debug)]
 pub enum LinkEventKind {

@@ -19,11 +19,13 @@ pub mod assign;
 mod commands;
 pub mod discovery;
 mod driver;
+mod journal;
 pub mod links;
 mod recovery;
 mod say;
 mod setup;
 mod waiting;
+mod workers;
 
 pub use say::Say;
 pub use setup::{Seams, run, run_on};
@@ -130,13 +132,12 @@ pub(crate) async fn hosts_and_np(cfg: &JobConfig) -> Result<(Vec<HostSlots>, usi
         }
         HostSpec::List(h) => h.clone(),
         HostSpec::File(p) => {
-            let text =
-                tokio::fs::read_to_string(p)
-                    .await
-                    .map_err(|why| JobError::HostfileUnreadable {
-                        path: p.clone(),
-                        why,
-                    })?;
+            let text = crate::files::read_text(p, crate::files::MAX_TEXT_FILE).map_err(|why| {
+                JobError::HostfileUnreadable {
+                    path: p.clone(),
+                    why,
+                }
+            })?;
             parse_hostfile(&text).map_err(|why| JobError::Hostfile {
                 path: p.clone(),
                 why,
@@ -152,12 +153,15 @@ pub(crate) async fn hosts_and_np(cfg: &JobConfig) -> Result<(Vec<HostSlots>, usi
 pub(crate) fn knobs(cfg: &JobConfig) -> Knobs {
     let t = &cfg.tuning;
     Knobs {
-        fusion_threshold_bytes: t.fusion_threshold_bytes.value,
-        cycle_time_us: t.cycle_time.value.as_micros() as u64,
+        tuning: control::Tuning {
+            fusion_threshold_bytes: t.fusion_threshold_bytes.value,
+            cycle_time_us: t.cycle_time.value.as_micros() as u64,
+            cache_enabled: t.cache_capacity.value > 0,
+            hierarchical_allreduce: t.hierarchical_allreduce.value,
+            hierarchical_allgather: t.hierarchical_allgather.value,
+            segment_bytes: t.segment_bytes.value,
+        },
         cache_capacity: u32::try_from(t.cache_capacity.value).unwrap_or(u32::MAX),
-        hierarchical_allreduce: t.hierarchical_allreduce.value,
-        hierarchical_allgather: t.hierarchical_allgather.value,
-        segment_bytes: t.segment_bytes.value,
         timeline: cfg.timeline.as_ref().map(|t| t.file.display().to_string()),
         timeline_mark_cycles: cfg.timeline.as_ref().is_some_and(|t| t.mark_cycles),
         stall_warning_ms: match cfg.stall_check {

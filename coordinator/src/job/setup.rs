@@ -4,7 +4,6 @@
 //! an elastic one (`--host-discovery-script`); and the [`Seams`] the driver
 //! runs on.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
@@ -17,9 +16,12 @@ use elastic::membership::{BlacklistPolicy, Membership, Policy};
 use tokio::sync::mpsc;
 
 use super::discovery::{Discovery, HostFeed};
-use super::driver::{Driver, Mode, STORE_TIMEOUT, bind_address};
+use super::driver::{Driver, Terms, bind_address};
+use super::journal::{Journal, STORE_TIMEOUT};
+use super::links::Links;
 use super::recovery::Recovery;
 use super::waiting::Waiting;
+use super::workers::Workers;
 use super::{
     Ending, JobError, Say, Stops, WallClock, control_tls, data_token, hosts_and_np, job_ca,
     job_secret, knobs,
@@ -72,7 +74,6 @@ enum Hosts {
 
 /// What differs between a static and an elastic job before the driver runs.
 struct Setup {
-    mode: Mode,
     policy: Policy,
     bind: IpAddr,
     hosts: Hosts,
@@ -100,7 +101,6 @@ async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
         };
         check_files(cfg, false)?;
         return Ok(Setup {
-            mode: Mode::Elastic,
             policy: policy(cfg, e),
             bind: bind_address(cfg)?,
             hosts: Hosts::Script(Discovery {
@@ -128,7 +128,6 @@ async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
         },
     };
     Ok(Setup {
-        mode: Mode::Static,
         policy: Policy::fixed(np, cfg.start_timeout),
         bind: addresses.bind,
         hosts: Hosts::Fixed(hosts),
@@ -200,7 +199,6 @@ pub struct Seams {
 /// Runs the job described by `cfg` until it ends.
 pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     let Setup {
-        mode,
         policy,
         bind,
         hosts,
@@ -228,21 +226,21 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         say,
         ca,
     };
-    drive(mode, policy, knobs, silence, seams).await
+    drive(policy, knobs, silence, seams).await
 }
 
 /// Runs the job described by `cfg` on `seams` until it ends: `cfg` gives
 /// the membership policy and the knobs, `seams` everything else (its
 /// launcher supersedes `cfg`'s command and hosts).
 pub async fn run_on(cfg: &JobConfig, seams: Seams) -> Result<Ending, JobError> {
-    let (mode, policy) = match &cfg.elastic {
-        Some(e) => (Mode::Elastic, policy(cfg, e)),
+    let policy = match &cfg.elastic {
+        Some(e) => policy(cfg, e),
         None => {
             let (_, np) = hosts_and_np(cfg).await?;
-            (Mode::Static, Policy::fixed(np, cfg.start_timeout))
+            Policy::fixed(np, cfg.start_timeout)
         }
     };
-    drive(mode, policy, knobs(cfg), cfg.heartbeat_timeout, seams).await
+    drive(policy, knobs(cfg), cfg.heartbeat_timeout, seams).await
 }
 
 /// Runs an elastic job on `seams` with `policy` and `knobs`, a worker
@@ -254,11 +252,10 @@ pub(crate) async fn drive_elastic(
     silence: Duration,
     seams: Seams,
 ) -> Result<Ending, JobError> {
-    drive(Mode::Elastic, policy, knobs, silence, seams).await
+    drive(policy, knobs, silence, seams).await
 }
 
 async fn drive(
-    mode: Mode,
     policy: Policy,
     knobs: Knobs,
     silence: Duration,
@@ -283,34 +280,23 @@ async fn drive(
         age,
     } = resume(store.as_ref(), policy, clock).await?;
     let mut driver = Driver {
-        mode,
         core,
-        store,
-        revision,
-        epoch,
-        age_at_start: age,
-        stall: StallConfig::from_knobs(&knobs),
-        knobs,
-        silence,
-        data_token,
-        ca,
         launcher,
-        started: tokio::time::Instant::now(),
-        workers: HashMap::new(),
-        next_id: 0,
-        next_link: 0,
-        addrs: HashMap::new(),
-        assigned: HashMap::new(),
-        announced: None,
-        stopping: Vec::new(),
-        events: events_tx,
+        workers: Workers::default(),
+        links: Links::new(events_tx, silence),
+        journal: Journal::new(store, revision, epoch, age),
+        stall: StallConfig::from_knobs(&knobs),
+        terms: Terms {
+            knobs,
+            data_token,
+            ca,
+        },
         inspector: None,
         ending: None,
         say,
         waiting: Waiting::default(),
         recovery: Recovery::default(),
         discovered: false,
-        early: Vec::new(),
     };
     let ending = driver
         .run(&mut arrivals, &mut hosts, events_rx, stops)

@@ -71,10 +71,31 @@ pub trait Launcher: Send + std::fmt::Debug {
     fn finish(&mut self) -> BoxFuture<'_, ()>;
 
     /// Whether the workers start by themselves (pods, `elasticrun serve`)
-    /// and this launcher only watches them: they register on slots no
-    /// `start` preceded, and only telling them stops them.
+    /// and this launcher only watches them: only telling them stops them,
+    /// they outlive this coordinator (the next leader takes them over), and
+    /// the addresses they publish are the ones they listen on.
     fn self_started(&self) -> bool {
         false
+    }
+
+    /// How long a registration on a slot that was not offered yet waits for
+    /// it (a pod's etcd key may reach the coordinator after the pod does);
+    /// `None` (the default): such a registration is refused at once.
+    fn early_registration_wait(&self) -> Option<Duration> {
+        None
+    }
+
+    /// How long a worker whose control connection closed is given for its
+    /// exit status to come before the closing counts as its end; `finished`:
+    /// it said it ended its training cleanly.
+    fn exit_grace(&self, finished: bool) -> Duration {
+        if finished {
+            // Its exit status, when it comes, says whether its end went
+            // well too.
+            FINISHED_EXIT_GRACE
+        } else {
+            EXIT_GRACE
+        }
     }
 
     /// The process id of the self-started worker on `slot`, as it registered
@@ -92,6 +113,15 @@ pub trait Launcher: Send + std::fmt::Debug {
         Box::pin(tokio::time::sleep(EXIT_POLL))
     }
 }
+
+/// How long a closed control connection waits for its process's exit status
+/// (a better description of the failure) before counting as the failure.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long a worker that said it finished and closed its control
+/// connection gets to exit before it counts as finished: a process still
+/// tearing down (an interpreter unloading its libraries) may yet exit
+/// non-zero, and that is a failure.
+const FINISHED_EXIT_GRACE: Duration = Duration::from_secs(10);
 
 /// How often the driver polls the workers of a launcher that cannot say
 /// when one has ended.

@@ -24,6 +24,10 @@ use crate::launch::{LaunchError, Launcher, Started};
 /// for its key to show in etcd before the worker counts as gone.
 const KEY_GRACE: Duration = Duration::from_secs(10);
 
+/// How long a pod's registration on a slot not offered yet waits for its
+/// key to reach the pods' watch.
+const EARLY_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
+
 /// The raw wait status of a pod whose lease ended (as if killed by SIGKILL).
 const GONE: i32 = 9;
 
@@ -98,6 +102,18 @@ impl Launcher for PodLauncher {
 
     fn self_started(&self) -> bool {
         true
+    }
+
+    /// A pod's key in etcd may reach the pods' watch after the pod
+    /// registers.
+    fn early_registration_wait(&self) -> Option<Duration> {
+        Some(EARLY_REGISTRATION_WAIT)
+    }
+
+    /// A pod's exit status is its key vanishing (a lease later): no use
+    /// waiting for it.
+    fn exit_grace(&self, _finished: bool) -> Duration {
+        Duration::ZERO
     }
 
     fn known_pid(&self, slot: &SlotId) -> Option<u32> {

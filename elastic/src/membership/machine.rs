@@ -345,6 +345,11 @@ impl Membership {
     }
 
     /// Generation of the last `Assign` (0 before the first).
+    /// The policy it follows.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     pub fn generation(&self) -> Generation {
         self.generation
     }

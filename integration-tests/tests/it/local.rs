@@ -319,8 +319,12 @@ fn every_worker_call_works_and_ranks_know_their_place() {
             assert_eq!(p[key], want[key], "{key} of rank {r}: {p}");
         }
         assert_eq!(p["secret_inherited"], false, "{p}");
-        assert_eq!(p["knobs"]["fusion_threshold_bytes"], 8 << 20, "{p}");
-        assert_eq!(p["knobs"]["cycle_time_us"], 3000, "{p}");
+        assert_eq!(
+            p["knobs"]["tuning"]["fusion_threshold_bytes"],
+            8 << 20,
+            "{p}"
+        );
+        assert_eq!(p["knobs"]["tuning"]["cycle_time_us"], 3000, "{p}");
         assert_eq!(
             p["knobs"]["stall_warning_ms"],
             serde_json::Value::Null,

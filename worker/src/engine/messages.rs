@@ -148,7 +148,7 @@ pub(super) struct RankMsg {
 /// Engine settings that may change while the engine runs, all ranks at the
 /// same round: every knob the autotuner moves. Hierarchical collectives are
 /// switched on only where the host layout has a grid.
-pub use autotune::Knobs as Tuning;
+pub use control::Tuning;
 
 impl RankMsg {
     pub(super) fn set_bit(&mut self, bit: usize) {

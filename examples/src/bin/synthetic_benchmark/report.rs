@@ -26,7 +26,7 @@ pub(crate) struct Outcome<'a> {
 /// defaults for a process running alone.
 pub(crate) fn knobs(w: &Worker) -> Value {
     if let Some(k) = w.knobs() {
-        return serde_json::to_value(k).unwrap_or(Value::Null);
+        return flat(serde_json::to_value(k).unwrap_or(Value::Null));
     }
     let d = EngineConfig::default();
     json!({
@@ -34,6 +34,17 @@ pub(crate) fn knobs(w: &Worker) -> Value {
         "cycle_time_us": d.cycle_time.as_micros(),
         "cache_capacity": d.cache_capacity,
     })
+}
+
+/// The knobs with their tunable part (`tuning`) among the others: one
+/// flat object, as the report has always had them.
+fn flat(mut knobs: Value) -> Value {
+    if let Some(obj) = knobs.as_object_mut()
+        && let Some(Value::Object(tuning)) = obj.remove("tuning")
+    {
+        obj.extend(tuning);
+    }
+    knobs
 }
 
 /// The middle value (the lower of the two middle ones for an even count).
