@@ -114,7 +114,7 @@ fn load(
         .or_else(|| std::env::var_os("ELASTICRUN_CONFIG_FILE").map(Into::into));
     let file = match path {
         Some(p) => {
-            let text = std::fs::read_to_string(&p)
+            let text = coordinator::files::read_text(&p, coordinator::files::MAX_TEXT_FILE)
                 .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
             config::file::parse(&text).map_err(|e| format!("{}: {e}", p.display()))?
         }

@@ -134,6 +134,20 @@ fn usage_errors_exit_2_and_start_nothing() {
             &["-np", "0", echo],
             "elasticrun: -np: at least one process is needed",
         ),
+        // A slot count no host has, and files that never end: errors, not
+        // an allocation or a read of gigabytes.
+        (
+            &["-H", "localhost:99999999999", echo],
+            "more than the 4096 slots a host may offer",
+        ),
+        (
+            &["--hostfile", "/dev/zero", "-np", "1", echo],
+            "cannot read hostfile /dev/zero: larger than the 16777216 bytes allowed",
+        ),
+        (
+            &["--config-file", "/dev/zero", "-np", "1", echo],
+            "cannot read /dev/zero: larger than the 16777216 bytes allowed",
+        ),
     ] {
         let out = elasticrun(args);
         let err = String::from_utf8(out.stderr).unwrap();

@@ -89,6 +89,22 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_count_no_host_has_is_refused() {
+        let e = parse_discovered("localhost:99999999999\n", 1).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                HostsError::BadSlots {
+                    at: Location::DiscoveryLine(1),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("4096 slots"), "{e}");
+    }
+
+    #[test]
     fn empty_output_means_no_hosts_now() {
         assert_eq!(parse_discovered("", 1).unwrap(), vec![]);
         assert_eq!(parse_discovered("\n# none yet\n  \n", 1).unwrap(), vec![]);

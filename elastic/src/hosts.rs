@@ -148,15 +148,23 @@ pub(crate) fn push_unique(
     Ok(())
 }
 
+/// Most worker slots one host may offer: far beyond any machine's cores,
+/// and small enough that a typo (`host:99999999999`) is an error, not a job
+/// that tries to lay out, or start, that many workers.
+pub const MAX_SLOTS_PER_HOST: usize = 4096;
+
 fn parse_count(s: &str, entry: &str, at: Location) -> Result<usize, HostsError> {
     let bad = |why| HostsError::BadSlots {
         at,
         entry: entry.into(),
         why,
     };
-    match s.parse::<usize>() {
+    match s.parse::<u64>() {
         Ok(0) => Err(bad("must be at least 1")),
-        Ok(n) => Ok(n),
+        Ok(n) => match usize::try_from(n) {
+            Ok(n) if n <= MAX_SLOTS_PER_HOST => Ok(n),
+            _ => Err(bad("more than the 4096 slots a host may offer")),
+        },
         Err(_) => Err(bad("not a positive integer")),
     }
 }

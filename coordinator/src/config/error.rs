@@ -129,6 +129,8 @@ pub enum Refusal {
     MaxBelowNp { max_np: usize, np: usize },
     #[error("a host needs at least one slot")]
     NoSlot,
+    #[error("{slots} slots is more than the {max} a host may offer")]
+    TooManySlots { slots: usize, max: usize },
     #[error("expected MIN MAX, got {count} numbers")]
     NotARange { count: usize },
     #[error("MIN {min} is above MAX {max}")]

@@ -364,6 +364,14 @@ fn check_elastic(
     if g.slots_per_host.value == 0 {
         return Err(invalid(opt::SLOTS_PER_HOST.flag, Refusal::NoSlot));
     }
+    let max = elastic::hosts::MAX_SLOTS_PER_HOST;
+    if g.slots_per_host.value > max {
+        let why = Refusal::TooManySlots {
+            slots: g.slots_per_host.value,
+            max,
+        };
+        return Err(invalid(opt::SLOTS_PER_HOST.flag, why));
+    }
     let blacklist_cooldown = match g.cooldown.value {
         None => None,
         Some((min, max)) => {

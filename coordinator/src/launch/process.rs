@@ -160,6 +160,12 @@ fn exit_status(status: ExitStatus) -> String {
 }
 
 impl WorkerProcess {
+    /// Its process group (a local worker's, or the ssh carrying a remote
+    /// one), which its children share unless they left it.
+    pub fn group(&self) -> Option<Pid> {
+        self.pgid
+    }
+
     fn signal(&self, sig: Signal) {
         if let Some(pgid) = self.pgid {
             // The group may already be gone; that is the goal.
@@ -213,6 +219,29 @@ impl Started for WorkerProcess {
         }
         .boxed()
     }
+}
+
+/// Whether any process is left in group `pgid`.
+fn group_alive(pgid: Pid) -> bool {
+    killpg(pgid, None).is_ok()
+}
+
+/// Stops what is left in the process groups `groups` (children a worker
+/// left running when it exited): SIGTERM, then SIGKILL for what is still
+/// there after `grace`. Returns how many groups had processes left.
+pub async fn stop_groups(groups: &[Pid], grace: std::time::Duration) -> usize {
+    let left: Vec<Pid> = groups.iter().copied().filter(|&g| group_alive(g)).collect();
+    for &g in &left {
+        let _ = killpg(g, Signal::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    while left.iter().any(|&g| group_alive(g)) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for &g in &left {
+        let _ = killpg(g, Signal::SIGKILL);
+    }
+    left.len()
 }
 
 /// "exited with code 3", "was killed by signal 9 (SIGKILL)".

@@ -4,12 +4,14 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use control::Secret;
 use elastic::hosts::HostSlots;
 use elastic::membership::SlotId;
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use nix::unistd::Pid;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinHandle;
 
@@ -21,6 +23,7 @@ use super::process::{self, Spec, WorkerProcess};
 use super::program_env::{StaticLayout, omp_threads, program_env};
 use super::ssh::{self, SshOptions};
 use crate::config::JobConfig;
+use crate::job::STOP_GRACE;
 use control::alloc_env;
 
 /// What elasticrun tells a worker about the job (the secret aside).
@@ -162,6 +165,10 @@ pub async fn start_one(
     Ok((w, forwarders))
 }
 
+/// How long the workers' output is forwarded once the job has ended before
+/// the processes still holding it open are stopped.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
 /// Starts workers as processes (locally or through ssh) that dial the
 /// coordinator listening on `port`, and forwards their output.
 #[derive(Debug)]
@@ -173,6 +180,9 @@ pub struct ProcessLauncher {
     /// machine may take part.
     spans_hosts: bool,
     forwarders: Vec<JoinHandle<std::io::Result<()>>>,
+    /// The process group of every worker started: what a worker's children
+    /// holding its output after the job ended are stopped through.
+    groups: Vec<Pid>,
     /// A static job's layout: its workers get torchrun's and Horovod's
     /// variables.
     layout: Option<StaticLayout>,
@@ -193,6 +203,7 @@ impl ProcessLauncher {
             port: coordinator.port(),
             spans_hosts: coordinator.ip().is_unspecified(),
             forwarders: Vec::new(),
+            groups: Vec::new(),
             layout: None,
             host_slots: HashMap::new(),
             child_exits: None,
@@ -291,6 +302,7 @@ impl ProcessLauncher {
         };
         let (process, mut forwarders) = start_one(&self.cfg, &self.secret, &one).await?;
         self.forwarders.append(&mut forwarders);
+        self.groups.extend(process.group());
         Ok(Box::new(process))
     }
 }
@@ -323,11 +335,27 @@ impl Launcher for ProcessLauncher {
         .boxed()
     }
 
-    /// Waits until every worker's output has been forwarded.
+    /// Waits until every worker's output has been forwarded, for at most
+    /// [`OUTPUT_DRAIN`]: output still held open then (by children a worker
+    /// left running, a logger or a `nohup`) is that of processes the job
+    /// has no more use for, which are stopped, and what they said by then
+    /// forwarded.
     fn finish(&mut self) -> BoxFuture<'_, ()> {
         async move {
-            for f in self.forwarders.drain(..) {
-                let _ = f.await;
+            let mut all = futures::future::join_all(self.forwarders.drain(..));
+            if tokio::time::timeout(OUTPUT_DRAIN, &mut all).await.is_ok() {
+                return;
+            }
+            let stopped = process::stop_groups(&self.groups, STOP_GRACE).await;
+            tracing::warn!(
+                groups = stopped,
+                "processes the workers left running still held their output {OUTPUT_DRAIN:?} \
+                 after the job ended; stopped them"
+            );
+            if tokio::time::timeout(OUTPUT_DRAIN, all).await.is_err() {
+                tracing::warn!(
+                    "output still open after its processes were stopped; not waiting for it"
+                );
             }
         }
         .boxed()

@@ -73,7 +73,7 @@ pub fn read_secret(path: &std::path::Path) -> Result<Secret, ServeError> {
         path: path.to_owned(),
         why,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let text = crate::files::read_text(path, 4096).map_err(|e| bad(e.to_string()))?;
     Secret::from_hex(&text).map_err(|e| bad(e.to_string()))
 }
 

@@ -40,6 +40,23 @@ fn bad_host_lists_say_where() {
         parse_host_list("a:x"),
         Err(HostsError::BadSlots { .. })
     ));
+    // A count no host has is an error, not a job of that many workers.
+    assert_eq!(
+        parse_host_list("localhost:99999999999"),
+        Err(HostsError::BadSlots {
+            at: Location::ListItem(1),
+            entry: "localhost:99999999999".into(),
+            why: "more than the 4096 slots a host may offer"
+        })
+    );
+    assert!(matches!(
+        parse_hostfile("a slots=4097"),
+        Err(HostsError::BadSlots { .. })
+    ));
+    assert_eq!(
+        parse_host_list(&format!("a:{MAX_SLOTS_PER_HOST}")).unwrap(),
+        vec![hs("a", MAX_SLOTS_PER_HOST)]
+    );
     assert!(matches!(
         parse_host_list("a,,b"),
         Err(HostsError::BadHost {

@@ -173,3 +173,31 @@ fn workers_keep_freed_memory_mapped_unless_the_user_set_glibcs_tunables() {
     let own = allocator_report(Some("glibc.malloc.arena_max=2"));
     assert_eq!(own["tunables"], "glibc.malloc.arena_max=2");
 }
+
+/// A worker that exits 0 leaving a child that holds its output open and
+/// prints forever (a logger, a `nohup`, an unjoined subprocess): the job
+/// still ends, with the worker's status, once the output has been drained
+/// for a bounded time, and the child is stopped with it. (elasticrun used
+/// to forward that output, and ignore signals, for as long as the child
+/// lived.)
+#[test]
+fn a_job_ends_though_a_worker_left_a_child_printing_into_its_output() {
+    let pidfile =
+        std::env::temp_dir().join(format!("elasticrun-left-child-{}.pid", std::process::id()));
+    let _ = std::fs::remove_file(&pidfile);
+    let script = format!(
+        "(while :; do echo tick; sleep 0.05; done) & echo $! > {}; echo started",
+        pidfile.display()
+    );
+    let run = launch(&["-np", "1", "sh", "-c", &script]).finish(Duration::from_secs(60));
+    run.expect_code(0);
+    assert!(run.stdout.contains("[0]<stdout>:started"), "{}", run.stdout);
+    assert!(run.stdout.contains("[0]<stdout>:tick"), "{}", run.stdout);
+    let child: i32 = std::fs::read_to_string(&pidfile)
+        .expect("the worker wrote its child's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let _ = std::fs::remove_file(&pidfile);
+    assert_all_gone(&BTreeSet::from([child]), Duration::from_secs(10));
+}
