@@ -5,6 +5,7 @@
 pub mod address;
 mod launcher;
 pub mod output;
+mod pieces;
 pub mod process;
 pub mod program_env;
 pub mod ssh;

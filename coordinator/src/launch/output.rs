@@ -6,7 +6,15 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use super::pieces::Splitter;
+
+/// The most of one line elasticrun holds before forwarding it: a longer
+/// line is forwarded in pieces this long.
+const MAX_PIECE: usize = 64 << 10;
+/// How much of a worker's pipe is read at once.
+const READ_CHUNK: usize = 16 << 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stream {
@@ -41,7 +49,9 @@ pub fn rank_file(dir: &Path, rank: usize, stream: Stream) -> PathBuf {
 }
 
 /// Copies `from` line by line (bytes, not necessarily UTF-8) to elasticrun's own
-/// stdout or stderr with the prefix, and to `file` if given (created 0600).
+/// stdout or stderr with the prefix, and to `file` if given (created 0600):
+/// a progress update (a line ended by `\r`) as it comes, a line longer
+/// than [`MAX_PIECE`] in pieces of that size ([`super::pieces`]).
 /// Reads to EOF whatever happens to the copies: a file that cannot be opened
 /// or written (a full disk) is reported once and dropped, the terminal keeps
 /// getting the lines; a terminal that is gone (a closed pipe) stops getting
@@ -59,31 +69,55 @@ pub async fn forward<R: AsyncRead + Unpin>(
         None => None,
     };
     let mut terminal = true;
-    let mut lines = BufReader::new(from);
-    let mut line = Vec::new();
+    let mut from = from;
+    let mut splitter = Splitter::new(MAX_PIECE);
+    let mut chunk = vec![0u8; READ_CHUNK];
     loop {
-        line.clear();
-        if lines.read_until(b'\n', &mut line).await? == 0 {
+        let n = from.read(&mut chunk).await?;
+        let pieces = if n == 0 {
+            splitter_end(&mut splitter)
+        } else {
+            splitter.push(&chunk[..n])
+        };
+        for piece in pieces {
+            if let Some(f) = file.as_mut()
+                && !f.write(&piece, rank).await
+            {
+                file = None;
+            }
+            // A lone `\r` (a progress bar about to redraw) says nothing on
+            // the terminal, where each piece starts a line of its own.
+            if terminal && piece != b"\r" {
+                let mut out = prefix(rank, stream, timestamps.then(SystemTime::now)).into_bytes();
+                out.extend_from_slice(&piece);
+                if !piece.ends_with(b"\n") && !piece.ends_with(b"\r") {
+                    out.push(b'\n');
+                }
+                terminal = to_terminal(stream, &out).await.is_ok();
+            }
+        }
+        if n == 0 {
             break;
-        }
-        if !line.ends_with(b"\n") {
-            line.push(b'\n');
-        }
-        if let Some(f) = file.as_mut()
-            && !f.write(&line, rank).await
-        {
-            file = None;
-        }
-        if terminal {
-            let mut out = prefix(rank, stream, timestamps.then(SystemTime::now)).into_bytes();
-            out.extend_from_slice(&line);
-            terminal = to_terminal(stream, &out).await.is_ok();
         }
     }
     if let Some(f) = file {
         f.close(rank).await;
     }
     Ok(())
+}
+
+/// The last piece of a worker's output, ended by a newline it did not
+/// print.
+fn splitter_end(splitter: &mut Splitter) -> Vec<Vec<u8>> {
+    let rest = splitter.finish();
+    rest.map(|mut p| {
+        if !p.ends_with(b"\n") {
+            p.push(b'\n');
+        }
+        p
+    })
+    .into_iter()
+    .collect()
 }
 
 /// Writes one forwarded line to elasticrun's stdout or stderr, whole, and
@@ -247,6 +281,23 @@ mod tests {
         );
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Progress updates and the pieces of a long line reach the file as
+    /// they came, whole, and a long line is never held whole.
+    #[tokio::test]
+    async fn progress_updates_and_long_lines_reach_the_file_unchanged() {
+        let dir =
+            std::env::temp_dir().join(format!("elasticrun-output-pieces-{}", std::process::id()));
+        let path = rank_file(&dir, 1, Stream::Stderr);
+        let mut input = b"\r 10%|#  |\r 20%|## |\r100%|###|\n".to_vec();
+        input.extend(vec![b'y'; 3 * MAX_PIECE + 5]);
+        input.extend(b"\r\ndone\n");
+        forward(&input[..], 1, Stream::Stderr, false, Some(path.clone()))
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), input);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
