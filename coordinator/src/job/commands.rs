@@ -43,12 +43,20 @@ impl Driver {
         match cmd {
             Command::Spawn(slot) => {
                 if let Err(why) = self.workers.spawn(self.launcher.as_mut(), &slot).await {
-                    if self.replaces_failed() {
-                        self.say
-                            .line(format_args!("cannot start a worker on {slot}: {why}"));
-                    }
                     let now = self.now();
-                    return self.core.failed(now, &slot, &why);
+                    let (cmds, in_a_row) = self.core.start_failed(now, &slot, &why);
+                    // Said once, then again every tenth time: the core
+                    // retries the slot later and later, not at once.
+                    if self.replaces_failed() && (in_a_row == 1 || in_a_row % 10 == 0) {
+                        let again = match in_a_row {
+                            1 => String::new(),
+                            n => format!(" ({n} tries in a row)"),
+                        };
+                        self.say.line(format_args!(
+                            "cannot start a worker on {slot}{again}: {why}; trying again later"
+                        ));
+                    }
+                    return cmds;
                 }
             }
             Command::Stop { slot, why } => {

@@ -116,7 +116,7 @@ impl Membership {
             if self.workers.contains_key(&slot) || picks.contains(&slot) {
                 continue;
             }
-            if self.held(&slot, placeable) {
+            if self.held(&slot, placeable) || self.start_backoff.waiting(&slot) {
                 continue;
             }
             picks.push(slot);

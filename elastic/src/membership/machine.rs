@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use super::backoff::StartBackoff;
 use super::blacklist::Blacklist;
 use super::policy::{OnFailure, Policy};
 use super::{Command, Generation, JobFailure, SlotId};
@@ -39,6 +40,8 @@ pub struct Membership {
     /// its program does not use the runtime, and its processes are
     /// supervised until they exit, with no start timeout.
     pub(super) without_runtime: bool,
+    /// Slots whose workers could not be started, waiting to be tried again.
+    pub(super) start_backoff: StartBackoff,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,6 +141,7 @@ impl Membership {
             detached: Detached::new(),
             runtime_seen: false,
             without_runtime: false,
+            start_backoff: StartBackoff::default(),
         }
     }
 
@@ -220,6 +224,7 @@ impl Membership {
         }
         w.state = WorkerState::Registered;
         let late = std::mem::take(&mut w.late);
+        self.start_backoff.started(slot);
         self.runtime_seen = true;
         if matches!(self.phase, Phase::Stable) {
             if late {
@@ -287,6 +292,16 @@ impl Membership {
             }
         }
         out
+    }
+
+    /// The worker on `slot` could not be started (the launcher failed):
+    /// a failure of that worker, and its slot is not started again for a
+    /// while, longer after each such failure in a row
+    /// ([`super::backoff`]). Returns the commands and how many starts on
+    /// the slot failed in a row.
+    pub fn start_failed(&mut self, now: Duration, slot: &SlotId, why: &str) -> (Vec<Command>, u32) {
+        let count = self.start_backoff.failed(now, slot);
+        (self.failed(now, slot, why), count)
     }
 
     /// The worker on `slot` exited 0 (finished training). One that was not placed in

@@ -86,6 +86,7 @@
 //! - Timers fire only in [`Membership::tick`]; call it by
 //!   [`Membership::next_deadline`].
 
+mod backoff;
 mod blacklist;
 mod fill;
 mod gather;

@@ -229,3 +229,34 @@ fn host_lists_after_offered_slots_count_from_zero_again() {
         why: "host n now offers 1 slots".into()
     }));
 }
+
+/// A slot whose worker cannot be started (no process can be made) is tried
+/// again later and later, not at once: the driver carried out `Spawn`,
+/// failure, `Spawn`, ... in a loop that never slept (and so never heard a
+/// signal).
+#[test]
+fn a_failed_start_is_retried_after_a_growing_wait() {
+    let ms = Duration::from_millis;
+    let mut m = Membership::new(Policy::new(1, 2, 2));
+    let a0 = slot("a", 0);
+    let out = m.discovered(ms(0), &hosts(&[("a", 2)]));
+    assert_eq!(
+        out,
+        vec![Command::Spawn(a0.clone()), Command::Spawn(slot("a", 1))]
+    );
+    let mut now = ms(0);
+    for (n, wait) in [(1, 100), (2, 200), (3, 400)] {
+        let (out, in_a_row) = m.start_failed(now, &a0, "Resource temporarily unavailable");
+        assert_eq!(in_a_row, n);
+        assert!(!out.contains(&Command::Spawn(a0.clone())), "{out:?}");
+        assert_eq!(m.next_deadline(), Some(now + ms(wait)));
+        assert!(m.tick(now + ms(wait - 1)).is_empty());
+        now += ms(wait);
+        assert_eq!(m.tick(now), vec![Command::Spawn(a0.clone())]);
+    }
+    // A worker that registers ends the run: its next failed start waits
+    // the first wait again.
+    m.registered(now, &a0);
+    let (_, in_a_row) = m.start_failed(now, &a0, "again");
+    assert_eq!(in_a_row, 1);
+}

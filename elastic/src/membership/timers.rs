@@ -48,6 +48,9 @@ impl Membership {
         for host in self.blacklist.readmit_expired(now) {
             out.push(Command::Readmitted { host });
         }
+        // A slot whose wait after a failed start is over is filled by the
+        // settle below.
+        self.start_backoff.expire(now);
         let elastic = self.policy.elastic_timeout;
         if let Phase::Gathering(g) = &mut self.phase
             && g.short_since
@@ -141,6 +144,7 @@ impl Membership {
             .chain(gathering)
             .chain(self.next_reattach_deadline())
             .chain(self.blacklist.next_expiry())
+            .chain(self.start_backoff.next_expiry())
             .filter(|&d| d != Duration::MAX)
             .min()
     }

@@ -239,3 +239,38 @@ fn workers_of_a_host_with_several_slots_get_one_math_thread() {
         .collect();
     assert_eq!(seen, [want.as_str(); 2], "{}", run.stdout);
 }
+
+/// A worker that cannot be started at all (here: its program does not
+/// exist) in an elastic job: elasticrun says so once and tries the slot
+/// again later and later, so it hears SIGTERM at once. (It used to start,
+/// fail and say so in a loop that never slept: 181,911 lines in 25 s under
+/// a process limit, and no signal heard.)
+#[test]
+fn a_worker_that_cannot_be_started_is_tried_again_later_and_sigterm_is_heard() {
+    let scratch = Scratch::new("cannot-start");
+    scratch.set_hosts("localhost:1\n");
+    let discovery = scratch.file_discovery();
+    let program = scratch.dir.join("no-such-program");
+    let program = program.to_string_lossy();
+    let job = integration_tests::launch(&[
+        "--host-discovery-script",
+        &discovery,
+        "--min-np",
+        "1",
+        &program,
+    ]);
+    wait_for("the failed start said", JOB, || {
+        job.stderr_so_far()
+            .contains("cannot start a worker on localhost slot 0")
+            .then_some(())
+    });
+    kill(Pid::from_raw(job.pid()), Signal::SIGTERM).expect("SIGTERM elasticrun");
+    let run = job.finish(Duration::from_secs(10));
+    run.expect_code(143);
+    let said = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("cannot start a worker"))
+        .count();
+    assert_eq!(said, 1, "{}", run.stderr);
+}
