@@ -18,6 +18,7 @@ mod handshake;
 #[cfg(feature = "io")]
 pub mod limits;
 mod messages;
+mod quoted;
 #[cfg(feature = "pki")]
 pub mod pki;
 #[cfg(feature = "io")]
@@ -37,4 +38,5 @@ pub use messages::{
     Assignment, Autotune, CoordinatorMsg, Knob, Knobs, MAX_PENDING_NAME, MAX_PENDING_REPORTED,
     PendingReport, PendingTensor, Registration, TlsGrant, Tuning, WorkerMsg, cut_name,
 };
+pub use quoted::Quoted;
 pub use throttle::{Say, Throttle};

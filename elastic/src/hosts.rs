@@ -27,15 +27,15 @@ impl fmt::Display for HostSlots {
 pub enum HostsError {
     #[error("no hosts given")]
     Empty,
-    #[error("{at}: {entry:?} has a bad slot count ({why})")]
+    #[error("{at}: {} has a bad slot count ({why})", control::Quoted(entry))]
     BadSlots {
         at: Location,
         entry: String,
         why: &'static str,
     },
-    #[error("{at}: {entry:?} is not a host name or address")]
+    #[error("{at}: {} is not a host name or address", control::Quoted(entry))]
     BadHost { at: Location, entry: String },
-    #[error("{at}: unknown setting {setting:?} (only slots=N is understood)")]
+    #[error("{at}: unknown setting {} (only slots=N is understood)", control::Quoted(setting))]
     UnknownSetting { at: Location, setting: String },
     #[error("{at}: host {host} is listed twice")]
     Duplicate { at: Location, host: String },

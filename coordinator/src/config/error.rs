@@ -10,7 +10,7 @@ use super::{SEGMENT_BYTES_RANGE, Source};
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ConfigError {
     /// An environment variable's text is not a value of its option.
-    #[error("{var}={value:?}: {why}")]
+    #[error("{var}={}: {why}", control::Quoted(value))]
     Env {
         var: String,
         value: String,
@@ -48,8 +48,9 @@ pub enum BadValue {
     #[error("expected 1/0, true/false, yes/no or on/off")]
     NotAFlag,
     #[error(
-        "{text:?} is not a size ({why}): expected bytes, optionally with a K, M or G suffix \
-         (e.g. 524288, 512K, 4M)"
+        "{} is not a size ({why}): expected bytes, optionally with a K, M or G suffix \
+         (e.g. 524288, 512K, 4M)",
+        control::Quoted(text)
     )]
     NotASize {
         text: String,
@@ -61,12 +62,13 @@ pub enum BadValue {
         SEGMENT_BYTES_RANGE.end()
     )]
     SegmentSize { bytes: u64 },
-    #[error("{level:?} is not one of {}", control::env::LogLevel::NAMES)]
+    #[error("{} is not one of {}", control::Quoted(level), control::env::LogLevel::NAMES)]
     NotALogLevel { level: String },
     #[error("expected CPU ids separated by commas (e.g. 0,2): {why}")]
     NotCpus { why: control::env::CpuListError },
     #[error(
-        "{text:?} is not a data plane: expected one of {}",
+        "{} is not a data plane: expected one of {}",
+        control::Quoted(text),
         control::env::TransportKind::NAMES
     )]
     NotATransport { text: String },

@@ -1116,3 +1116,15 @@ fn every_knob_the_user_sets_reaches_the_workers_fixed() {
     let k = crate::job::knobs(&c);
     assert_eq!(k.autotune.expect("autotuning on").fixed, Knob::ALL);
 }
+
+/// A huge bad value is named by its start and length, not echoed whole.
+#[test]
+fn a_huge_bad_value_is_quoted_cut() {
+    let huge = "x".repeat(50 << 20);
+    let e = run("-np 1 ./t", &[("ELASTICRUN_CYCLE_TIME_MS", &huge)], "").unwrap_err();
+    let said = e.to_string();
+    assert!(said.len() < 300, "{} bytes said", said.len());
+    assert!(said.contains("(52428800 bytes)"), "{said}");
+    let e = run(&format!("-H a:{} ./t", "9".repeat(10_000)), &[], "").unwrap_err();
+    assert!(e.to_string().len() < 300, "{e}");
+}
