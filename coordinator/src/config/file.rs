@@ -193,10 +193,26 @@ impl Serve {
 }
 
 /// Why the file's text was refused: the YAML parser's error, whose message
-/// names the line, the column and, for a typo, the keys expected there.
+/// names the line, the column and, for a typo, the keys expected there, in
+/// words for the file's author (the parser's advice to programmers, such as
+/// which option of its to set or which Rust type to use, left out).
 #[derive(Debug, thiserror::Error)]
-#[error(transparent)]
+#[error("{}", in_our_words(&.0.to_string()))]
 pub struct FileError(#[from] serde_saphyr::Error);
+
+/// The parser's message for a user: `error: ` dropped, its advice to the
+/// programmer replaced by what it means in the file.
+fn in_our_words(said: &str) -> String {
+    let said = said.strip_prefix("error: ").unwrap_or(said);
+    let said = said.lines().next().unwrap_or(said);
+    if let Some(head) = said.strip_suffix(", set DuplicateKeyPolicy in Options if acceptable") {
+        return format!("{head} (each key may be given once)");
+    }
+    match said.split_once("; use ") {
+        Some((head, _)) => format!("{head} (a value is missing)"),
+        None => said.to_owned(),
+    }
+}
 
 /// Parses the file's text.
 pub fn parse(text: &str) -> Result<ConfigFile, FileError> {
@@ -209,6 +225,24 @@ pub fn parse(text: &str) -> Result<ConfigFile, FileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The parser's errors in words for the file's author.
+    #[test]
+    fn errors_speak_of_the_file_not_of_the_parsers_options() {
+        let said = |t: &str| parse(t).unwrap_err().to_string();
+        assert_eq!(
+            said("params:\n  cycle_time_ms: 1\n  cycle_time_ms: 2\n"),
+            "line 3 column 3: duplicate mapping key: cycle_time_ms (each key may be given once)"
+        );
+        assert_eq!(
+            said(":\n- - : :\n"),
+            "line 1 column 1: cannot deserialize null into string (a value is missing)"
+        );
+        assert_eq!(
+            said("params:\n  fusion_threshold_mb: abc\n"),
+            "line 2 column 24: invalid floating point"
+        );
+    }
 
     #[test]
     fn horovod_layout_parses() {
