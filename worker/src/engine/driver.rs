@@ -73,6 +73,10 @@ struct State<D, H> {
     rank: usize,
     /// Submitted here, not yet finished.
     waiting: HashMap<String, Submission>,
+    /// Submissions of a name already waiting, in submission order: each
+    /// goes to the negotiation once the one before it has finished, so
+    /// that every rank runs them in the same order whatever its timing.
+    queued: HashMap<String, std::collections::VecDeque<Submission>>,
     /// Submitted since the last round, in order.
     fresh: Vec<Request>,
     /// How many submissions the last round that carried any took: a step
@@ -328,6 +332,7 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             neg,
             rank,
             waiting: HashMap::new(),
+            queued: HashMap::new(),
             fresh: Vec::new(),
             last_burst: 0,
             idle_rounds: 0,
@@ -410,12 +415,30 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             Command::Submit(l) if self.shutdown => l.fail(EngineError::ShutDown),
             Command::Submit(l) if self.waiting.contains_key(&l.req.name) => {
                 let name = l.req.name.clone();
-                l.fail(EngineError::Duplicate(name));
+                self.queued.entry(name).or_default().push_back(l);
             }
-            Command::Submit(l) => {
-                self.fresh.push(l.req.clone());
-                self.waiting.insert(l.req.name.clone(), l);
-            }
+            Command::Submit(l) => self.wait_on(l),
+        }
+    }
+
+    /// Takes `l` into the next round's negotiation.
+    fn wait_on(&mut self, l: Submission) {
+        self.fresh.push(l.req.clone());
+        self.waiting.insert(l.req.name.clone(), l);
+    }
+
+    /// `name` has finished here: the next submission of that name, if one
+    /// is queued, goes to the negotiation now.
+    fn next_of(&mut self, name: &str) {
+        let Some(q) = self.queued.get_mut(name) else {
+            return;
+        };
+        let next = q.pop_front();
+        if q.is_empty() {
+            self.queued.remove(name);
+        }
+        if let Some(l) = next {
+            self.wait_on(l);
         }
     }
 
@@ -547,6 +570,7 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             Decision::Fail { name, why } => {
                 if let Some(l) = self.waiting.remove(&name) {
                     l.fail(why.into());
+                    self.next_of(&name);
                 }
                 Ok(())
             }
@@ -574,6 +598,9 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
                     name: t.name().to_owned(),
                 })?;
             locals.push(l);
+        }
+        for t in &group {
+            self.next_of(t.name());
         }
         self.stats.collectives += 1;
         self.stats.tensors += group.len() as u64;
@@ -614,6 +641,9 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             let _ = reply.send(Err(e.clone()));
         }
         for (_, l) in self.waiting.drain() {
+            l.fail(e.clone());
+        }
+        for l in self.queued.drain().flat_map(|(_, q)| q) {
             l.fail(e.clone());
         }
     }

@@ -13,8 +13,6 @@ pub enum EngineError {
     /// The data plane failed (a peer lost, a timeout); the engine has stopped.
     #[error("collective failed: {0}")]
     Collective(Arc<CollectiveError>),
-    #[error("tensor {0} is already in flight on this rank")]
-    Duplicate(String),
     #[error("the engine has shut down")]
     ShutDown,
     /// The submission was refused before it reached the other ranks.

@@ -461,3 +461,29 @@ fn ranks_that_run_out_of_data_join_and_the_rest_go_on() {
     assert!(why.contains("rank(s) [0, 1] have joined"), "{why}");
     assert_eq!(count, vec![1], "joined ranks add zeros");
 }
+
+/// The same name submitted again while it is in flight runs after it, on
+/// every rank, whatever each rank's timing: rank 0 submits both at once,
+/// rank 1 the second only once the first has finished there. (Whether the
+/// second was refused used to depend on that timing, and a rank that took
+/// it waited for ever on one that had refused it.)
+#[test]
+fn a_name_submitted_again_while_in_flight_runs_after_it_on_every_rank() {
+    let out = on_every_rank(2, EngineConfig::default(), |rank, e| {
+        let first = vec![1.0f32 + rank as f32; 3];
+        let second = vec![10.0f32 * (rank as f32 + 1.0); 3];
+        if rank == 0 {
+            let a = allreduce(e, "grad", first, ReduceOp::Sum);
+            let b = allreduce(e, "grad", second, ReduceOp::Sum);
+            (a.wait().map(|t| t.data), b.wait().map(|t| t.data))
+        } else {
+            let a = allreduce(e, "grad", first, ReduceOp::Sum).wait();
+            let b = allreduce(e, "grad", second, ReduceOp::Sum).wait();
+            (a.map(|t| t.data), b.map(|t| t.data))
+        }
+    });
+    for (rank, ((a, b), _)) in out.iter().enumerate() {
+        assert_eq!(a.as_ref().unwrap(), &vec![3.0f32; 3], "rank {rank}");
+        assert_eq!(b.as_ref().unwrap(), &vec![30.0f32; 3], "rank {rank}");
+    }
+}

@@ -77,14 +77,20 @@ fn a_tensor_is_pending_from_submission_until_it_completes_or_fails() {
     let v0 = submit(&e0, "v", vec![1.0; 3]);
     assert_eq!(names(&b0), ["w", "v"], "oldest first");
     assert!(b1.is_empty(), "rank 1 submitted nothing: {:?}", names(&b1));
-    // A second "w" in flight is refused; the first stays pending.
-    let again = submit(&e0, "w", vec![1.0; 3]);
-    assert!(again.wait().is_err());
+    // A second "w" in flight waits behind the first: the name is listed
+    // once, from the first's submission.
+    let again = submit(&e0, "w", vec![5.0; 3]);
     until_listed(&b0, &["w", "v"]);
 
     let w1 = submit(&e1, "w", vec![2.0; 3]);
     assert_eq!(w0.wait().unwrap().data, [3.0; 3]);
     assert_eq!(w1.wait().unwrap().data, [3.0; 3]);
+    // The second "w" is pending now, since its own submission.
+    until_listed(&b0, &["v", "w"]);
+    until_listed(&b1, &[]);
+    let w1_again = submit(&e1, "w", vec![1.0; 3]);
+    assert_eq!(again.wait().unwrap().data, [6.0; 3]);
+    assert_eq!(w1_again.wait().unwrap().data, [6.0; 3]);
     until_listed(&b0, &["v"]);
     until_listed(&b1, &[]);
 
