@@ -47,6 +47,7 @@ class State:
     def commit(self):
         """Keeps the current state as the one to come back to, then checks
         for host updates (every rank decides the same)."""
+        self._committed_steps = _native.steps()
         self.save()
         self.check_host_updates()
 
@@ -114,6 +115,16 @@ class ObjectState(State):
         self.save()
 
 
+def _sync_steps(state):
+    """Makes every rank's step count rank 0's, as the state was synced, and
+    keeps it with the state's commit."""
+    from . import broadcast
+
+    n = broadcast(_np.array([_native.steps()], _np.int64), 0, name="elastic.steps")
+    _native.set_steps(int(n[0]))
+    state._committed_steps = int(n[0])
+
+
 def _stateful(v):
     return hasattr(v, "state_dict") and hasattr(v, "load_state_dict") and not isinstance(v, type)
 
@@ -129,20 +140,26 @@ def run(func):
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         reset = False
+        # The step reached in the generation left (none for a newcomer).
+        reached = None
         while True:
             if reset:
                 _native.rejoin()
                 state.on_reset()
             try:
                 state.sync()
-                _native.report_running()
+                _sync_steps(state)
+                _native.report_running(reached)
                 return func(state, *args, **kwargs)
             except WorkersFailed:
                 if not _native.is_elastic():
                     raise
+                reached = _native.steps()
                 state.restore()
+                _native.set_steps(getattr(state, "_committed_steps", 0))
                 reset = True
             except HostsUpdatedInterrupt:
+                reached = _native.steps()
                 reset = True
 
     return wrapper

@@ -192,11 +192,31 @@ fn rejoin(py: Python<'_>) -> PyResult<()> {
         })
 }
 
-/// Tells the coordinator that this worker runs in its generation.
+/// Tells the coordinator that this worker runs in its generation from its
+/// current step, having reached step `reached` in the one it left (none
+/// for a newcomer): elasticrun's recovery line counts the steps rolled
+/// back from it.
 #[pyfunction]
-fn report_running() -> PyResult<()> {
+#[pyo3(signature = (reached=None))]
+fn report_running(reached: Option<u64>) -> PyResult<()> {
     if let Some(w) = worker()?.as_ref() {
-        w.report_running(None);
+        w.report_running(reached);
+    }
+    Ok(())
+}
+
+/// The optimizer steps this rank's training state holds (0 before init).
+#[pyfunction]
+fn steps() -> PyResult<u64> {
+    Ok(worker()?.as_ref().map_or(0, |w| w.steps()))
+}
+
+/// Sets the optimizer steps this rank's training state holds (a restore,
+/// a sync, a step taken).
+#[pyfunction]
+fn set_steps(steps: u64) -> PyResult<()> {
+    if let Some(w) = worker()?.as_ref() {
+        w.set_steps(steps);
     }
     Ok(())
 }
@@ -217,6 +237,8 @@ fn _elasticrun(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hosts_updated, m)?)?;
     m.add_function(wrap_pyfunction!(rejoin, m)?)?;
     m.add_function(wrap_pyfunction!(report_running, m)?)?;
+    m.add_function(wrap_pyfunction!(steps, m)?)?;
+    m.add_function(wrap_pyfunction!(set_steps, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(is_initialized, m)?)?;

@@ -35,6 +35,9 @@ def test_a_killed_rank_is_replaced_and_training_ends_on_the_undisturbed_weights(
         code, out, err, killed = run_and_kill(cmd, r"\[2\]<stdout>:pid 2 (\d+)", r"<stdout>:step 10 ")
         assert killed and code == 0, out + err
         assert "was killed by signal 9 (SIGKILL)" in err, err
+    # The recovery line counts the steps the survivors rolled back from
+    # the step they had reached (it used to say "from step 0").
+    assert re.search(r"rolled back \(step [1-9]\d*", err), err
     got = final_weights(out)
     assert all(abs(a - b) < 1e-4 for a, b in zip(got, want)), (got, want)
     # The last steps ran with three ranks again (the replacement joined).

@@ -255,7 +255,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_sync:
             self.synchronize()
-        return super(self.__class__, self).step(closure)
+        out = super(self.__class__, self).step(closure)
+        # The steps the training state holds: elasticrun's recovery line
+        # says how many a failure rolled back.
+        _native.set_steps(_native.steps() + 1)
+        return out
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:
