@@ -37,6 +37,12 @@ pub enum HostsError {
     BadHost { at: Location, entry: String },
     #[error("{at}: unknown setting {} (only slots=N is understood)", control::Quoted(setting))]
     UnknownSetting { at: Location, setting: String },
+    #[error("{at}: {entry} is ambiguous: {hint}")]
+    AmbiguousV6 {
+        at: Location,
+        entry: String,
+        hint: String,
+    },
     #[error("{at}: host {host} is listed twice")]
     Duplicate { at: Location, host: String },
     #[error("{at}: line is {len} bytes long, more than the {max} allowed")]
@@ -187,6 +193,13 @@ pub(crate) fn parse_host_slots(
             a => (v6, Some(a.strip_prefix(':').ok_or_else(bad_host)?)),
         }
     } else if item.matches(':').count() > 1 {
+        if let Some(hint) = ambiguous_v6(item) {
+            return Err(HostsError::AmbiguousV6 {
+                at,
+                entry: item.into(),
+                hint,
+            });
+        }
         (item, None)
     } else {
         match item.split_once(':') {
@@ -205,6 +218,16 @@ pub(crate) fn parse_host_slots(
         host: host.into(),
         slots,
     })
+}
+
+/// A bare IPv6 address whose last group could be a slot count (`::1:2`:
+/// the address `::1:2`, or `::1` with 2 slots?): how to write either.
+fn ambiguous_v6(item: &str) -> Option<String> {
+    let (host, count) = item.rsplit_once(':')?;
+    let both = item.parse::<std::net::Ipv6Addr>().is_ok()
+        && host.parse::<std::net::Ipv6Addr>().is_ok()
+        && count.parse::<u32>().is_ok();
+    both.then(|| format!("write [{host}]:{count} for {host} with {count} slots, or [{item}] for the address {item}"))
 }
 
 fn valid_host(h: &str) -> bool {

@@ -40,6 +40,17 @@ fn bad_host_lists_say_where() {
         parse_host_list("a:x"),
         Err(HostsError::BadSlots { .. })
     ));
+    // An IPv6 address whose last group could be a count says how to write
+    // either; one that cannot be read two ways is an address.
+    let e = parse_host_list("::1:2").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "host list item 1: ::1:2 is ambiguous: write [::1]:2 for ::1 with 2 slots, \
+         or [::1:2] for the address ::1:2"
+    );
+    assert_eq!(parse_host_list("[::1]:2").unwrap(), vec![hs("::1", 2)]);
+    assert_eq!(parse_host_list("[::1:2]").unwrap(), vec![hs("::1:2", 1)]);
+    assert_eq!(parse_host_list("fe80::1").unwrap(), vec![hs("fe80::1", 1)]);
     // A count no host has is an error, not a job of that many workers.
     assert_eq!(
         parse_host_list("localhost:99999999999"),
