@@ -18,9 +18,9 @@ mod handshake;
 #[cfg(feature = "io")]
 pub mod limits;
 mod messages;
-mod quoted;
 #[cfg(feature = "pki")]
 pub mod pki;
+mod quoted;
 #[cfg(feature = "io")]
 mod seal;
 mod throttle;

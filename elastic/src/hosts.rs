@@ -35,7 +35,10 @@ pub enum HostsError {
     },
     #[error("{at}: {} is not a host name or address", control::Quoted(entry))]
     BadHost { at: Location, entry: String },
-    #[error("{at}: unknown setting {} (only slots=N is understood)", control::Quoted(setting))]
+    #[error(
+        "{at}: unknown setting {} (only slots=N is understood)",
+        control::Quoted(setting)
+    )]
     UnknownSetting { at: Location, setting: String },
     #[error("{at}: {entry} is ambiguous: {hint}")]
     AmbiguousV6 {

@@ -62,7 +62,11 @@ pub enum BadValue {
         SEGMENT_BYTES_RANGE.end()
     )]
     SegmentSize { bytes: u64 },
-    #[error("{} is not one of {}", control::Quoted(level), control::env::LogLevel::NAMES)]
+    #[error(
+        "{} is not one of {}",
+        control::Quoted(level),
+        control::env::LogLevel::NAMES
+    )]
     NotALogLevel { level: String },
     #[error("expected CPU ids separated by commas (e.g. 0,2): {why}")]
     NotCpus { why: control::env::CpuListError },

@@ -14,7 +14,7 @@ use super::pieces::Splitter;
 /// line is forwarded in pieces this long.
 const MAX_PIECE: usize = 64 << 10;
 /// How much of a worker's pipe is read at once.
-const READ_CHUNK: usize = 16 << 10;
+const READ_CHUNK: usize = 64 << 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stream {
@@ -79,22 +79,21 @@ pub async fn forward<R: AsyncRead + Unpin>(
         } else {
             splitter.push(&chunk[..n])
         };
-        for piece in pieces {
-            if let Some(f) = file.as_mut()
-                && !f.write(&piece, rank).await
-            {
-                file = None;
-            }
-            // A lone `\r` (a progress bar about to redraw) says nothing on
-            // the terminal, where each piece starts a line of its own.
-            if terminal && piece != b"\r" {
-                let mut out = prefix(rank, stream, timestamps.then(SystemTime::now)).into_bytes();
-                out.extend_from_slice(&piece);
-                if !piece.ends_with(b"\n") && !piece.ends_with(b"\r") {
-                    out.push(b'\n');
-                }
-                terminal = to_terminal(stream, &out).await.is_ok();
-            }
+        // What one read brought goes out in one write to each place, whole
+        // lines only (a write per line cost a system call and thread
+        // wake-ups each: 40 times slower than `cat`).
+        if let Some(f) = file.as_mut()
+            && !pieces.is_empty()
+            && !f.write(&pieces.concat(), rank).await
+        {
+            file = None;
+        }
+        if terminal && !pieces.is_empty() {
+            let out = prefixed(
+                &pieces,
+                prefix(rank, stream, timestamps.then(SystemTime::now)),
+            );
+            terminal = out.is_empty() || to_terminal(stream, &out).await.is_ok();
         }
         if n == 0 {
             break;
@@ -104,6 +103,22 @@ pub async fn forward<R: AsyncRead + Unpin>(
         f.close(rank).await;
     }
     Ok(())
+}
+
+/// `pieces` as the terminal shows them, each after `prefix` and ended by
+/// its own `\n` or `\r` (a newline for a cut one); a lone `\r` (a
+/// progress bar about to redraw) says nothing there, where each piece
+/// starts a line of its own.
+fn prefixed(pieces: &[Vec<u8>], prefix: String) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pieces.iter().map(|p| p.len() + prefix.len() + 1).sum());
+    for piece in pieces.iter().filter(|p| p.as_slice() != b"\r") {
+        out.extend_from_slice(prefix.as_bytes());
+        out.extend_from_slice(piece);
+        if !piece.ends_with(b"\n") && !piece.ends_with(b"\r") {
+            out.push(b'\n');
+        }
+    }
+    out
 }
 
 /// The last piece of a worker's output, ended by a newline it did not
