@@ -1,7 +1,8 @@
 //! Multi-process tests of elasticrun's binaries, and the harness they share:
 //! finding the built binaries, running a job with a deadline, following its
 //! processes and checking that none outlives it. [`cluster`] runs the job
-//! driver and simulated workers in one process instead, in virtual time.
+//! driver and the worker runtime's sessions in one process instead, in
+//! virtual time.
 //!
 //! The binaries come from the same `cargo test --workspace` build (the
 //! coordinator's and the examples' own tests make cargo build them); run

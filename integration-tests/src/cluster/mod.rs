@@ -5,22 +5,23 @@
 //! ```text
 //!  test ──discover / crash / kill──┐
 //!                                  ▼
-//!  coordinator::job::run_on ── SimLauncher ──spawns──► simulated workers (tasks)
+//!  coordinator::job::run_on ── SimLauncher ──spawns──► worker sessions (tasks)
 //!    ▲  Arrivals ◄── MemDialer ◄── control links: tokio duplex pipes, real codec + HMAC handshake
 //!    │  Store (MemoryStore, shared across a coordinator restart)      │
 //!    └──────────────────────────────────────────────── data plane: one MemFabric
 //! ```
 //!
 //! What runs is the real driver (`coordinator::job::run_on`), the real
-//! membership core, store, control codec and handshake, and the real
-//! collectives over `MemFabric` endpoints; what is simulated is the worker
-//! process: a task that registers, trains (allreduce steps, commits), obeys
-//! `Reset`, `HostsUpdated`, `Assign`, `Leave` and `Stop`, and reconnects when
-//! its coordinator goes away (`worker`). The test watches what the workers
-//! did through [`Event`]s and waits on them with deadlines in virtual time.
+//! membership core, store, control codec and handshake, and the real worker
+//! runtime: each worker is a task running a `worker::Session` (join, control
+//! task, rejoin, engine) and `worker::elastic::run_async` over `MemFabric`
+//! endpoints (`worker`); only the process around it and its training
+//! function (allreduce steps, commits) are the test's. The test watches what
+//! the workers did through [`Event`]s and waits on them with deadlines in
+//! virtual time.
 //!
-//! Killing a worker aborts its task and makes its launcher handle report an
-//! exit by signal 9, as for a process.
+//! Killing a worker aborts its task (its session's tasks with it) and makes
+//! its launcher handle report an exit by signal 9, as for a process.
 
 pub mod checks;
 mod launcher;
