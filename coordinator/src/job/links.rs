@@ -1,7 +1,7 @@
 //! The driver's links: one task per registered worker's control
 //! connection (what the worker says goes to the driver as [`LinkEvent`]s,
 //! what the driver says goes out), and what the driver keeps of them
-//! ([`Links`]).
+//! (`Links`).
 
 use std::collections::HashMap;
 use std::time::Duration;

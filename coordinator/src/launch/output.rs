@@ -51,7 +51,7 @@ pub fn rank_file(dir: &Path, rank: usize, stream: Stream) -> PathBuf {
 /// Copies `from` line by line (bytes, not necessarily UTF-8) to elasticrun's own
 /// stdout or stderr with the prefix, and to `file` if given (created 0600):
 /// a progress update (a line ended by `\r`) as it comes, a line longer
-/// than [`MAX_PIECE`] in pieces of that size ([`super::pieces`]).
+/// than `MAX_PIECE` (64 KiB) in pieces of that size (`launch/pieces.rs`).
 /// Reads to EOF whatever happens to the copies: a file that cannot be opened
 /// or written (a full disk) is reported once and dropped, the terminal keeps
 /// getting the lines; a terminal that is gone (a closed pipe) stops getting

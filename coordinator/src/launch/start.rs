@@ -336,7 +336,7 @@ impl Launcher for ProcessLauncher {
     }
 
     /// Waits until every worker's output has been forwarded, for at most
-    /// [`OUTPUT_DRAIN`]: output still held open then (by children a worker
+    /// `OUTPUT_DRAIN` (2 s): output still held open then (by children a worker
     /// left running, a logger or a `nohup`) is that of processes the job
     /// has no more use for, which are stopped, and what they said by then
     /// forwarded.

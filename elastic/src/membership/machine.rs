@@ -297,7 +297,7 @@ impl Membership {
     /// The worker on `slot` could not be started (the launcher failed):
     /// a failure of that worker, and its slot is not started again for a
     /// while, longer after each such failure in a row
-    /// ([`super::backoff`]). Returns the commands and how many starts on
+    /// (`membership/backoff.rs`). Returns the commands and how many starts on
     /// the slot failed in a row.
     pub fn start_failed(&mut self, now: Duration, slot: &SlotId, why: &str) -> (Vec<Command>, u32) {
         let count = self.start_backoff.failed(now, slot);
