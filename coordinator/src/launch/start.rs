@@ -165,6 +165,31 @@ pub async fn start_one(
     Ok((w, forwarders))
 }
 
+/// A started worker's output forwarding, and the process group whose
+/// processes hold its pipes.
+#[derive(Debug)]
+struct Output {
+    group: Option<Pid>,
+    forwarders: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Output {
+    /// Whether every pipe of the worker has been read to its end.
+    fn ended(&self) -> bool {
+        self.forwarders.iter().all(JoinHandle::is_finished)
+    }
+}
+
+/// Waits up to `limit` for the output of `outputs` to end; whether it did.
+async fn drain(outputs: &mut [Output], limit: Duration) -> bool {
+    let open = outputs
+        .iter_mut()
+        .flat_map(|o| o.forwarders.iter_mut())
+        .filter(|f| !f.is_finished());
+    let all = futures::future::join_all(open);
+    tokio::time::timeout(limit, all).await.is_ok()
+}
+
 /// How long the workers' output is forwarded once the job has ended before
 /// the processes still holding it open are stopped.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
@@ -179,10 +204,8 @@ pub struct ProcessLauncher {
     /// The coordinator listens on every interface: hosts other than this
     /// machine may take part.
     spans_hosts: bool,
-    forwarders: Vec<JoinHandle<std::io::Result<()>>>,
-    /// The process group of every worker started: what a worker's children
-    /// holding its output after the job ended are stopped through.
-    groups: Vec<Pid>,
+    /// Each started worker's output forwarding, while it runs.
+    outputs: Vec<Output>,
     /// A static job's layout: its workers get torchrun's and Horovod's
     /// variables.
     layout: Option<StaticLayout>,
@@ -202,8 +225,7 @@ impl ProcessLauncher {
             secret,
             port: coordinator.port(),
             spans_hosts: coordinator.ip().is_unspecified(),
-            forwarders: Vec::new(),
-            groups: Vec::new(),
+            outputs: Vec::new(),
             layout: None,
             host_slots: HashMap::new(),
             child_exits: None,
@@ -300,9 +322,14 @@ impl ProcessLauncher {
                 env
             },
         };
-        let (process, mut forwarders) = start_one(&self.cfg, &self.secret, &one).await?;
-        self.forwarders.append(&mut forwarders);
-        self.groups.extend(process.group());
+        let (process, forwarders) = start_one(&self.cfg, &self.secret, &one).await?;
+        // Workers whose output has ended are done with: their process
+        // groups may be gone, and their ids another's.
+        self.outputs.retain(|o| !o.ended());
+        self.outputs.push(Output {
+            group: process.group(),
+            forwarders,
+        });
         Ok(Box::new(process))
     }
 }
@@ -342,17 +369,24 @@ impl Launcher for ProcessLauncher {
     /// forwarded.
     fn finish(&mut self) -> BoxFuture<'_, ()> {
         async move {
-            let mut all = futures::future::join_all(self.forwarders.drain(..));
-            if tokio::time::timeout(OUTPUT_DRAIN, &mut all).await.is_ok() {
+            if drain(&mut self.outputs, OUTPUT_DRAIN).await {
                 return;
             }
-            let stopped = process::stop_groups(&self.groups, STOP_GRACE).await;
+            // Only the groups of workers whose output is still open: their
+            // processes hold it, so those groups still exist.
+            let open: Vec<Pid> = self
+                .outputs
+                .iter()
+                .filter(|o| !o.ended())
+                .filter_map(|o| o.group)
+                .collect();
+            let stopped = process::stop_groups(&open, STOP_GRACE).await;
             tracing::warn!(
                 groups = stopped,
                 "processes the workers left running still held their output {OUTPUT_DRAIN:?} \
                  after the job ended; stopped them"
             );
-            if tokio::time::timeout(OUTPUT_DRAIN, all).await.is_err() {
+            if !drain(&mut self.outputs, OUTPUT_DRAIN).await {
                 tracing::warn!(
                     "output still open after its processes were stopped; not waiting for it"
                 );
