@@ -137,4 +137,8 @@ if [ "$whole" -eq 1 ]; then
         ELASTICRUN_EXTENSION="$PWD/target/debug/lib_elasticrun.so" \
         python/tests/run.sh || status=1
 fi
+if [ "$status" -ne 0 ]; then
+    # A full disk fails builds, etcd and pip in ways that look like bugs.
+    df -h . /tmp >&2 || true
+fi
 exit "$status"

@@ -4,7 +4,9 @@
 # PyPI: maturin, numpy, pytest, scikit-learn and PyTorch (about 5 GB, PyPI's
 # torch wheel bringing CUDA's libraries). Run by python/tests/run.sh, and by
 # scripts/test.sh at its start, beside the Rust build, since it waits on the
-# network and the disk rather than the CPU. Installs nothing already there.
+# network and the disk rather than the CPU. Installs nothing already there,
+# and keeps no copy of the downloaded wheels (pip's cache would hold another
+# 3.5 GB of them on a machine whose disk the build already fills).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv="$PWD/target/pyenv"
@@ -19,4 +21,4 @@ if [ ! -x "$venv/bin/python" ]; then
         python3 -m venv "$venv"
     fi
 fi
-"$venv/bin/pip" install -q --disable-pip-version-check "maturin==1.16.0" "numpy>=1.21" pytest "torch>=2.1" scikit-learn
+"$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir "maturin==1.16.0" "numpy>=1.21" pytest "torch>=2.1" scikit-learn
