@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::{EtcdError, MIN_LEASE_TTL, timed};
+use crate::{EtcdError, MIN_LEASE_TTL, REQUEST_TIMEOUT, timed};
 
 /// How a lease stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,12 +80,12 @@ impl Lease {
     pub fn lapse(
         &self,
         margin: Duration,
-    ) -> impl std::future::Future<Output = String> + Send + 'static {
+    ) -> impl std::future::Future<Output = String> + Send + 'static + use<> {
         lapsed(self.health.clone(), self.ttl, margin)
     }
 
     /// Resolves, with why, once etcd says the lease is gone.
-    pub fn lost(&self) -> impl std::future::Future<Output = String> + Send + 'static {
+    pub fn lost(&self) -> impl std::future::Future<Output = String> + Send + 'static + use<> {
         let mut rx = self.health.clone();
         async move {
             loop {
@@ -148,12 +148,27 @@ async fn renew_stream(
     outage: &mut Option<String>,
 ) -> Result<(), String> {
     let mut c = client.clone();
-    let (mut keeper, mut stream) = timed("opening a lease keep-alive", c.lease_keep_alive(id))
-        .await
-        .map_err(|e| e.to_string())?;
+    let opened = tokio::time::timeout(REQUEST_TIMEOUT, c.lease_keep_alive(id)).await;
+    let (mut keeper, mut stream) = match opened {
+        Ok(Ok(kept)) => kept,
+        // etcd's first answer on the stream says the lease is gone.
+        Ok(Err(etcd_client::Error::LeaseKeepAliveError(e))) if e == "lease not found" => {
+            return gone(id, tx);
+        }
+        Ok(Err(e)) => return Err(format!("opening a lease keep-alive failed: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "opening a lease keep-alive: no answer within {REQUEST_TIMEOUT:?}"
+            ));
+        }
+    };
     loop {
-        keeper.keep_alive().await.map_err(|e| e.to_string())?;
-        let answer = tokio::time::timeout(every.max(Duration::from_millis(500)), stream.message());
+        let wait = every.max(Duration::from_millis(500));
+        match tokio::time::timeout(wait, keeper.keep_alive()).await {
+            Ok(sent) => sent.map_err(|e| e.to_string())?,
+            Err(_) => return Err("the keep-alive request was not taken".into()),
+        }
+        let answer = tokio::time::timeout(wait, stream.message());
         match answer.await {
             Ok(Ok(Some(r))) if r.ttl() > 0 => {
                 *renewed = Instant::now();
@@ -162,18 +177,22 @@ async fn renew_stream(
                     tracing::warn!("etcd: the lease is renewed again");
                 }
             }
-            Ok(Ok(Some(_))) => {
-                let why = "etcd no longer has it (expired)".to_owned();
-                tracing::warn!(lease = format_args!("{id:x}"), "etcd lease lost: {why}");
-                let _ = tx.send(LeaseHealth::Lost { why });
-                return Ok(());
-            }
+            Ok(Ok(Some(_))) => return gone(id, tx),
             Ok(Ok(None)) => return Err("the keep-alive stream ended".into()),
             Ok(Err(e)) => return Err(e.to_string()),
             Err(_) => return Err("no keep-alive answer".into()),
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// Says, and tells the lease's holder, that etcd no longer has lease `id`:
+/// the end of its keeping ([`renew_stream`]'s `Ok`).
+fn gone(id: i64, tx: &watch::Sender<LeaseHealth>) -> Result<(), String> {
+    let why = "etcd no longer has it (expired)".to_owned();
+    tracing::warn!(lease = format_args!("{id:x}"), "etcd lease lost: {why}");
+    let _ = tx.send(LeaseHealth::Lost { why });
+    Ok(())
 }
 
 /// The error of acting on a lost lease.

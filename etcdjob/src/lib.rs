@@ -30,7 +30,7 @@ use std::time::Duration;
 
 pub use election::{Campaign, LeaderWatch, Leadership, campaign};
 pub use lease::{Lease, LeaseHealth};
-pub use pods::{PodWatch, Pods, claim_slot, finish, set_leaving};
+pub use pods::{PodWatch, Pods, claim_slot, finish, reclaim_slot, set_leaving};
 pub use records::{LeaderRecord, MAX_RECORD_BYTES, WorkerRecord};
 pub use session::{Endpoints, connect};
 pub use state::{fenced_found, mark_done, read_done, timed_get, timed_txn};

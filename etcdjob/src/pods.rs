@@ -68,6 +68,33 @@ pub async fn claim_slot(
     })
 }
 
+/// Claims `slot` of `node` again, on a new `lease`, for a worker whose
+/// lease etcd ended while it lived on (etcd stalled longer than the lease):
+/// `true` if the key was free and is this worker's again, `false` if
+/// another worker holds it now.
+pub async fn reclaim_slot(
+    client: &Client,
+    keys: &Keys,
+    node: &str,
+    slot: u32,
+    lease: &Lease,
+    record: &WorkerRecord,
+) -> Result<bool, EtcdError> {
+    let key = keys.worker(node, slot);
+    let value = encode(&key, record)?;
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(
+            key.as_str(),
+            value,
+            Some(PutOptions::new().with_lease(lease.id())),
+        )]);
+    let mut c = client.clone();
+    Ok(timed("claiming the slot again", c.txn(txn))
+        .await?
+        .succeeded())
+}
+
 /// Rewrites this worker's own key (still on its lease) as leaving.
 pub async fn set_leaving(
     client: &Client,

@@ -202,6 +202,14 @@ impl Etcd {
         }
     }
 
+    /// Sends `sig` to member `i` (SIGSTOP freezes it as a stalled disk
+    /// would, SIGCONT wakes it).
+    pub fn signal(&self, i: usize, sig: nix::sys::signal::Signal) {
+        let child = self.members[i].child.as_ref().expect("member is running");
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, sig).unwrap_or_else(|e| panic!("cannot signal etcd: {e}"));
+    }
+
     /// Starts member `i` again on its data and waits until it is healthy.
     pub fn restart(&mut self, i: usize) {
         self.kill(i);

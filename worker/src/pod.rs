@@ -16,8 +16,8 @@
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use control::tls::ClientStream;
@@ -26,6 +26,9 @@ use tokio::sync::watch;
 
 use crate::InitError;
 use crate::reconnect::Connect;
+
+/// How soon a worker tries again to claim its slot when etcd did not answer.
+const RECLAIM_RETRY: Duration = Duration::from_millis(200);
 
 /// The variables of a worker that joins through etcd.
 pub(crate) const ETCD: &str = "ELASTICRUN_ETCD";
@@ -102,8 +105,12 @@ pub(crate) struct Pod {
     keys: Keys,
     pub(crate) node: String,
     pub(crate) slot: u32,
-    lease: Lease,
+    /// Replaced when etcd ended the last one while this worker lived on.
+    lease: Mutex<Arc<Lease>>,
+    lease_ttl: Duration,
     record: WorkerRecord,
+    /// Marked leaving (SIGTERM): a key claimed again says so too.
+    leaving: AtomicBool,
     leader: LeaderWatch,
     /// The leader found at the start.
     pub(crate) first: (i64, LeaderRecord),
@@ -171,8 +178,10 @@ pub(crate) async fn enter(env: PodEnv, within: Duration) -> Result<Pod, InitErro
         keys,
         node: env.node,
         slot,
-        lease,
+        lease: Mutex::new(Arc::new(lease)),
+        lease_ttl: env.lease_ttl,
         record: env.record,
+        leaving: AtomicBool::new(false),
         leader,
         first,
         secret_hex: secret.trim().to_owned(),
@@ -195,17 +204,25 @@ impl Pod {
         }
     }
 
+    fn lease(&self) -> Arc<Lease> {
+        self.lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Marks this worker leaving (SIGTERM).
     pub(crate) async fn leave(&self) -> Result<(), etcdjob::EtcdError> {
-        let (c, k, n, s, l, r) = (
+        self.leaving.store(true, Ordering::SeqCst);
+        let lease = self.lease();
+        let (c, k, n, s, r) = (
             &self.client,
             &self.keys,
             &self.node,
             self.slot,
-            &self.lease,
             &self.record,
         );
-        etcdjob::set_leaving(c, k, n, s, l, r).await
+        etcdjob::set_leaving(c, k, n, s, &lease, r).await
     }
 
     /// Marks this worker finished (its training ended cleanly).
@@ -214,12 +231,13 @@ impl Pod {
             finished: true,
             ..self.record.clone()
         };
+        let lease = self.lease();
         if let Err(e) = etcdjob::finish(
             &self.client,
             &self.keys,
             &self.node,
             self.slot,
-            &self.lease,
+            &lease,
             &done,
         )
         .await
@@ -230,7 +248,41 @@ impl Pod {
 
     /// Resolves once etcd says this worker's lease is gone.
     pub(crate) fn lost(&self) -> impl Future<Output = String> + Send + 'static {
-        self.lease.lost()
+        self.lease().lost()
+    }
+
+    /// Takes a new lease and claims this worker's slot again on it: what a
+    /// worker that lived on while etcd ended its lease (etcd stalled longer
+    /// than the lease) does. `Ok(false)`: another worker holds the slot now.
+    async fn reclaim(&self) -> Result<bool, etcdjob::EtcdError> {
+        let lease = Lease::grant(&self.client, self.lease_ttl, "worker").await?;
+        let record = WorkerRecord {
+            leaving: self.leaving.load(Ordering::SeqCst),
+            ..self.record.clone()
+        };
+        let (c, k, n, s) = (&self.client, &self.keys, &self.node, self.slot);
+        if !etcdjob::reclaim_slot(c, k, n, s, &lease, &record).await? {
+            return Ok(false);
+        }
+        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(lease);
+        Ok(true)
+    }
+
+    /// [`Pod::reclaim`], tried again while etcd does not answer, for up to
+    /// `within`; why not, if the slot is not this worker's again.
+    pub(crate) async fn reclaim_within(&self, within: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match self.reclaim().await {
+                Ok(true) => return Ok(()),
+                Ok(false) => return Err("another worker holds its slot now".into()),
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(format!("{e}, for {within:?}"));
+                }
+                Err(e) => tracing::debug!(%e, "cannot claim the slot again yet"),
+            }
+            tokio::time::sleep(RECLAIM_RETRY).await;
+        }
     }
 }
 
@@ -310,7 +362,10 @@ pub(crate) fn launch_var(pod: &Pod, var: &str) -> Option<String> {
 /// SIGTERM (a deleted pod): mark the key leaving, then wait to be told to
 /// leave at the next commit; a second SIGTERM, or `grace` without a
 /// coordinator's word, ends the process (143). A lease etcd has ended
-/// ends it too (1): the job has counted this worker gone.
+/// while the process lived on (etcd stalled longer than the lease) is
+/// replaced and the slot claimed again; if that fails within `grace` (or
+/// another worker holds the slot), the process ends (1): the job counts
+/// this worker gone.
 pub(crate) fn watch_signals(rt: &tokio::runtime::Runtime, pod: &Arc<Pod>, grace: Duration) {
     use tokio::signal::unix::{SignalKind, signal};
     let p = pod.clone();
@@ -332,12 +387,18 @@ pub(crate) fn watch_signals(rt: &tokio::runtime::Runtime, pod: &Arc<Pod>, grace:
         eprintln!("elasticrun worker: not released within {grace:?} of SIGTERM; exiting");
         std::process::exit(143);
     });
-    let lost = pod.lost();
+    let p = pod.clone();
     rt.spawn(async move {
-        let why = lost.await;
-        eprintln!(
-            "elasticrun worker: its etcd lease ended ({why}); the job counts it gone; exiting"
-        );
-        std::process::exit(1);
+        loop {
+            let why = p.lost().await;
+            eprintln!("elasticrun worker: etcd ended its lease ({why}); claiming its slot again");
+            if let Err(why) = p.reclaim_within(grace).await {
+                eprintln!(
+                    "elasticrun worker: cannot claim its slot again ({why}); the job counts it gone; exiting"
+                );
+                std::process::exit(1);
+            }
+            eprintln!("elasticrun worker: {p:?} claimed its slot again");
+        }
     });
 }

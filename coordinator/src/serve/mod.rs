@@ -274,13 +274,14 @@ impl Replica {
             endpoints,
         );
         let dead = pods::Dead::default();
+        let seen = pods::reclaimable(pods.subscribe());
         let seams = Seams {
             launcher: Box::new(pods::PodLauncher {
-                pods: pods.subscribe(),
+                pods: seen.clone(),
                 dead: dead.clone(),
             }),
             arrivals: server.into_arrivals(),
-            hosts: pods::feed(pods.subscribe(), dead),
+            hosts: pods::feed(seen, dead),
             store: Box::new(store),
             clock: WallClock::System,
             stops: stops.or_lapse(lease.lapse(margin(lease.ttl())).boxed()),

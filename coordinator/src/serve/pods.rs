@@ -4,14 +4,14 @@
 //! alive while its key is, finished when it says so, gone when its lease
 //! ends. Nothing here starts or kills a process: Kubernetes does.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use elastic::membership::SlotId;
-use etcdjob::Pods;
+use etcdjob::{Pods, WorkerRecord};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, watch};
@@ -27,6 +27,13 @@ const KEY_GRACE: Duration = Duration::from_secs(10);
 /// How long a pod's registration on a slot not offered yet waits for its
 /// key to reach the pods' watch.
 const EARLY_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a worker key that vanished (its lease ended) is still taken for
+/// there: a worker that lived on while etcd ended its lease (etcd stalled
+/// longer than the lease) claims its slot again on a new lease within it
+/// (worker/src/pod.rs), and the job goes on as if nothing had happened. A
+/// killed worker is not waited for: its connection's end fails it at once.
+pub(crate) const RECLAIM_GRACE: Duration = Duration::from_secs(5);
 
 /// The raw wait status of a pod whose lease ended (as if killed by SIGKILL).
 const GONE: i32 = 9;
@@ -49,6 +56,69 @@ pub(crate) fn offered(pods: &Pods, dead: &Dead) -> Vec<SlotId> {
         })
         .map(|((node, slot), _)| SlotId::new(node.clone(), *slot))
         .collect()
+}
+
+/// The workers' keys as the job sees them: etcd's, plus each key that
+/// vanished while its worker was neither leaving nor finished, for
+/// [`RECLAIM_GRACE`] after it vanished or until it is back.
+#[derive(Debug, Default)]
+pub(crate) struct Reclaims {
+    last: Pods,
+    vanished: BTreeMap<(String, u32), (Instant, WorkerRecord)>,
+}
+
+impl Reclaims {
+    /// The view of `raw` at `now`, and when it changes by itself next.
+    pub(crate) fn view(&mut self, raw: &Pods, now: Instant) -> (Pods, Option<Instant>) {
+        for (id, r) in &self.last {
+            if !raw.contains_key(id) && !r.leaving && !r.finished {
+                self.vanished.entry(id.clone()).or_insert((now, r.clone()));
+            }
+        }
+        self.last = raw.clone();
+        self.vanished
+            .retain(|id, (at, _)| !raw.contains_key(id) && now < *at + RECLAIM_GRACE);
+        let mut view = raw.clone();
+        for (id, (_, r)) in &self.vanished {
+            view.insert(id.clone(), r.clone());
+        }
+        let next = self
+            .vanished
+            .values()
+            .map(|(at, _)| *at + RECLAIM_GRACE)
+            .min();
+        (view, next)
+    }
+}
+
+/// [`Reclaims`]'s view of the workers' watch `raw`, kept by a task that ends
+/// with `raw`.
+pub(crate) fn reclaimable(mut raw: watch::Receiver<Option<Pods>>) -> watch::Receiver<Option<Pods>> {
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let mut reclaims = Reclaims::default();
+        loop {
+            let now = Instant::now();
+            let (view, next) = match &*raw.borrow_and_update() {
+                Some(pods) => {
+                    let (view, next) = reclaims.view(pods, now);
+                    (Some(view), next)
+                }
+                None => (None, None),
+            };
+            tx.send_if_modified(|v| {
+                let changed = *v != view;
+                *v = view;
+                changed
+            });
+            let next = next.unwrap_or(now + Duration::from_secs(3600));
+            tokio::select! {
+                changed = raw.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep_until(next) => {}
+            }
+        }
+    });
+    rx
 }
 
 /// A host feed of the slots offered, from the workers' watch.
@@ -207,5 +277,76 @@ impl Started for Pod {
 
     fn kill(&mut self) -> BoxFuture<'_, ()> {
         async {}.boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(uid: &str, leaving: bool, finished: bool) -> WorkerRecord {
+        WorkerRecord {
+            pod: "pod".into(),
+            uid: uid.into(),
+            pid: 7,
+            ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            leaving,
+            finished,
+        }
+    }
+
+    fn pods(entries: &[(&str, u32, WorkerRecord)]) -> Pods {
+        entries
+            .iter()
+            .map(|(n, s, r)| (((*n).to_owned(), *s), r.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_vanished_key_stays_for_the_grace_and_goes_after_it() {
+        let t0 = Instant::now();
+        let mut r = Reclaims::default();
+        let both = pods(&[
+            ("a", 0, record("u0", false, false)),
+            ("b", 0, record("u1", false, false)),
+        ]);
+        let (view, next) = r.view(&both, t0);
+        assert_eq!((view, next), (both.clone(), None));
+        let one = pods(&[("b", 0, record("u1", false, false))]);
+        let at = t0 + Duration::from_millis(10);
+        let (view, next) = r.view(&one, at);
+        assert_eq!(view, both, "the vanished key is still there");
+        assert_eq!(next, Some(at + RECLAIM_GRACE));
+        let (view, _) = r.view(&one, at + RECLAIM_GRACE - Duration::from_millis(1));
+        assert_eq!(view, both);
+        let (view, next) = r.view(&one, at + RECLAIM_GRACE);
+        assert_eq!((view, next), (one, None), "gone once the grace is over");
+    }
+
+    #[test]
+    fn a_key_claimed_again_ends_its_grace_and_a_later_loss_starts_a_new_one() {
+        let t0 = Instant::now();
+        let mut r = Reclaims::default();
+        let full = pods(&[("a", 1, record("u0", false, false))]);
+        r.view(&full, t0);
+        r.view(&Pods::new(), t0 + Duration::from_secs(1));
+        let (view, next) = r.view(&full, t0 + Duration::from_secs(2));
+        assert_eq!((view, next), (full.clone(), None));
+        let later = t0 + Duration::from_secs(10);
+        let (view, next) = r.view(&Pods::new(), later);
+        assert_eq!((view, next), (full, Some(later + RECLAIM_GRACE)));
+    }
+
+    #[test]
+    fn keys_of_leaving_or_finished_workers_go_at_once() {
+        let t0 = Instant::now();
+        let mut r = Reclaims::default();
+        let ending = pods(&[
+            ("a", 0, record("u0", true, false)),
+            ("a", 1, record("u1", false, true)),
+        ]);
+        r.view(&ending, t0);
+        let (view, next) = r.view(&Pods::new(), t0 + Duration::from_millis(5));
+        assert_eq!((view, next), (Pods::new(), None));
     }
 }

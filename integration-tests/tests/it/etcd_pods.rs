@@ -642,3 +642,80 @@ fn too_few_pods_for_longer_than_the_elastic_timeout_end_the_job() {
     stdout.push_str(&run.stdout);
     assert!(done_lines(&stdout).is_empty(), "{stdout}");
 }
+
+/// etcd frozen (SIGSTOP, as a stalled disk freezes it) for several times
+/// the pods' lease: every lease lapses while the pods, which still reach
+/// each other and the coordinator, train on. Woken, etcd ends the lapsed
+/// leases and deletes the pods' keys; each pod takes a new lease and claims
+/// its slot again, the coordinator leads again, and the job ends as if
+/// nothing had happened.
+#[test]
+fn etcd_frozen_past_every_lease_loses_no_pod() {
+    let Some(etcd) = Etcd::start() else { return };
+    let run = etcd_frozen(etcd, "etcd_frozen", &SERVE, "stepping down");
+    // It led again once etcd woke.
+    let led = run.stderr.matches("elasticrun: leading job").count();
+    assert!(led >= 2, "{}", run.stderr);
+}
+
+/// The same stall with a coordinator whose lease outlasts it: it leads on
+/// while the pods' keys vanish, and takes each pod's key claimed again for
+/// the same worker.
+#[test]
+fn etcd_frozen_past_the_pods_leases_only_loses_no_pod() {
+    let mut serve = SERVE;
+    serve[7] = "30";
+    let Some(etcd) = Etcd::start() else { return };
+    let run = etcd_frozen(etcd, "etcd_frozen_pods", &serve, "cannot renew the lease");
+    assert!(!run.stderr.contains("stepping down"), "{}", run.stderr);
+}
+
+/// A pod's lease revoked in etcd while the pod lives on (what a stall's end
+/// does to one lease): the coordinator, leading throughout, sees the key
+/// vanish; the pod takes a new lease and claims its slot again within
+/// moments, and the job never resets.
+#[test]
+fn a_pod_whose_lease_etcd_ended_claims_its_slot_again() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut job = PodJob::new("lease_revoked", etcd);
+    let train = long();
+    job.serve(&SERVE);
+    three_pods(&mut job, &train);
+    job.wait_for_step(20, LIMIT);
+    let key = format!("/elasticrun/{}/workers/node-b/0", job.job);
+    let listed = job.etcd.ctl(&["get", &key, "-w", "json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("etcdctl's JSON");
+    let lease = listed["kvs"][0]["lease"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no lease on {key}: {listed}"));
+    job.etcd.ctl(&["lease", "revoke", &format!("{lease:x}")]);
+    let run = job.finish_pods(LIMIT);
+    undisturbed_and_never_reset(&run, &train);
+    let claimed = run.stderr.matches("claimed its slot again").count();
+    assert_eq!(claimed, 1, "{}", run.stderr);
+}
+
+/// Freezes `etcd` under a job of three pods until the leader says `sign`,
+/// then for 100 more steps (40 ms each, twice the pods' 2 s lease at
+/// least); the finished run, checked undisturbed and every pod's slot
+/// claimed again.
+fn etcd_frozen(etcd: Etcd, name: &str, serve: &[&str], sign: &str) -> Finished {
+    let mut job = PodJob::new(name, etcd);
+    let train = Train {
+        epochs: 20,
+        ..long()
+    };
+    job.serve(serve);
+    three_pods(&mut job, &train);
+    job.wait_for_step(20, LIMIT);
+    let before = job.serve_stderr(0).len();
+    job.etcd.signal(0, Signal::SIGSTOP);
+    job.wait_serve_says(0, sign, before, LIMIT);
+    job.wait_for_more_steps(100, LIMIT);
+    job.etcd.signal(0, Signal::SIGCONT);
+    let run = job.finish_pods(LIMIT);
+    undisturbed_and_never_reset(&run, &train);
+    let claimed = run.stderr.matches("claimed its slot again").count();
+    assert_eq!(claimed, 3, "{}", run.stderr);
+    run
+}
