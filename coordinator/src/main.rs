@@ -1,5 +1,6 @@
 //! `elasticrun`: runs a training program as many cooperating processes.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use coordinator::config;
@@ -14,10 +15,21 @@ const USAGE: u8 = 2;
 
 /// `elasticrun serve ...`'s own options (resolved once the config file is
 /// read), and the job's as a command line.
-fn serve_line() -> Result<Option<(Given, Vec<String>)>, ExitCode> {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) != Some("serve") {
+fn serve_line() -> Result<Option<(Given, Vec<OsString>)>, ExitCode> {
+    let raw: Vec<OsString> = std::env::args_os().collect();
+    if raw.get(1).is_none_or(|a| a != "serve") {
         return Ok(None);
+    }
+    // `serve` runs no command: every word is an option or its value.
+    let mut args = Vec::with_capacity(raw.len());
+    for a in raw {
+        match a.into_string() {
+            Ok(a) => args.push(a),
+            Err(a) => {
+                eprintln!("elasticrun serve: {:?} is not UTF-8", a.to_string_lossy());
+                return Err(ExitCode::from(USAGE));
+            }
+        }
     }
     if args.iter().skip(2).any(|a| a == "--help" || a == "-h") {
         print!("{}{}", config::serve::help(), Cli::help_text());
@@ -39,7 +51,7 @@ fn serve_line() -> Result<Option<(Given, Vec<String>)>, ExitCode> {
             let mut job = vec![args[0].clone()];
             job.extend(rest);
             job.extend(["--".to_owned(), "serve".to_owned()]);
-            Ok(Some((serve, job)))
+            Ok(Some((serve, job.into_iter().map(OsString::from).collect())))
         }
         Err(e) => {
             eprintln!("elasticrun serve: {e}");
@@ -53,7 +65,7 @@ fn command_line() -> Result<(Cli, Option<Given>), ExitCode> {
     let serve = serve_line()?;
     let (args, serve) = match serve {
         Some((s, job)) => (job, Some(s)),
-        None => (std::env::args().collect(), None),
+        None => (std::env::args_os().collect(), None),
     };
     let mut cli = parse_cli(args, serve.is_some())?;
     if serve.is_some() {
@@ -75,7 +87,7 @@ fn is_command(args: &[String], word: &str) -> bool {
     }
 }
 
-fn parse_cli(args: Vec<String>, serve: bool) -> Result<Cli, ExitCode> {
+fn parse_cli(args: Vec<OsString>, serve: bool) -> Result<Cli, ExitCode> {
     match Cli::parse_args(args).map(|mut c| {
         c.serve = serve;
         c

@@ -244,3 +244,44 @@ fn bad_values_are_named_with_where_they_came_from() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Program arguments pass through as bytes: one that is not UTF-8 reaches
+/// the worker unchanged (it once stopped the launcher with a panic), and
+/// an option's value that is not UTF-8 is a usage error, not a panic.
+#[test]
+fn arguments_that_are_not_utf8_pass_through_as_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9 \xff'\"$x");
+    let dir = std::env::temp_dir().join(format!("elasticrun-bytes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("arg");
+    let out = Command::new(env!("CARGO_BIN_EXE_elasticrun"))
+        .args(["-np", "1", "sh", "-c", "printf %s \"$1\" > \"$2\"", "sh"])
+        .arg(odd)
+        .arg(&file)
+        .output()
+        .expect("run elasticrun");
+    let got = std::fs::read(&file);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(got.unwrap(), odd.as_bytes());
+    let out = Command::new(env!("CARGO_BIN_EXE_elasticrun"))
+        .arg("--hosts")
+        .arg(odd)
+        .arg("./train")
+        .output()
+        .expect("run elasticrun");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_elasticrun"))
+        .args(["serve", "--job"])
+        .arg(odd)
+        .output()
+        .expect("run elasticrun");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("is not UTF-8"), "{said}");
+}

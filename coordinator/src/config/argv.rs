@@ -3,6 +3,7 @@
 //! the flags refused with what elasticrun does instead, and `--check-build`;
 //! [`Cli::parse_args`] and [`Cli::help_text`] put them around clap's parse.
 
+use std::ffi::OsString;
 use std::sync::OnceLock;
 
 use clap::error::ErrorKind;
@@ -44,7 +45,7 @@ fn command() -> &'static clap::Command {
 
 /// `args` parsed by clap (what `Cli::try_parse_from` does, on the command
 /// built once).
-fn parse(args: Vec<String>) -> Result<Cli, clap::Error> {
+fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
     use clap::FromArgMatches;
     let mut cmd = command().clone();
     let mut matches = cmd.try_get_matches_from_mut(args)?;
@@ -76,7 +77,7 @@ fn values_after_table() -> &'static [(String, usize)] {
 /// Rewrites horovodrun's single-dash spellings among elasticrun's own options
 /// into their long forms; nothing from the training command onwards is
 /// touched (the first word that is not an option, or the one after `--`).
-fn horovod_spellings(mut args: Vec<String>) -> Vec<String> {
+fn horovod_spellings(mut args: Vec<OsString>) -> Vec<OsString> {
     let values_after = |flag: &str| {
         values_after_table()
             .iter()
@@ -85,15 +86,15 @@ fn horovod_spellings(mut args: Vec<String>) -> Vec<String> {
     };
     let mut i = 1;
     while i < args.len() {
-        let a = args[i].as_str();
+        // A word that is not UTF-8 is no option: the command starts there.
+        let Some(a) = args[i].to_str() else { break };
         if a == "--" || !a.starts_with('-') {
             break;
         }
-        if let Some(long) = long_spelling(a) {
-            args[i] = long;
-        }
-        let a = args[i].as_str();
-        i += 1 + if a.contains('=') { 0 } else { values_after(a) };
+        let a = long_spelling(a).unwrap_or_else(|| a.to_owned());
+        let skip = if a.contains('=') { 0 } else { values_after(&a) };
+        args[i] = a.into();
+        i += 1 + skip;
     }
     args
 }
@@ -170,8 +171,12 @@ fn refused(cli: &Cli) -> Option<(&'static str, &'static str)> {
 impl Cli {
     /// Parses `args` (program name first), accepting horovodrun's spellings
     /// (`-np N`, `-hostfile`, `-cb`, `-prefix-timestamp`) as well.
-    pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, CliError> {
-        let args = horovod_spellings(args.into_iter().collect());
+    pub fn parse_args<I, T>(args: I) -> Result<Cli, CliError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        let args = horovod_spellings(args.into_iter().map(Into::into).collect());
         let cli = match parse(args) {
             Ok(cli) => cli,
             Err(e) if e.kind() == ErrorKind::DisplayHelp => {

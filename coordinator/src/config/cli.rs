@@ -427,12 +427,14 @@ pub struct Cli {
     pub log_with_timestamp: bool,
 
     /// The training program and its arguments.
+    /// Passed on as given, bytes that are not UTF-8 included.
     #[arg(
         required_unless_present = "check_build",
         trailing_var_arg = true,
-        value_name = "COMMAND"
+        value_name = "COMMAND",
+        value_parser = clap::value_parser!(std::ffi::OsString)
     )]
-    pub command: Vec<String>,
+    pub command: Vec<std::ffi::OsString>,
     /// `elasticrun serve`: a coordinator for workers that register by
     /// themselves; no COMMAND, the hosts are the workers' nodes.
     #[arg(skip)]

@@ -189,8 +189,8 @@ pub struct ElasticConfig {
 /// Everything `elasticrun` needs to run a job, resolved and validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobConfig {
-    /// Empty for `elasticrun serve`.
-    pub command: Vec<String>,
+    /// Empty for `elasticrun serve`. As given: any bytes but NUL.
+    pub command: Vec<std::ffi::OsString>,
     /// `None`: as many processes as the hosts have slots. In an elastic job,
     /// the initial target (`Some(initial_np)`).
     pub np: Option<usize>,

@@ -39,7 +39,7 @@ pub struct Spec<'a> {
     pub rank: usize,
     pub host: &'a str,
     /// The program and its arguments (for a remote worker, the ssh command).
-    pub argv: &'a [String],
+    pub argv: &'a [std::ffi::OsString],
     /// Added to elasticrun's environment.
     pub env: &'a [(String, String)],
     /// Text written to standard input, which then stays open (remote

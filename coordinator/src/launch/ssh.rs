@@ -10,6 +10,8 @@
 //! the worker, exits or dies) the remote side stops the worker's process group,
 //! SIGTERM then SIGKILL.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 /// How to reach remote hosts.
@@ -24,13 +26,31 @@ pub const REMOTE_GRACE_SECS: u32 = 3;
 
 /// Quotes `s` for a POSIX shell.
 pub fn quote(s: &str) -> String {
+    String::from_utf8(quote_bytes(s.as_bytes())).unwrap_or_else(|e| {
+        // Quoting adds only ASCII around and between whole characters.
+        String::from_utf8_lossy(e.as_bytes()).into_owned()
+    })
+}
+
+/// Quotes the bytes `s` (any bytes but NUL, as a POSIX shell takes them).
+pub fn quote_bytes(s: &[u8]) -> Vec<u8> {
     if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"@%+=:,./_-".contains(&b))
+        && s.iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"@%+=:,./_-".contains(b))
     {
-        return s.to_owned();
+        return s.to_vec();
     }
-    format!("'{}'", s.replace('\'', r"'\''"))
+    let mut out = Vec::with_capacity(s.len() + 2);
+    out.push(b'\'');
+    for &b in s {
+        if b == b'\'' {
+            out.extend_from_slice(br"'\''");
+        } else {
+            out.push(b);
+        }
+    }
+    out.push(b'\'');
+    out
 }
 
 /// Whether elasticrun's own environment variable `name` goes to remote workers.
@@ -81,9 +101,30 @@ pub fn stdin_text(secret: &str, env: &[(String, String)]) -> String {
 }
 
 /// The shell script the remote login shell runs (through `sh -c`).
-fn remote_script(cwd: &Path, command: &[String]) -> String {
-    let program: Vec<String> = command.iter().map(|a| quote(a)).collect();
-    let cwd = quote(&cwd.to_string_lossy());
+fn remote_script(cwd: &Path, command: &[OsString]) -> Vec<u8> {
+    let program: Vec<Vec<u8>> = command.iter().map(|a| quote_bytes(a.as_bytes())).collect();
+    let cwd = quote_bytes(cwd.as_os_str().as_bytes());
+    // The script around the program and the directory, which may hold any
+    // bytes: its text, with markers where they go.
+    let script = script_text();
+    let mut out = Vec::with_capacity(script.len() + cwd.len() + 64);
+    let (head, rest) = script.split_once(CWD).unwrap_or((&script, ""));
+    let (middle, tail) = rest.split_once(PROGRAM).unwrap_or((rest, ""));
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(&cwd);
+    out.extend_from_slice(middle.as_bytes());
+    out.extend_from_slice(&program.join(&b' '));
+    out.extend_from_slice(tail.as_bytes());
+    out
+}
+
+/// Where the remote script's directory and program go in [`script_text`].
+const CWD: &str = "\u{0}CWD\u{0}";
+const PROGRAM: &str = "\u{0}PROGRAM\u{0}";
+
+/// The remote script with [`CWD`] and [`PROGRAM`] for its directory and
+/// program.
+fn script_text() -> String {
     // The worker gets a session (so a process group) of its own through
     // `setsid`; a background job's standard input would be /dev/null, so the
     // watcher reads ssh's through fd 3. When it ends, the worker's group is
@@ -99,14 +140,15 @@ fn remote_script(cwd: &Path, command: &[String]) -> String {
          sleep {REMOTE_GRACE_SECS}; kill -KILL -$pid 2>/dev/null; }} <&3 & watch=$!; \
          exec 3<&-; wait $pid; rc=$?; kill -KILL $watch 2>/dev/null; exit $rc",
         secret = control::env::SECRET,
-        program = program.join(" "),
+        cwd = CWD,
+        program = PROGRAM,
     )
 }
 
 /// `ssh ... HOST 'sh -c ...'`: the argument vector that runs `command` on
 /// `host`; its environment and the secret go to standard input
 /// ([`stdin_text`]).
-pub fn command(host: &str, opts: &SshOptions, cwd: &Path, command: &[String]) -> Vec<String> {
+pub fn command(host: &str, opts: &SshOptions, cwd: &Path, command: &[OsString]) -> Vec<OsString> {
     let mut argv: Vec<String> = [
         "ssh",
         "-o",
@@ -134,7 +176,10 @@ pub fn command(host: &str, opts: &SshOptions, cwd: &Path, command: &[String]) ->
         argv.extend(["-i".to_owned(), id.to_string_lossy().into_owned()]);
     }
     argv.push(host.to_owned());
-    argv.push(format!("sh -c {}", quote(&remote_script(cwd, command))));
+    let mut last = b"sh -c ".to_vec();
+    last.extend(quote_bytes(&remote_script(cwd, command)));
+    let mut argv: Vec<OsString> = argv.into_iter().map(OsString::from).collect();
+    argv.push(OsString::from_vec(last));
     argv
 }
 
@@ -162,6 +207,39 @@ pub fn describe_code(code: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lossy(argv: Vec<OsString>) -> Vec<String> {
+        argv.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// Program arguments that are not UTF-8 reach the program byte for
+    /// byte through the remote script.
+    #[test]
+    fn arguments_pass_through_as_bytes() {
+        let odd = OsString::from_vec(b"caf\xe9 \xff'x\"$y".to_vec());
+        let cmd = [OsString::from("printf"), OsString::from("%s|"), odd.clone()];
+        let argv = command("h", &SshOptions::default(), Path::new("/"), &cmd);
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(argv.last().unwrap())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::{Read, Write};
+        // Standard input stays open while the command runs, as ssh's does.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(stdin_text("s", &[]).as_bytes()).unwrap();
+        let mut got = Vec::new();
+        child.stdout.take().unwrap().read_to_end(&mut got).unwrap();
+        drop(stdin);
+        assert!(child.wait().unwrap().success());
+        let mut want = odd.into_vec();
+        want.push(b'|');
+        assert_eq!(got, want);
+    }
 
     fn sh(script: &str) -> std::process::Output {
         std::process::Command::new("sh")
@@ -207,7 +285,12 @@ mod tests {
             port: Some(2222),
             identity_file: Some("/k/id".into()),
         };
-        let argv = command("node1", &opts, Path::new("/w"), &["./train".into()]);
+        let argv = lossy(command(
+            "node1",
+            &opts,
+            Path::new("/w"),
+            &["./train".into()],
+        ));
         let host = argv.iter().position(|a| a == "node1").unwrap();
         assert_eq!(argv.len(), host + 2);
         let before = argv[..host].join(" ");
@@ -233,15 +316,15 @@ mod tests {
             ),
             ("EMPTY".to_owned(), String::new()),
         ];
-        let cmd: Vec<String> = [
+        let cmd: Vec<OsString> = [
             "sh",
             "-c",
             "printf '%s|%s|%s|%s|%s' \"$GREETING\" \"$ELASTICRUN_SECRET\" \"$TOKEN\" \"${EMPTY-unset}\" \"$(pwd)\"; exit 7",
         ]
         .iter()
-        .map(|s| (*s).to_owned())
+        .map(OsString::from)
         .collect();
-        let argv = command("h", &SshOptions::default(), &dir, &cmd);
+        let argv = lossy(command("h", &SshOptions::default(), &dir, &cmd));
         let script = argv.last().unwrap();
         for value in ["s3cret", "hello", "t0ken"] {
             assert!(!argv.iter().any(|a| a.contains(value)), "{value} on argv");
@@ -282,10 +365,11 @@ mod tests {
     /// connection ending) stops the worker, which here ignores nothing.
     #[test]
     fn closing_standard_input_stops_the_worker() {
-        let cmd: Vec<String> = ["sleep", "30"].iter().map(|s| (*s).to_owned()).collect();
+        let cmd: Vec<OsString> = ["sleep", "30"].iter().map(OsString::from).collect();
         let argv = command("h", &SshOptions::default(), Path::new("/"), &cmd);
         let mut child = std::process::Command::new("sh")
-            .args(["-c", argv.last().unwrap()])
+            .arg("-c")
+            .arg(argv.last().unwrap())
             .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();

@@ -137,7 +137,10 @@ pub async fn start_one(
     let (w, pipes) = process::spawn(spec).await.map_err(|e| StartError {
         rank: one.label,
         host: host.to_owned(),
-        program: argv.first().cloned().unwrap_or_default(),
+        program: argv
+            .first()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         why: e.to_string(),
     })?;
     let file = |s| {
