@@ -149,21 +149,22 @@ pub async fn start_one(
             .map(|d| output::rank_file(d, one.label, s))
     };
     let ts = cfg.output_timestamps;
+    let fd = |p: std::io::Result<std::os::fd::OwnedFd>| {
+        p.map_err(|e| StartError {
+            rank: one.label,
+            host: host.to_owned(),
+            program: "its output pipe".into(),
+            why: e.to_string(),
+        })
+    };
+    let (out, err) = (
+        fd(pipes.stdout.into_owned_fd())?,
+        fd(pipes.stderr.into_owned_fd())?,
+    );
+    let label = one.label;
     let forwarders = vec![
-        tokio::spawn(output::forward(
-            pipes.stdout,
-            one.label,
-            Stream::Stdout,
-            ts,
-            file(Stream::Stdout),
-        )),
-        tokio::spawn(output::forward(
-            pipes.stderr,
-            one.label,
-            Stream::Stderr,
-            ts,
-            file(Stream::Stderr),
-        )),
+        output::spawn_forward(out, label, Stream::Stdout, ts, file(Stream::Stdout)),
+        output::spawn_forward(err, label, Stream::Stderr, ts, file(Stream::Stderr)),
     ];
     Ok((w, forwarders))
 }
