@@ -176,7 +176,8 @@ pub fn forward(
         if to_terminal && !shown.is_empty() {
             to_terminal = terminal.write_all(&shown).is_ok();
         }
-        (shown.clear(), raw.clear());
+        shown.clear();
+        raw.clear();
         if n == 0 {
             break;
         }
