@@ -129,13 +129,19 @@ if [ "$whole" -eq 1 ]; then
         echo "scripts/test.sh: the Python tests' environment could not be made" >&2
         status=1
     fi
-    # The native module (a cdylib no test builds), with the test build's
-    # features (--tests brings the dev-dependencies' in), so that only it
-    # and PyO3 are compiled here.
-    cargo build "$@" --lib --tests || status=1
-    ELASTICRUN_BIN="$PWD/target/debug/elasticrun" \
-        ELASTICRUN_EXTENSION="$PWD/target/debug/lib_elasticrun.so" \
-        python/tests/run.sh || status=1
+    # The package as users install it: its wheel (abi3; maturin checks its
+    # symbols against the manylinux policy it tags it with), built by
+    # maturin on this build's artifacts (the dev profile, this machine's
+    # glibc: scripts/build_wheel.sh's release wheel links against glibc 2.17
+    # with zig instead), installed into the tests' environment.
+    if wheel=$(VIRTUAL_ENV="$PWD/target/pyenv" scripts/build_wheel.sh --native --profile dev | tail -n 1) \
+        && [[ "$wheel" == *-cp39-abi3-manylinux*_x86_64.whl || "$wheel" == *-cp39-abi3-manylinux*_aarch64.whl ]]; then
+        ELASTICRUN_BIN="$PWD/target/debug/elasticrun" ELASTICRUN_WHEEL="$wheel" \
+            python/tests/run.sh || status=1
+    else
+        echo "scripts/test.sh: the Python package's wheel was not built as an abi3 manylinux wheel: ${wheel:-none}" >&2
+        status=1
+    fi
 fi
 if [ "$status" -ne 0 ]; then
     # A full disk fails builds, etcd and pip in ways that look like bugs.

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # Builds the elasticrun Python package with maturin into the virtual
 # environment of python/tests/env.sh (target/pyenv, made and filled if
-# needed; ELASTICRUN_EXTENSION instead names a native module cargo built) and
+# needed; ELASTICRUN_WHEEL instead names a wheel to install, and
+# ELASTICRUN_EXTENSION a native module cargo built) and
 # runs its tests, which start elasticrun jobs (ELASTICRUN_BIN, or
 # target/debug/elasticrun, built here). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv="$PWD/target/pyenv"
 python/tests/env.sh
-if [ -n "${ELASTICRUN_EXTENSION:-}" ]; then
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [ -n "${ELASTICRUN_WHEEL:-}" ]; then
+    # The package as users install it: the wheel scripts/build_wheel.sh made.
+    rm -f "$site/elasticrun.pth"
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir \
+        --force-reinstall --no-deps "$ELASTICRUN_WHEEL"
+elif [ -n "${ELASTICRUN_EXTENSION:-}" ]; then
     # The native module cargo already built (scripts/test.sh: its one build
     # of the workspace), installed as `maturin develop` installs it: beside
     # the package's Python files, which a .pth file puts on the path.
     cp "$ELASTICRUN_EXTENSION" python/elasticrun/_elasticrun.abi3.so
-    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$PWD/python" > "$site/elasticrun.pth"
 else
     (cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop -q)
