@@ -46,4 +46,4 @@ if [ "$zig" -eq 1 ]; then
     export CARGO_TARGET_DIR="$PWD/target/manylinux2014"
 fi
 (cd python && VIRTUAL_ENV="$env" PATH="$env/bin:$PATH" maturin "${args[@]}" >&2)
-ls "$out"/elasticrun-*.whl
+ls -t "$out"/elasticrun-*.whl | head -n 1

@@ -36,3 +36,10 @@ def test_a_program_not_started_by_elasticrun_is_told_how_to_start_it():
     assert done.returncode != 0, done.stdout
     assert "programs started by elasticrun" in done.stderr, done.stderr
     assert "elasticrun -np 2 python train.py" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_fsdp2_on_elasticrun_trains_to_the_weights_of_one_process(np_):
+    out, _ = run_job(np_, "c10d_fsdp.py")
+    for r in range(np_):
+        assert "OK" in " ".join(rank_lines(out, r)), out

@@ -337,6 +337,10 @@ class ElasticrunBackend(_C10dBackend):
 
     _reduce_scatter_base = reduce_scatter_single
 
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
+        return self._work(_Handles(works), None, outputs)
+
     def reduce_scatter(self, outputs, inputs, opts):
         works = []
         for out, ins in zip(outputs, inputs):
@@ -370,7 +374,10 @@ class ElasticrunBackend(_C10dBackend):
                     _copy_into(o, row)
         return self._work(_Handles(hs), back, outputs)
 
-    def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
+    def allgather_coalesced(self, output_lists, inputs, opts):
+        return self.allgather(output_lists, inputs, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
         works = [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)]
         return self._work(_Handles(works), None, outputs)
 
@@ -449,6 +456,9 @@ class ElasticrunBackend(_C10dBackend):
 
     def recv(self, tensors, src, tag=0):
         raise _refused("recv", "use a collective (broadcast, all_to_all_single) instead")
+
+    def allreduce_sparse(self, tensors, opts):
+        raise _refused("an allreduce of sparse tensors", "reduce their dense form (to_dense())")
 
     def recv_anysource(self, tensors, tag=0):
         raise _refused("recv from any source", "use a collective instead")
