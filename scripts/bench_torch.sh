@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Horovod's synthetic-benchmark loop (scripts/torch_synthetic.py: a
 # torchvision model on fixed random data) under elasticrun with
-# elasticrun.torch, beside DistributedDataParallel over Gloo under torchrun
-# and, when HVD_VENV is set, Horovod itself under horovodrun (Gloo), NP ranks
+# elasticrun.torch, beside DistributedDataParallel on elasticrun's
+# torch.distributed backend under elasticrun, DistributedDataParallel over
+# Gloo under torchrun and, when HVD_VENV is set, Horovod itself under horovodrun (Gloo), NP ranks
 # on this machine, rounds interleaved; prints total img/s of each.
 #
 #   scripts/bench_torch.sh [ROUNDS] [-- extra torch_synthetic.py arguments]
@@ -42,6 +43,7 @@ for r in $(seq 1 "$rounds"); do
         base="elasticrun.torch of $BASE_MODULE $base img/s, "
     fi
     a=$(target/release/elasticrun -np "$np" "$venv/bin/python" scripts/torch_synthetic.py --api elasticrun "$@" 2>/dev/null | rate)
+    d=$(target/release/elasticrun -np "$np" "$venv/bin/python" scripts/torch_synthetic.py --api ddp --backend elasticrun "$@" 2>/dev/null | rate)
     b=$(ddp "$@")
     c=
     if [ -n "${HVD_VENV:-}" ]; then
@@ -52,5 +54,5 @@ for r in $(seq 1 "$rounds"); do
         c="$c; with glibc's allocator defaults: elasticrun.torch $u img/s; with elasticrun's allocator settings: DDP $(GLIBC_TUNABLES=$tuned ddp "$@") img/s"
         [ -n "${HVD_VENV:-}" ] && c="$c, Horovod $(GLIBC_TUNABLES=$tuned hvd "$@") img/s"
     fi
-    echo "round $r: ${base}elasticrun.torch $a img/s, DDP under torchrun $b img/s$c"
+    echo "round $r: ${base}elasticrun.torch $a img/s, DDP on elasticrun $d img/s, DDP over Gloo under torchrun $b img/s$c"
 done

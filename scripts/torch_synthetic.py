@@ -4,6 +4,7 @@ data, SGD, img/s over timed iterations) in two forms, for the same run:
     elasticrun -np 2 python scripts/torch_synthetic.py --api elasticrun   # elasticrun.torch
     horovodrun --gloo -np 2 -H localhost:2 python scripts/torch_synthetic.py --api horovod
     torchrun --nproc-per-node 2 scripts/torch_synthetic.py --api ddp      # DistributedDataParallel over Gloo
+    elasticrun -np 2 python scripts/torch_synthetic.py --api ddp --backend elasticrun   # DDP on elasticrun's engine
 
 The elasticrun and horovod forms are one code path: only the import differs.
 
@@ -22,6 +23,7 @@ from torchvision import models
 
 p = argparse.ArgumentParser()
 p.add_argument("--api", choices=["elasticrun", "horovod", "ddp"], required=True)
+p.add_argument("--backend", default="gloo", help="torch.distributed backend of --api ddp")
 p.add_argument("--model", default="resnet18")
 p.add_argument("--batch-size", type=int, default=8)
 p.add_argument("--num-warmup-batches", type=int, default=2)
@@ -44,7 +46,7 @@ if args.api in ("elasticrun", "horovod"):
 else:
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
+    dist.init_process_group(args.backend)
     rank, size = dist.get_rank(), dist.get_world_size()
     model = torch.nn.parallel.DistributedDataParallel(model)
 data = torch.randn(args.batch_size, 3, 224, 224)
@@ -61,5 +63,5 @@ timeit.timeit(step, number=args.num_warmup_batches)
 rates = [args.batch_size * args.num_batches_per_iter / timeit.timeit(step, number=args.num_batches_per_iter)
          for _ in range(args.num_iters)]
 if rank == 0:
-    print(json.dumps({"api": args.api, "model": args.model, "world_size": size,
+    print(json.dumps({"api": args.api, "backend": args.backend, "model": args.model, "world_size": size,
                       "img_per_s": size * statistics.median(rates)}), flush=True)

@@ -1,13 +1,17 @@
 """torch.distributed's backend "elasticrun" (python/elasticrun/torch/backend.py)."""
 
 import os
+import pathlib
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
-from conftest import WORKERS, rank_lines, run_job
+from conftest import WORKERS, elasticrun, rank_lines, run_and_kill, run_job
+from test_elastic import final_weights
 
 
 @pytest.mark.parametrize("np_", [2, 3])
@@ -43,3 +47,24 @@ def test_fsdp2_on_elasticrun_trains_to_the_weights_of_one_process(np_):
     out, _ = run_job(np_, "c10d_fsdp.py")
     for r in range(np_):
         assert "OK" in " ".join(rank_lines(out, r)), out
+
+
+def test_elastic_ddp_through_a_killed_rank_ends_on_the_undisturbed_weights():
+    steps = 40
+    quiet, _ = run_job(2, "elastic_ddp.py", steps, 0)
+    want = final_weights(quiet)
+    with tempfile.TemporaryDirectory() as d:
+        hosts = pathlib.Path(d) / "hosts.sh"
+        hosts.write_text("#!/bin/sh\necho localhost:3\n")
+        hosts.chmod(0o755)
+        cmd = [elasticrun(), "-np", "3", "--min-np", "2", "--max-np", "3",
+               "--replacement-wait", "30", "--host-discovery-script", str(hosts),
+               sys.executable, str(WORKERS / "elastic_ddp.py"), str(steps), "0.05"]
+        code, out, err, killed = run_and_kill(cmd, r"\[2\]<stdout>:pid 2 (\d+)", r"<stdout>:step 10 ")
+        assert killed and code == 0, out + err
+        assert "was killed by signal 9 (SIGKILL)" in err, err
+    got = final_weights(out)
+    assert all(abs(a - b) < 1e-4 for a, b in zip(got, want)), (got, want)
+    # The last steps ran with three ranks again: the replacement joined a
+    # process group made for the new world.
+    assert re.search(rf"step {steps} size 3", out), out

@@ -25,6 +25,7 @@ docs/python.md has what each call does here and what is refused.
 import os
 import queue
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -70,6 +71,48 @@ def register():
     if NAME.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def init_process_group(**kwargs):
+    """Makes torch's default process group on this backend for the current
+    generation: the rank and world size elasticrun placed this process at
+    (an elastic job's workers get no ``RANK``/``WORLD_SIZE``: the world
+    changes), and a store of this process's own (the backend needs none).
+    ``kwargs`` go to ``torch.distributed.init_process_group``."""
+    if not _er.is_initialized():
+        _er.init()
+    register()
+    dist.init_process_group(NAME, rank=_er.rank(), world_size=_er.size(),
+                            store=dist.HashStore(), **kwargs)
+
+
+#: Things remade for every new generation (``DistributedDataParallel``).
+_REMADE = weakref.WeakSet()
+
+#: The failure a call of this generation ended with (``WorkersFailed``):
+#: torch passes it on as a plain ``RuntimeError`` (DDP's backward), which
+#: ``elasticrun.torch.elastic.run`` turns back into a rollback.
+_failure = None
+
+
+def failure():
+    """The ``WorkersFailed`` a call of this generation ended with, if any."""
+    return _failure
+
+
+def new_generation():
+    """After elasticrun moved this process to a new generation (a reset):
+    the default process group, if on this backend, made again for the new
+    world, and every ``DistributedDataParallel`` of
+    ``elasticrun.torch.elastic`` wrapped again around its module."""
+    global _failure
+    _failure = None
+    if not dist.is_initialized() or dist.get_backend() != NAME:
+        return
+    dist.destroy_process_group()
+    init_process_group()
+    for remade in list(_REMADE):
+        remade._remake()
 
 
 def _create(opts, backend_options):
@@ -210,6 +253,9 @@ class _Work(dist._Work):
                     self._state = True
                 except BaseException as e:  # noqa: B902 - handed to the waiter
                     self._state = e
+                    if isinstance(e, _native.WorkersFailed):
+                        global _failure
+                        _failure = e
                 self._native = self._finish = None
         if self._state is not True:
             raise self._state

@@ -1,6 +1,7 @@
 """``horovod.torch.elastic``: ``run``, ``TorchState`` and ``ElasticSampler``."""
 
 import copy
+import functools
 import math
 import random
 
@@ -14,8 +15,62 @@ from elasticrun.elastic import (
     ObjectState,
     State,
     WorkersFailed,
-    run,
 )
+from elasticrun.elastic import run as _run
+
+
+def run(func):
+    """``horovod.torch.elastic.run``: wraps ``func(state, ...)`` so that it
+    survives workers failing and hosts coming and going. Also for programs
+    on the ``elasticrun`` torch.distributed backend: a call that failed
+    because workers failed reaches ``func`` through torch as a plain
+    ``RuntimeError`` (DDP's backward pass), which is rolled back as a
+    ``WorkersFailed`` is."""
+
+    @functools.wraps(func)
+    def translated(state, *args, **kwargs):
+        try:
+            return func(state, *args, **kwargs)
+        except (WorkersFailed, HostsUpdatedInterrupt):
+            raise
+        except Exception as e:
+            from . import backend
+
+            failed = backend.failure()
+            if failed is None:
+                raise
+            raise WorkersFailed(str(failed)) from e
+
+    return _run(translated)
+
+
+class DistributedDataParallel(torch.nn.Module):
+    """``torch.nn.parallel.DistributedDataParallel`` that an elastic job can
+    keep: wrapped again around ``module`` (with the same ``kwargs``) on the
+    default process group of every new generation, which
+    ``TorchState``'s reset makes for the new world. Call it, and read
+    ``.module``, as DDP's; its ``state_dict()`` is DDP's (``module.`` keys)."""
+
+    def __init__(self, module, **kwargs):
+        super().__init__()
+        self.module = module
+        self._kwargs = kwargs
+        self._remake()
+        from . import backend
+
+        backend._REMADE.add(self)
+
+    def _remake(self):
+        old = self.__dict__.get("_ddp")
+        if old is not None:
+            # The old reducer's hooks on the parameters go now, not when
+            # the old wrapper is collected.
+            old._remove_autograd_hooks()
+        ddp = torch.nn.parallel.DistributedDataParallel(self.module, **self._kwargs)
+        object.__setattr__(self, "_ddp", ddp)
+
+    def forward(self, *args, **kwargs):
+        return self._ddp(*args, **kwargs)
 
 
 class TorchState(ObjectState):
@@ -35,6 +90,14 @@ class TorchState(ObjectState):
         if self.optimizer is not None:
             self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
         super().save()
+
+    def on_reset(self):
+        # The elasticrun backend's process group and DDP wrappers first:
+        # the callbacks may use them.
+        from . import backend
+
+        backend.new_generation()
+        super().on_reset()
 
     def restore(self):
         if hasattr(self.optimizer, "_reset_handles"):
@@ -110,5 +173,5 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.reset()
 
 
-__all__ = ["ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt", "LeftJob",
+__all__ = ["DistributedDataParallel", "ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt", "LeftJob",
            "ObjectState", "State", "TorchState", "WorkersFailed", "run"]
