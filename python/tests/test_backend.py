@@ -68,3 +68,16 @@ def test_elastic_ddp_through_a_killed_rank_ends_on_the_undisturbed_weights():
     # The last steps ran with three ranks again: the replacement joined a
     # process group made for the new world.
     assert re.search(rf"step {steps} size 3", out), out
+
+
+def test_an_older_torch_is_told_which_version_the_backend_needs():
+    code = ("import torch\n"
+            "torch.__version__ = '2.13.1+cpu'\n"
+            "from elasticrun.torch import backend\n"
+            "try:\n"
+            "    backend.register()\n"
+            "except RuntimeError as e:\n"
+            "    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "needs torch 2.14 or newer (this is 2.13.1+cpu)" in done.stdout, done.stdout
