@@ -8,7 +8,8 @@ waiting for training to resume in between; prints median and max per launcher.
 Usage: scripts/bench_recovery.py [--np 4] [--kills 10] [--delay-ms 10] [--python-venv VENV]
        (torchrun from $PEERS_VENV, see ../shared/peers; skipped when unset;
        --python-venv adds the same job written with elasticrun.torch,
-       scripts/torch_elastic_worker.py)
+       scripts/torch_elastic_worker.py, and as DistributedDataParallel on
+       the elasticrun torch.distributed backend)
 Build first: cargo build --release --bins"""
 import argparse
 import json
@@ -161,10 +162,12 @@ def elasticrun_rust(args, rng):
     return elasticrun(args, rng, worker, lambda p: comm(p).startswith(train))
 
 
-def elasticrun_python(args, rng):
-    """The same job in Python with elasticrun.torch (hvd.elastic.run, TorchState)."""
+def elasticrun_python(args, rng, api=()):
+    """The same job in Python with elasticrun.torch (hvd.elastic.run,
+    TorchState); with api ["ddp"], as DDP on the elasticrun backend."""
     script = os.path.join(ROOT, "scripts", "torch_elastic_worker.py")
-    worker = [os.path.join(args.python_venv, "bin", "python"), script, "100000000", str(args.delay_ms)]
+    worker = [os.path.join(args.python_venv, "bin", "python"), script, "100000000", str(args.delay_ms),
+              *api]
     return elasticrun(args, rng, worker, lambda p: script in comm(p))
 
 
@@ -213,6 +216,8 @@ def main():
     if args.python_venv:
         py = elasticrun_python(args, rng)
         report(f"elasticrun -np {args.np}, elasticrun.torch worker", py)
+        ddp = elasticrun_python(args, rng, ["ddp"])
+        report(f"elasticrun -np {args.np}, DDP on the elasticrun backend", ddp)
     theirs = torchrun(args, rng)
     if theirs:
         report(f"torchrun --nproc-per-node {args.np}", theirs)
@@ -220,6 +225,8 @@ def main():
         if args.python_venv:
             print(f"median ratio torchrun/elasticrun (elasticrun.torch worker): "
                   f"{statistics.median(theirs) / statistics.median(py):.1f}")
+            print(f"median ratio torchrun/elasticrun (DDP on the elasticrun backend): "
+                  f"{statistics.median(theirs) / statistics.median(ddp):.1f}")
 
 
 if __name__ == "__main__":
