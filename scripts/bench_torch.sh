@@ -8,7 +8,8 @@
 #
 #   scripts/bench_torch.sh [ROUNDS] [-- extra torch_synthetic.py arguments]
 #
-# Environment: NP (2), VENV (with torch, torchvision, numpy and the elasticrun
+# Environment: NP (2), FSDP=1 (also FSDP2, fully_shard per top-level block,
+# on the elasticrun backend under elasticrun and over Gloo under torchrun), VENV (with torch, torchvision, numpy and the elasticrun
 # package; default target/pyenv, see python/tests/run.sh), HVD_VENV (a venv
 # with Horovod 0.28.1 and torchvision: ../shared/peers/hvd_build.sh),
 # BASE_MODULE (a folder holding another build of the elasticrun package, e.g.
@@ -30,6 +31,11 @@ cargo build --release -q -p coordinator --bin elasticrun
 rate() { grep -o '"img_per_s": [0-9.]*' | awk '{print $2}'; }
 tuned=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864
 ddp() { "$venv/bin/torchrun" --nproc-per-node "$np" scripts/torch_synthetic.py --api ddp "$@" 2>/dev/null | rate; }
+fsdp() {
+    e=$(target/release/elasticrun -np "$np" "$venv/bin/python" scripts/torch_synthetic.py --api fsdp --backend elasticrun "$@" 2>/dev/null | rate)
+    g=$("$venv/bin/torchrun" --nproc-per-node "$np" scripts/torch_synthetic.py --api fsdp "$@" 2>/dev/null | rate)
+    echo "; FSDP2 on elasticrun $e img/s, FSDP2 over Gloo under torchrun $g img/s"
+}
 hvd() {
     # horovodrun sets no OMP_NUM_THREADS; the other two launchers set 1.
     OMP_NUM_THREADS=1 PATH="$HVD_VENV/bin:$PATH" "$HVD_VENV/bin/horovodrun" --gloo -np "$np" -H "localhost:$np" \
@@ -54,5 +60,6 @@ for r in $(seq 1 "$rounds"); do
         c="$c; with glibc's allocator defaults: elasticrun.torch $u img/s; with elasticrun's allocator settings: DDP $(GLIBC_TUNABLES=$tuned ddp "$@") img/s"
         [ -n "${HVD_VENV:-}" ] && c="$c, Horovod $(GLIBC_TUNABLES=$tuned hvd "$@") img/s"
     fi
+    [ -n "${FSDP:-}" ] && c="$c$(fsdp "$@")"
     echo "round $r: ${base}elasticrun.torch $a img/s, DDP on elasticrun $d img/s, DDP over Gloo under torchrun $b img/s$c"
 done

@@ -5,6 +5,8 @@ data, SGD, img/s over timed iterations) in two forms, for the same run:
     horovodrun --gloo -np 2 -H localhost:2 python scripts/torch_synthetic.py --api horovod
     torchrun --nproc-per-node 2 scripts/torch_synthetic.py --api ddp      # DistributedDataParallel over Gloo
     elasticrun -np 2 python scripts/torch_synthetic.py --api ddp --backend elasticrun   # DDP on elasticrun's engine
+    torchrun --nproc-per-node 2 scripts/torch_synthetic.py --api fsdp     # FSDP2 over Gloo (--backend elasticrun:
+                                                                         # under elasticrun, on its engine)
 
 The elasticrun and horovod forms are one code path: only the import differs.
 
@@ -22,8 +24,8 @@ import torch.nn.functional as F
 from torchvision import models
 
 p = argparse.ArgumentParser()
-p.add_argument("--api", choices=["elasticrun", "horovod", "ddp"], required=True)
-p.add_argument("--backend", default="gloo", help="torch.distributed backend of --api ddp")
+p.add_argument("--api", choices=["elasticrun", "horovod", "ddp", "fsdp"], required=True)
+p.add_argument("--backend", default="gloo", help="torch.distributed backend of --api ddp and fsdp")
 p.add_argument("--model", default="resnet18")
 p.add_argument("--batch-size", type=int, default=8)
 p.add_argument("--num-warmup-batches", type=int, default=2)
@@ -48,7 +50,20 @@ else:
 
     dist.init_process_group(args.backend)
     rank, size = dist.get_rank(), dist.get_world_size()
-    model = torch.nn.parallel.DistributedDataParallel(model)
+    if args.api == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (size,))
+        # One group per top-level block (resnet's layers, mobilenet's
+        # features), then the rest.
+        for child in model.children():
+            if sum(p.numel() for p in child.parameters()) > 0:
+                fully_shard(child, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
 data = torch.randn(args.batch_size, 3, 224, 224)
 target = torch.randint(0, 1000, (args.batch_size,))
 

@@ -115,6 +115,18 @@ fn usage_errors_exit_2_and_start_nothing() {
         ),
         (&[echo], "elasticrun: -np is needed when no hosts are given"),
         (
+            &[
+                "--max-restarts",
+                "1",
+                "--min-np",
+                "1",
+                "--host-discovery-script",
+                echo,
+                echo,
+            ],
+            "elasticrun: --max-restarts: it restarts the workers of a static job",
+        ),
+        (
             &["--hostfile", "/nonexistent/hosts", echo],
             "/nonexistent/hosts",
         ),

@@ -68,6 +68,9 @@ pub struct Cli {
         help_heading = "Launching"
     )]
     pub start_timeout: Option<f64>,
+    /// Times every worker of a static job is started again after one fails, as torchrun's --max-restarts: a program that resumes from its own checkpoint survives failures (TORCHELASTIC_RESTART_COUNT says which start it is) [default: 0].
+    #[arg(long, value_name = "N", help_heading = "Launching")]
+    pub max_restarts: Option<u32>,
     /// Seconds a worker that lost its connection to the coordinator keeps trying to reconnect before it exits [default: 10].
     #[arg(
         long,

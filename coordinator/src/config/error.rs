@@ -114,6 +114,11 @@ pub enum Refusal {
     )]
     OnlyElastic { given: Source },
     #[error(
+        "it restarts the workers of a static job; an elastic job (--min-np, --max-np, \
+         --host-discovery-script) recovers without restarting them: leave it out (it was given {given})"
+    )]
+    NotElastic { given: Source },
+    #[error(
         "only autotuning uses it, and it needs --autotune (it was given {given}{})",
         match turned_off {
             Some(off) => format!(", and autotuning was turned off {off}"),

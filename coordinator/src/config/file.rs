@@ -3,7 +3,7 @@
 //!
 //! ```yaml
 //! launch:      { np: 4, hosts: "a:2,b:2", hostfile: hosts.txt, ssh_port: 2222,
-//!                ssh_identity_file: ~/.ssh/id, start_timeout: 60,
+//!                ssh_identity_file: ~/.ssh/id, start_timeout: 60, max_restarts: 3,
 //!                network_interface: eth0, output_filename: logs,
 //!                prefix_output_with_timestamp: true }
 //! params:      { fusion_threshold_mb: 32, cycle_time_ms: 2.5, cache_capacity: 2048,
@@ -65,6 +65,7 @@ pub struct Launch {
     pub start_timeout: Option<f64>,
     pub coordinator_timeout: Option<f64>,
     pub heartbeat_timeout: Option<f64>,
+    pub max_restarts: Option<u32>,
     pub network_interface: Option<String>,
     pub output_filename: Option<String>,
     pub prefix_output_with_timestamp: Option<bool>,

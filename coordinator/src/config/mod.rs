@@ -191,6 +191,9 @@ pub struct ElasticConfig {
 pub struct JobConfig {
     /// Empty for `elasticrun serve`. As given: any bytes but NUL.
     pub command: Vec<std::ffi::OsString>,
+    /// Times every worker of a static job is started again after one
+    /// fails (`--max-restarts`); 0 in an elastic job.
+    pub max_restarts: u32,
     /// `None`: as many processes as the hosts have slots. In an elastic job,
     /// the initial target (`Some(initial_np)`).
     pub np: Option<usize>,

@@ -136,6 +136,16 @@ pub(super) const START_TIMEOUT: Opt<f64> = Opt {
     default: 30.0,
 };
 
+/// Restarts of every worker after a failure, torchrun's `--max-restarts`.
+pub(super) const MAX_RESTARTS: Opt<u32> = Opt {
+    flag: "max-restarts",
+    env: &[var("ELASTICRUN_MAX_RESTARTS", samples)],
+    yaml: "launch.max_restarts",
+    cli: |c| c.max_restarts,
+    file: |f| f.launch.max_restarts,
+    default: 0,
+};
+
 /// Seconds.
 pub(super) const COORDINATOR_TIMEOUT: Opt<f64> = Opt {
     flag: "coordinator-timeout",

@@ -50,6 +50,7 @@ fn table() -> Vec<Names> {
         names(&ELASTIC_TIMEOUT),
         names(&REPLACEMENT_WAIT),
         names(&RESET_LIMIT),
+        names(&MAX_RESTARTS),
         names(&BLACKLIST_COOLDOWN_RANGE),
         names(&DISCOVERY_INTERVAL),
         names(&DISCOVERY_TIMEOUT),

@@ -105,6 +105,7 @@ fn env_names() -> Vec<&'static str> {
         ELASTIC_TIMEOUT,
         REPLACEMENT_WAIT,
         RESET_LIMIT,
+        MAX_RESTARTS,
         BLACKLIST_COOLDOWN_RANGE,
         DISCOVERY_INTERVAL,
         DISCOVERY_TIMEOUT,

@@ -170,6 +170,14 @@ pub fn resolve(
         };
         return Err(invalid(opt::NETWORK_INTERFACE.flag, why));
     }
+    let max_restarts = l.pick(&opt::MAX_RESTARTS)?;
+    if elastic.is_some() && max_restarts.value > 0 {
+        let given = max_restarts.source;
+        return Err(invalid(
+            opt::MAX_RESTARTS.flag,
+            Refusal::NotElastic { given },
+        ));
+    }
     let data_timeout = l.pick(&opt::GLOO_TIMEOUT_SECONDS)?;
     let tcp_only = l.pick(&opt::TCP)?.value;
     let transport = l.pick(&opt::TRANSPORT)?.value;
@@ -179,6 +187,7 @@ pub fn resolve(
     }
     Ok(JobConfig {
         command: cli.command.clone(),
+        max_restarts: max_restarts.value,
         np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),
         hosts,
         start_timeout: positive_seconds(opt::START_TIMEOUT.flag, start_timeout.value)?,

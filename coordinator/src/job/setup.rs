@@ -30,7 +30,7 @@ use crate::config::{ElasticConfig, JobConfig};
 use crate::launch::Launcher;
 use crate::launch::address::{control_addresses, is_this_machine};
 use crate::launch::output;
-use crate::launch::program_env::{self, StaticLayout};
+use crate::launch::program_env::{self, Restart, StaticLayout};
 use crate::launch::start::ProcessLauncher;
 use crate::layout::place;
 use crate::server::{Arrivals, Server};
@@ -196,8 +196,32 @@ pub struct Seams {
     pub ca: Arc<JobCa>,
 }
 
-/// Runs the job described by `cfg` until it ends.
+/// Runs the job described by `cfg` until it ends; a static job whose
+/// workers failed starts them all again, up to `--max-restarts` times.
 pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
+    let say = Say::stderr(cfg.output_timestamps);
+    let max = cfg.max_restarts;
+    let mut count = 0;
+    loop {
+        let ending = run_once(cfg.clone(), Restart { count, max }).await?;
+        if ending != Ending::Failed || max == 0 {
+            return Ok(ending);
+        }
+        if count == max {
+            say.line(format_args!(
+                "the job failed after {max} restarts (--max-restarts {max}); giving up"
+            ));
+            return Ok(ending);
+        }
+        count += 1;
+        say.line(format_args!(
+            "restarting every worker: restart {count} of {max} (TORCHELASTIC_RESTART_COUNT={count})"
+        ));
+    }
+}
+
+/// One start of the job's workers, the `restart.count`th restart.
+async fn run_once(cfg: JobConfig, restart: Restart) -> Result<Ending, JobError> {
     let Setup {
         policy,
         bind,
@@ -217,7 +241,11 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     let knobs = knobs(&cfg);
     let silence = cfg.heartbeat_timeout;
     let seams = Seams {
-        launcher: Box::new(ProcessLauncher::new(cfg, secret, listening).with_layout(layout)),
+        launcher: Box::new(
+            ProcessLauncher::new(cfg, secret, listening)
+                .with_layout(layout)
+                .with_restart(restart),
+        ),
         arrivals: server.into_arrivals(),
         hosts: feed(hosts, say.clone()),
         store: Box::new(MemoryStore::new()),

@@ -22,6 +22,15 @@ pub struct StaticLayout {
     pub master_port: u16,
 }
 
+/// Which start of a static job's workers this is (`--max-restarts`):
+/// torchrun's `TORCHELASTIC_RESTART_COUNT` and `TORCHELASTIC_MAX_RESTARTS`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Restart {
+    /// 0 for the first start, 1 after the first restart, ...
+    pub count: u32,
+    pub max: u32,
+}
+
 /// torchrun's default `MASTER_PORT`.
 pub const TORCHRUN_PORT: u16 = 29500;
 
@@ -51,6 +60,7 @@ pub fn program_env(
     hostname: &str,
     master_addr: &str,
     master_port: u16,
+    restart: Restart,
 ) -> Vec<(String, String)> {
     let n = |v: usize| v.to_string();
     vec![
@@ -62,7 +72,11 @@ pub fn program_env(
         ("GROUP_WORLD_SIZE".into(), n(hosts)),
         ("ROLE_RANK".into(), n(p.rank)),
         ("ROLE_WORLD_SIZE".into(), n(size)),
-        ("TORCHELASTIC_RESTART_COUNT".into(), "0".into()),
+        (
+            "TORCHELASTIC_RESTART_COUNT".into(),
+            restart.count.to_string(),
+        ),
+        ("TORCHELASTIC_MAX_RESTARTS".into(), restart.max.to_string()),
         ("MASTER_ADDR".into(), master_addr.into()),
         ("MASTER_PORT".into(), master_port.to_string()),
         ("HOROVOD_RANK".into(), n(p.rank)),
@@ -127,7 +141,8 @@ mod tests {
         let l = layout();
         assert_eq!(l.rank0_host(), Some("a"));
         let p = l.placement("b", 1).unwrap();
-        let env = program_env(p, 4, 2, "b", "10.0.0.1", 1234);
+        let restart = Restart { count: 2, max: 3 };
+        let env = program_env(p, 4, 2, "b", "10.0.0.1", 1234, restart);
         for (k, v) in [
             ("RANK", "3"),
             ("WORLD_SIZE", "4"),
@@ -137,6 +152,8 @@ mod tests {
             ("GROUP_WORLD_SIZE", "2"),
             ("MASTER_ADDR", "10.0.0.1"),
             ("MASTER_PORT", "1234"),
+            ("TORCHELASTIC_RESTART_COUNT", "2"),
+            ("TORCHELASTIC_MAX_RESTARTS", "3"),
             ("HOROVOD_RANK", "3"),
             ("HOROVOD_LOCAL_RANK", "1"),
             ("HOROVOD_CROSS_RANK", "1"),

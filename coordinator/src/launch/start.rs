@@ -20,7 +20,7 @@ pub use super::launcher::StartError;
 use super::launcher::{EXIT_POLL, LaunchError, Launcher, Started};
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
-use super::program_env::{StaticLayout, omp_threads, program_env};
+use super::program_env::{Restart, StaticLayout, omp_threads, program_env};
 use super::ssh::{self, SshOptions};
 use crate::config::JobConfig;
 use crate::job::STOP_GRACE;
@@ -219,6 +219,8 @@ pub struct ProcessLauncher {
     /// sends: the driver's news of exits. Made before the first worker
     /// starts; `None` until then, or where it cannot be had.
     child_exits: Option<Signal>,
+    /// Which start of a static job's workers this is.
+    restart: Restart,
 }
 
 impl ProcessLauncher {
@@ -233,7 +235,15 @@ impl ProcessLauncher {
             layout: None,
             host_slots: HashMap::new(),
             child_exits: None,
+            restart: Restart::default(),
         }
+    }
+
+    /// Which start of the job's workers this launcher makes
+    /// (`--max-restarts`).
+    pub fn with_restart(mut self, restart: Restart) -> Self {
+        self.restart = restart;
+        self
     }
 
     /// Listens for SIGCHLD from now on, if it does not yet.
@@ -275,7 +285,15 @@ impl ProcessLauncher {
             .map(|q| q.host)
             .max()
             .map_or(0, |m| m + 1);
-        program_env(p, size, hosts, &slot.host, &master, l.master_port)
+        program_env(
+            p,
+            size,
+            hosts,
+            &slot.host,
+            &master,
+            l.master_port,
+            self.restart,
+        )
     }
 
     /// How many of the job's workers run on `slot`'s host: a static job's

@@ -27,6 +27,7 @@ mod mixed_hosts;
 mod output_files;
 mod plain_programs;
 mod quic;
+mod restarts;
 mod ssh;
 mod stall;
 mod synthetic_benchmark;
