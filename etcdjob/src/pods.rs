@@ -48,16 +48,7 @@ pub async fn claim_slot(
         let Some(slot) = (0..MAX_SLOTS_PER_NODE).find(|s| !used.contains(s)) else {
             break;
         };
-        let key = keys.worker(node, slot);
-        let value = encode(&key, record)?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.as_str(),
-                value,
-                Some(PutOptions::new().with_lease(lease.id())),
-            )]);
-        if timed("claiming a slot", c.txn(txn)).await?.succeeded() {
+        if put_if_free(client, keys, (node, slot), lease, record, "claiming a slot").await? {
             return Ok(slot);
         }
         // Another worker of the node took it meanwhile: look again.
@@ -80,6 +71,20 @@ pub async fn reclaim_slot(
     lease: &Lease,
     record: &WorkerRecord,
 ) -> Result<bool, EtcdError> {
+    let what = "claiming the slot again";
+    put_if_free(client, keys, (node, slot), lease, record, what).await
+}
+
+/// Puts `record` on `lease` as the worker key of `(node, slot)` if no
+/// worker holds that key: whether it did.
+async fn put_if_free(
+    client: &Client,
+    keys: &Keys,
+    (node, slot): (&str, u32),
+    lease: &Lease,
+    record: &WorkerRecord,
+    what: &'static str,
+) -> Result<bool, EtcdError> {
     let key = keys.worker(node, slot);
     let value = encode(&key, record)?;
     let txn = Txn::new()
@@ -90,9 +95,7 @@ pub async fn reclaim_slot(
             Some(PutOptions::new().with_lease(lease.id())),
         )]);
     let mut c = client.clone();
-    Ok(timed("claiming the slot again", c.txn(txn))
-        .await?
-        .succeeded())
+    Ok(timed(what, c.txn(txn)).await?.succeeded())
 }
 
 /// Rewrites this worker's own key (still on its lease) as leaving.
