@@ -1,17 +1,15 @@
 """torch.distributed's backend "elasticrun" (python/elasticrun/torch/backend.py)."""
 
 import os
-import pathlib
 import re
 import socket
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
-from conftest import WORKERS, elasticrun, rank_lines, run_and_kill, run_job
-from test_elastic import final_weights
+from conftest import WORKERS, rank_lines, run_job
+from test_elastic import final_weights, kill_rank_2_at_step_10
 
 
 @pytest.mark.parametrize("np_", [2, 3])
@@ -53,16 +51,7 @@ def test_elastic_ddp_through_a_killed_rank_ends_on_the_undisturbed_weights():
     steps = 40
     quiet, _ = run_job(2, "elastic_ddp.py", steps, 0)
     want = final_weights(quiet)
-    with tempfile.TemporaryDirectory() as d:
-        hosts = pathlib.Path(d) / "hosts.sh"
-        hosts.write_text("#!/bin/sh\necho localhost:3\n")
-        hosts.chmod(0o755)
-        cmd = [elasticrun(), "-np", "3", "--min-np", "2", "--max-np", "3",
-               "--replacement-wait", "30", "--host-discovery-script", str(hosts),
-               sys.executable, str(WORKERS / "elastic_ddp.py"), str(steps), "0.05"]
-        code, out, err, killed = run_and_kill(cmd, r"\[2\]<stdout>:pid 2 (\d+)", r"<stdout>:step 10 ")
-        assert killed and code == 0, out + err
-        assert "was killed by signal 9 (SIGKILL)" in err, err
+    out, _ = kill_rank_2_at_step_10("elastic_ddp.py", steps)
     got = final_weights(out)
     assert all(abs(a - b) < 1e-4 for a, b in zip(got, want)), (got, want)
     # The last steps ran with three ranks again: the replacement joined a

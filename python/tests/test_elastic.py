@@ -19,9 +19,10 @@ def final_weights(stdout):
     raise AssertionError(f"no weights in\n{stdout}")
 
 
-def test_a_killed_rank_is_replaced_and_training_ends_on_the_undisturbed_weights():
-    quiet, _ = run_job(2, "elastic_train.py", STEPS, 0)
-    want = final_weights(quiet)
+def kill_rank_2_at_step_10(script, steps):
+    """Runs worker ``script`` (``STEPS DELAY`` arguments, ``pid <rank>
+    <pid>`` and ``step <n>`` lines) as an elastic job of 3 ranks, ``kill
+    -9`` of rank 2 at step 10; its stdout and stderr once it succeeded."""
     with tempfile.TemporaryDirectory() as d:
         hosts = pathlib.Path(d) / "hosts.sh"
         hosts.write_text("#!/bin/sh\necho localhost:3\n")
@@ -31,10 +32,17 @@ def test_a_killed_rank_is_replaced_and_training_ends_on_the_undisturbed_weights(
         cmd = [elasticrun(), "-np", "3", "--min-np", "2", "--max-np", "3",
                "--replacement-wait", "30",
                "--host-discovery-script", str(hosts), sys.executable,
-               str(WORKERS / "elastic_train.py"), str(STEPS), "0.05"]
+               str(WORKERS / script), str(steps), "0.05"]
         code, out, err, killed = run_and_kill(cmd, r"\[2\]<stdout>:pid 2 (\d+)", r"<stdout>:step 10 ")
         assert killed and code == 0, out + err
         assert "was killed by signal 9 (SIGKILL)" in err, err
+    return out, err
+
+
+def test_a_killed_rank_is_replaced_and_training_ends_on_the_undisturbed_weights():
+    quiet, _ = run_job(2, "elastic_train.py", STEPS, 0)
+    want = final_weights(quiet)
+    out, err = kill_rank_2_at_step_10("elastic_train.py", STEPS)
     # The recovery line counts the steps the survivors rolled back from
     # the step they had reached (it used to say "from step 0").
     assert re.search(r"rolled back \(step [1-9]\d*", err), err
