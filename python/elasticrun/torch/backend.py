@@ -440,10 +440,10 @@ class ElasticrunBackend(_C10dBackend):
     _allgather_base = all_gather_single
 
     def gather(self, outputs, inputs, opts):
-        work = self.allgather([list(o) if o else [torch.empty_like(inputs[0])
-                                                  for _ in range(self.size())]
-                               for o in (outputs or [[]])], inputs, opts)
-        return work
+        # An allgather; ranks other than the root gather into scratch.
+        if not outputs or not outputs[0]:
+            outputs = [[torch.empty_like(inputs[0]) for _ in range(self.size())]]
+        return self.allgather(outputs, inputs, opts)
 
     def scatter(self, outputs, inputs, opts):
         out = outputs[0]
