@@ -35,7 +35,7 @@ fn spelled(option: &str) -> String {
 /// Text that does not parse as the value it should be.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum BadValue {
-    #[error("expected a non-negative number")]
+    #[error("expected a number")]
     NotANumber,
     #[error("expected a non-negative integer")]
     NotACount,

@@ -29,141 +29,292 @@
 //! command line's names, as `launch` does.)
 //! Unknown keys are errors (with line and column), so a typo is never ignored.
 
-use serde::Deserialize;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::OnceLock;
 
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+use control::env::TransportKind;
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
+
+use super::options::{self, Declared};
+
+/// The file: the value of every key it gives, by `section.key`, typed by
+/// the option the key belongs to (`options::ALL`), and `serve`'s section.
+#[derive(Debug, Default, PartialEq)]
 pub struct ConfigFile {
-    #[serde(default)]
-    pub launch: Launch,
-    #[serde(default)]
-    pub params: Params,
-    #[serde(default)]
-    pub autotune: Autotune,
-    #[serde(default)]
-    pub timeline: Timeline,
-    #[serde(default)]
-    pub stall_check: StallCheck,
-    #[serde(default)]
-    pub logging: Logging,
-    #[serde(default)]
-    pub library_options: LibraryOptions,
-    #[serde(default)]
-    pub elastic: Elastic,
-    #[serde(default)]
+    values: BTreeMap<&'static str, FileValue>,
     pub serve: Serve,
 }
 
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Launch {
-    pub np: Option<usize>,
-    pub hosts: Option<String>,
-    pub hostfile: Option<String>,
-    pub ssh_port: Option<u16>,
-    pub ssh_identity_file: Option<String>,
-    pub start_timeout: Option<f64>,
-    pub coordinator_timeout: Option<f64>,
-    pub heartbeat_timeout: Option<f64>,
-    pub max_restarts: Option<u32>,
-    pub network_interface: Option<String>,
-    pub output_filename: Option<String>,
-    pub prefix_output_with_timestamp: Option<bool>,
+impl ConfigFile {
+    /// The value the file gives for `section.key`.
+    pub(super) fn get(&self, path: &str) -> Option<&FileValue> {
+        self.values.get(path)
+    }
 }
 
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Params {
-    pub fusion_threshold_mb: Option<f64>,
-    pub cycle_time_ms: Option<f64>,
-    pub cache_capacity: Option<usize>,
-    pub disable_cache: Option<bool>,
-    pub hierarchical_allreduce: Option<bool>,
-    pub hierarchical_allgather: Option<bool>,
-    /// In bytes, as the autotuner's `params:` section writes it.
-    pub segment_bytes: Option<u64>,
+/// A value of the file, as its option's [`Kind`] reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum FileValue {
+    Number(f64),
+    Integer(u64),
+    Bool(bool),
+    Text(String),
+    Integers(Vec<usize>),
+    /// `[MIN, MAX]`.
+    Range(f64, f64),
+    Transport(TransportKind),
 }
 
-/// horovodrun's `autotune` section, with its keys.
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Autotune {
-    pub enabled: Option<bool>,
-    pub log_file: Option<String>,
-    pub warmup_samples: Option<u32>,
-    pub steps_per_sample: Option<u32>,
-    pub bayes_opt_max_samples: Option<u32>,
-    pub gaussian_process_noise: Option<f64>,
-}
-
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Timeline {
-    pub filename: Option<String>,
-    pub mark_cycles: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct StallCheck {
-    pub enabled: Option<bool>,
-    pub warning_time_seconds: Option<f64>,
-    pub shutdown_time_seconds: Option<f64>,
-}
-
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Logging {
-    pub level: Option<String>,
-    pub hide_timestamp: Option<bool>,
-}
-
-/// horovodrun's `library_options` section, with the keys elasticrun acts on
-/// (MPI's and NCCL's are unknown keys, so refused).
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct LibraryOptions {
-    pub gloo_timeout_seconds: Option<f64>,
-    /// CPU ids, one per slot of a host: `[0, 2]`.
-    pub thread_affinity: Option<Vec<usize>>,
+/// What a key's value must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    Number,
+    U16,
+    U32,
+    U64,
+    Usize,
+    Bool,
+    Text,
+    /// A list of integers 0 or more: `[0, 2]`.
+    Integers,
+    /// Two numbers: `[MIN, MAX]`.
+    Range,
     /// `tcp`, `quic` or `tls`.
-    #[serde(default, deserialize_with = "transport")]
-    pub transport: Option<control::env::TransportKind>,
-    /// `false`: ranks of one host keep to TCP or TLS (`--no-shared-memory`).
-    pub shared_memory: Option<bool>,
-    pub tcp: Option<bool>,
+    Transport,
 }
 
-/// A data plane's name in the file.
-fn transport<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<control::env::TransportKind>, D::Error> {
-    let name: Option<String> = serde::Deserialize::deserialize(d)?;
-    name.map(|n| {
-        control::env::TransportKind::parse(&n).ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "{n:?} is not a data plane: expected one of {}",
-                control::env::TransportKind::NAMES
-            ))
+/// An option's type as the file gives it.
+pub(super) trait FileType: Sized {
+    const KIND: Kind;
+    /// The value, if it is of [`Self::KIND`] (it is: the reader typed it).
+    fn from_file(v: &FileValue) -> Option<Self>;
+}
+
+macro_rules! file_type {
+    ($t:ty, $kind:ident, $v:pat => $e:expr) => {
+        impl FileType for $t {
+            const KIND: Kind = Kind::$kind;
+            fn from_file(v: &FileValue) -> Option<Self> {
+                match v {
+                    $v => $e,
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+file_type!(f64, Number, FileValue::Number(x) => Some(*x));
+file_type!(u16, U16, FileValue::Integer(x) => u16::try_from(*x).ok());
+file_type!(u32, U32, FileValue::Integer(x) => u32::try_from(*x).ok());
+file_type!(u64, U64, FileValue::Integer(x) => Some(*x));
+file_type!(usize, Usize, FileValue::Integer(x) => usize::try_from(*x).ok());
+file_type!(bool, Bool, FileValue::Bool(b) => Some(*b));
+file_type!(String, Text, FileValue::Text(t) => Some(t.clone()));
+file_type!(PathBuf, Text, FileValue::Text(t) => Some(PathBuf::from(t)));
+file_type!(Cow<'static, str>, Text, FileValue::Text(t) => Some(Cow::Owned(t.clone())));
+file_type!(Vec<usize>, Integers, FileValue::Integers(v) => Some(v.clone()));
+file_type!(Vec<f64>, Range, FileValue::Range(a, b) => Some(vec![*a, *b]));
+file_type!(TransportKind, Transport, FileValue::Transport(t) => Some(*t));
+
+/// An optional option is given by the file as its value.
+impl<T: FileType> FileType for Option<T> {
+    const KIND: Kind = T::KIND;
+    fn from_file(v: &FileValue) -> Option<Self> {
+        T::from_file(v).map(Some)
+    }
+}
+
+impl FileValue {
+    /// Reads a value of `kind`.
+    fn read<'de, D: Deserializer<'de>>(kind: Kind, d: D) -> Result<FileValue, D::Error> {
+        let integer = |x: u64| FileValue::Integer(x);
+        Ok(match kind {
+            Kind::Number => FileValue::Number(f64::deserialize(d)?),
+            Kind::U16 => integer(u16::deserialize(d)?.into()),
+            Kind::U32 => integer(u32::deserialize(d)?.into()),
+            Kind::U64 => integer(u64::deserialize(d)?),
+            Kind::Usize => integer(usize::deserialize(d)? as u64),
+            Kind::Bool => FileValue::Bool(bool::deserialize(d)?),
+            Kind::Text => FileValue::Text(String::deserialize(d)?),
+            Kind::Integers => FileValue::Integers(Vec::deserialize(d)?),
+            Kind::Range => {
+                let (min, max) = <(f64, f64)>::deserialize(d)?;
+                FileValue::Range(min, max)
+            }
+            Kind::Transport => {
+                let name = String::deserialize(d)?;
+                let kind = TransportKind::parse(&name).ok_or_else(|| {
+                    de::Error::custom(format!(
+                        "{name:?} is not a data plane: expected one of {}",
+                        TransportKind::NAMES
+                    ))
+                })?;
+                FileValue::Transport(kind)
+            }
         })
-    })
-    .transpose()
+    }
+
+    /// The opposite of a yes or no.
+    pub(super) fn negated(&self) -> FileValue {
+        match self {
+            FileValue::Bool(b) => FileValue::Bool(!b),
+            other => other.clone(),
+        }
+    }
 }
 
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Elastic {
-    pub host_discovery_script: Option<String>,
-    pub min_np: Option<usize>,
-    pub max_np: Option<usize>,
-    pub slots_per_host: Option<usize>,
-    pub elastic_timeout: Option<f64>,
-    pub replacement_wait: Option<f64>,
-    pub reset_limit: Option<u32>,
-    /// `[MIN, MAX]` seconds.
-    pub blacklist_cooldown_range: Option<(f64, f64)>,
-    pub discovery_interval: Option<f64>,
-    pub discovery_timeout: Option<f64>,
+/// The file's sections: those of the option table, and `serve`.
+fn sections() -> &'static [&'static str] {
+    static SECTIONS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    SECTIONS.get_or_init(|| {
+        let mut names: Vec<&'static str> = Vec::new();
+        let of_options = options::ALL
+            .iter()
+            .filter_map(|o| o.yaml().path.split_once('.').map(|(s, _)| s));
+        for name in of_options.chain(["serve"]) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    })
+}
+
+/// The option whose key is `section.key`.
+fn option_at(section: &str, key: &str) -> Option<&'static dyn Declared> {
+    options::ALL.iter().copied().find(|o| {
+        o.yaml()
+            .path
+            .split_once('.')
+            .is_some_and(|(s, k)| s == section && k == key)
+    })
+}
+
+/// The keys of `section`, for an error that names them.
+fn keys_of(section: &str) -> String {
+    let keys: Vec<String> = options::ALL
+        .iter()
+        .filter_map(|o| o.yaml().path.split_once('.'))
+        .filter(|(s, _)| *s == section)
+        .map(|(_, k)| format!("`{k}`"))
+        .collect();
+    keys.join(", ")
+}
+
+impl<'de> Deserialize<'de> for ConfigFile {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(FileVisitor)
+    }
+}
+
+struct FileVisitor;
+
+impl<'de> Visitor<'de> for FileVisitor {
+    type Value = ConfigFile;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("sections of options")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<ConfigFile, E> {
+        Ok(ConfigFile::default())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ConfigFile, A::Error> {
+        let mut file = ConfigFile::default();
+        let known = sections();
+        while let Some(name) = map.next_key::<String>()? {
+            if name == "serve" {
+                file.serve = map.next_value()?;
+            } else if let Some(section) = known.iter().find(|s| **s == name) {
+                map.next_value_seed(SectionSeed {
+                    section,
+                    values: &mut file.values,
+                })?;
+            } else {
+                return Err(de::Error::unknown_field(&name, known));
+            }
+        }
+        Ok(file)
+    }
+}
+
+/// Reads one section's keys into the file's values.
+struct SectionSeed<'a> {
+    section: &'static str,
+    values: &'a mut BTreeMap<&'static str, FileValue>,
+}
+
+impl<'de> DeserializeSeed<'de> for SectionSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        // `any`: a section left empty (`launch:`) is a section without keys.
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SectionSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the keys of section `{}`", self.section)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            let Some(option) = option_at(self.section, &key) else {
+                return Err(de::Error::custom(format!(
+                    "unknown field `{key}`, expected one of {}",
+                    keys_of(self.section)
+                )));
+            };
+            if let Some(v) = map.next_value_seed(ValueSeed(option.kind()))? {
+                self.values.insert(option.yaml().path, v);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads a key's value of a [`Kind`]; `null` is the key left out.
+struct ValueSeed(Kind);
+
+impl<'de> DeserializeSeed<'de> for ValueSeed {
+    type Value = Option<FileValue>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValueSeed {
+    type Value = Option<FileValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a value of kind {:?}", self.0)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        FileValue::read(self.0, d).map(Some)
+    }
 }
 
 /// `elasticrun serve`'s own options, keyed by their flags' names with `_`.
@@ -255,14 +406,21 @@ mod tests {
              launch:\n  np: 4\n  hosts: a:2,b:2\n",
         )
         .unwrap();
-        assert_eq!(f.params.fusion_threshold_mb, Some(32.0));
-        assert_eq!(f.params.cycle_time_ms, Some(2.5));
-        assert_eq!(f.params.hierarchical_allreduce, Some(true));
-        assert_eq!(f.timeline.filename.as_deref(), Some("t.json"));
-        assert_eq!(f.stall_check.enabled, Some(false));
-        assert_eq!(f.logging.level.as_deref(), Some("debug"));
-        assert_eq!(f.launch.np, Some(4));
-        assert_eq!(f.launch.hosts.as_deref(), Some("a:2,b:2"));
+        use FileValue::*;
+        for (path, value) in [
+            ("params.fusion_threshold_mb", Number(32.0)),
+            ("params.cycle_time_ms", Number(2.5)),
+            ("params.hierarchical_allreduce", Bool(true)),
+            ("timeline.filename", Text("t.json".into())),
+            ("timeline.mark_cycles", Bool(true)),
+            ("stall_check.enabled", Bool(false)),
+            ("logging.level", Text("debug".into())),
+            ("launch.np", Integer(4)),
+            ("launch.hosts", Text("a:2,b:2".into())),
+        ] {
+            assert_eq!(f.get(path), Some(&value), "{path}");
+        }
+        assert_eq!(f.get("params.cache_capacity"), None);
     }
 
     #[test]
@@ -274,21 +432,21 @@ mod tests {
              discovery_timeout: 5\n",
         )
         .unwrap();
-        assert_eq!(
-            f.elastic,
-            Elastic {
-                host_discovery_script: Some("./d.sh".into()),
-                min_np: Some(2),
-                max_np: Some(8),
-                slots_per_host: Some(4),
-                elastic_timeout: Some(60.0),
-                replacement_wait: Some(2.0),
-                reset_limit: Some(3),
-                blacklist_cooldown_range: Some((10.0, 100.5)),
-                discovery_interval: Some(0.5),
-                discovery_timeout: Some(5.0),
-            }
-        );
+        use FileValue::*;
+        for (path, value) in [
+            ("elastic.host_discovery_script", Text("./d.sh".into())),
+            ("elastic.min_np", Integer(2)),
+            ("elastic.max_np", Integer(8)),
+            ("elastic.slots_per_host", Integer(4)),
+            ("elastic.elastic_timeout", Number(60.0)),
+            ("elastic.replacement_wait", Number(2.0)),
+            ("elastic.reset_limit", Integer(3)),
+            ("elastic.blacklist_cooldown_range", Range(10.0, 100.5)),
+            ("elastic.discovery_interval", Number(0.5)),
+            ("elastic.discovery_timeout", Number(5.0)),
+        ] {
+            assert_eq!(f.get(path), Some(&value), "{path}");
+        }
         let e = parse("elastic:\n  min_num_proc: 2\n")
             .unwrap_err()
             .to_string();
@@ -307,17 +465,17 @@ mod tests {
              gaussian_process_noise: 0.9\n",
         )
         .unwrap();
-        assert_eq!(
-            f.autotune,
-            Autotune {
-                enabled: Some(true),
-                log_file: Some("horovod_autotune_log.txt".into()),
-                warmup_samples: Some(5),
-                steps_per_sample: Some(20),
-                bayes_opt_max_samples: Some(50),
-                gaussian_process_noise: Some(0.9),
-            }
-        );
+        use FileValue::*;
+        for (path, value) in [
+            ("autotune.enabled", Bool(true)),
+            ("autotune.log_file", Text("horovod_autotune_log.txt".into())),
+            ("autotune.warmup_samples", Integer(5)),
+            ("autotune.steps_per_sample", Integer(20)),
+            ("autotune.bayes_opt_max_samples", Integer(50)),
+            ("autotune.gaussian_process_noise", Number(0.9)),
+        ] {
+            assert_eq!(f.get(path), Some(&value), "{path}");
+        }
         let e = parse("autotune:\n  batches_per_sample: 2\n")
             .unwrap_err()
             .to_string();
@@ -330,7 +488,10 @@ mod tests {
     fn segment_bytes_is_an_integer_of_bytes() {
         // As the autotuner's `params:` section writes it.
         let f = parse("params:\n  cycle_time_ms: 2\n  segment_bytes: 1048576\n").unwrap();
-        assert_eq!(f.params.segment_bytes, Some(1 << 20));
+        assert_eq!(
+            f.get("params.segment_bytes"),
+            Some(&FileValue::Integer(1 << 20))
+        );
         assert!(parse("params:\n  segment_bytes: 1M\n").is_err());
         assert!(parse("params:\n  segment_bytes: -4096\n").is_err());
         assert!(parse("params:\n  segment_size: 4096\n").is_err());
@@ -343,16 +504,16 @@ mod tests {
              shared_memory: false\n",
         )
         .unwrap();
-        assert_eq!(
-            f.library_options,
-            LibraryOptions {
-                gloo_timeout_seconds: Some(90.0),
-                thread_affinity: Some(vec![1, 3]),
-                transport: Some(control::env::TransportKind::Quic),
-                shared_memory: Some(false),
-                tcp: Some(true),
-            }
-        );
+        use FileValue::*;
+        for (path, value) in [
+            ("library_options.gloo_timeout_seconds", Number(90.0)),
+            ("library_options.thread_affinity", Integers(vec![1, 3])),
+            ("library_options.tcp", Bool(true)),
+            ("library_options.transport", Transport(TransportKind::Quic)),
+            ("library_options.shared_memory", Bool(false)),
+        ] {
+            assert_eq!(f.get(path), Some(&value), "{path}");
+        }
         let e = parse("library_options:\n  transport: carrier-pigeon\n")
             .unwrap_err()
             .to_string();

@@ -1,8 +1,9 @@
 //! Configuration, parsed once at the edge into typed values: the command line
 //! ([`cli`]), the environment and the YAML file ([`mod@file`]), merged by
 //! [`resolve()`](resolve::resolve) into a [`JobConfig`]. Every option is one
-//! entry of the option table (`options.rs`): its flag, environment names, YAML
-//! key, parser and default.
+//! entry of the option table (`options/`): its flag and command-line form,
+//! environment names, YAML key, grammar and default; the command line and the
+//! file are read through it.
 
 mod argv;
 pub mod cli;
@@ -244,6 +245,10 @@ pub struct JobConfig {
     pub shared_memory: bool,
 }
 
+#[cfg(test)]
+mod autotune_tests;
+#[cfg(test)]
+mod elastic_tests;
 #[cfg(test)]
 mod library_tests;
 #[cfg(test)]

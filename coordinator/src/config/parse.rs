@@ -1,17 +1,16 @@
-//! The parsers of the option table: environment text to a value, in the
-//! option's own unit (Horovod's names have theirs: [`bytes_as_mb`]).
+//! The grammars of the option table: the text of the command line and the
+//! environment to a value, in the option's own unit (Horovod's names have
+//! theirs: [`bytes_as_mb`]).
 
 use std::path::PathBuf;
 
 use super::SEGMENT_BYTES_RANGE;
 use super::error::BadValue;
 
-/// A finite number, 0 or more.
+/// A number; whether it is in the option's range is checked after the
+/// pick, with where it came from, whichever layer gave it.
 pub(super) fn number(s: &str) -> Result<f64, BadValue> {
-    s.parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite() && *v >= 0.0)
-        .ok_or(BadValue::NotANumber)
+    s.parse::<f64>().map_err(|_| BadValue::NotANumber)
 }
 
 pub(super) fn count(s: &str) -> Result<usize, BadValue> {
@@ -90,11 +89,6 @@ pub(super) fn segment_bytes(bytes: u64) -> Result<u64, BadValue> {
     } else {
         Err(BadValue::SegmentSize { bytes })
     }
-}
-
-/// A size (see [`parse_size()`]) that is a valid segment size.
-pub(super) fn segment_size(s: &str) -> Result<u64, BadValue> {
-    parse_size(s).and_then(segment_bytes)
 }
 
 /// Horovod's HOROVOD_FUSION_THRESHOLD is in bytes.

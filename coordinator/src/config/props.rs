@@ -70,58 +70,7 @@ fn config_files_resolve_or_fail_typed() {
 
 /// Every environment variable an option reads.
 fn env_names() -> Vec<&'static str> {
-    macro_rules! names {
-        ($($o:ident),* $(,)?) => {
-            [$(opt::$o.env.iter().map(|v| v.name).collect::<Vec<_>>()),*].concat()
-        };
-    }
-    names!(
-        NP,
-        HOSTS,
-        HOSTFILE,
-        START_TIMEOUT,
-        COORDINATOR_TIMEOUT,
-        HEARTBEAT_TIMEOUT,
-        NETWORK_INTERFACE,
-        SSH_PORT,
-        SSH_IDENTITY_FILE,
-        FUSION_THRESHOLD_MB,
-        CYCLE_TIME_MS,
-        CACHE_CAPACITY,
-        DISABLE_CACHE,
-        HIERARCHICAL_ALLREDUCE,
-        HIERARCHICAL_ALLGATHER,
-        SEGMENT_SIZE,
-        AUTOTUNE,
-        AUTOTUNE_LOG_FILE,
-        AUTOTUNE_WARMUP_SAMPLES,
-        AUTOTUNE_STEPS_PER_SAMPLE,
-        AUTOTUNE_BAYES_OPT_MAX_SAMPLES,
-        AUTOTUNE_GAUSSIAN_PROCESS_NOISE,
-        HOST_DISCOVERY_SCRIPT,
-        MIN_NP,
-        MAX_NP,
-        SLOTS_PER_HOST,
-        ELASTIC_TIMEOUT,
-        REPLACEMENT_WAIT,
-        RESET_LIMIT,
-        MAX_RESTARTS,
-        BLACKLIST_COOLDOWN_RANGE,
-        DISCOVERY_INTERVAL,
-        DISCOVERY_TIMEOUT,
-        TIMELINE_FILENAME,
-        TIMELINE_MARK_CYCLES,
-        NO_STALL_CHECK,
-        STALL_CHECK_WARNING_TIME_SECONDS,
-        STALL_CHECK_SHUTDOWN_TIME_SECONDS,
-        GLOO_TIMEOUT_SECONDS,
-        THREAD_AFFINITY,
-        TCP,
-        OUTPUT_FILENAME,
-        PREFIX_OUTPUT_WITH_TIMESTAMP,
-        LOG_LEVEL,
-        LOG_WITHOUT_TIMESTAMP,
-    )
+    opt::ALL.iter().flat_map(|o| o.env_names()).collect()
 }
 
 /// Values at the edges of numbers, sizes, flags and lists, and any text.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::cli::Cli;
 use super::error::{BadValue, Layer, Refusal};
-use super::file::ConfigFile;
+use super::file::{ConfigFile, FileType};
 use super::options::{self as opt, Opt, When};
 use super::parse::segment_bytes;
 use super::{
@@ -52,25 +52,52 @@ impl Layers<'_> {
         Ok(None)
     }
 
+    /// The option's value on the command line, read with its grammar.
+    fn cli<T>(&self, opt: &Opt<T>) -> Result<Option<T>, ConfigError> {
+        let Some(text) = self.cli.options.get(opt.flag) else {
+            return Ok(None);
+        };
+        (opt.grammar())(text.trim())
+            .map(Some)
+            .map_err(|why| invalid(opt.flag, why.into()))
+    }
+
+    /// The option's value in the config file.
+    fn file<T: FileType>(&self, opt: &Opt<T>) -> Option<T> {
+        let v = self.file.get(opt.yaml.path)?;
+        match opt.yaml.negated {
+            true => T::from_file(&v.negated()),
+            false => T::from_file(v),
+        }
+    }
+
     /// The option's value in one layer.
-    fn in_layer<T>(&self, opt: &Opt<Option<T>>, layer: Layer) -> Result<Option<T>, ConfigError> {
+    fn in_layer<T>(&self, opt: &Opt<Option<T>>, layer: Layer) -> Result<Option<T>, ConfigError>
+    where
+        Option<T>: FileType,
+    {
         Ok(match layer {
-            Layer::CommandLine => (opt.cli)(self.cli).flatten(),
+            Layer::CommandLine => self.cli(opt)?.flatten(),
             Layer::Environment => self.env(opt)?.and_then(|v| v.value),
-            Layer::ConfigFile => (opt.file)(self.file).flatten(),
+            Layer::ConfigFile => self.file(opt).flatten(),
         })
     }
 
     /// The option's value from the highest layer that gives it, else its
     /// default, with where it came from.
-    fn pick<T: Clone>(&self, opt: &Opt<T>) -> Result<Sourced<T>, ConfigError> {
-        if let Some(v) = (opt.cli)(self.cli) {
+    fn pick<T: Clone + FileType>(&self, opt: &Opt<T>) -> Result<Sourced<T>, ConfigError> {
+        debug_assert!(
+            opt::find(opt.flag).is_some(),
+            "--{} is not in the option table's list",
+            opt.flag
+        );
+        if let Some(v) = self.cli(opt)? {
             return Ok(Sourced::new(v, Source::CommandLine));
         }
         if let Some(v) = self.env(opt)? {
             return Ok(v);
         }
-        Ok(match (opt.file)(self.file) {
+        Ok(match self.file(opt) {
             Some(v) => Sourced::new(v, Source::ConfigFile),
             None => Sourced::new(opt.default.clone(), Source::Default),
         })
@@ -522,7 +549,11 @@ fn engine_cpus(l: &Layers<'_>) -> Result<Option<Vec<usize>>, ConfigError> {
 }
 
 fn log_level(l: &Layers<'_>) -> Result<LogLevel, ConfigError> {
-    let raw = l.pick(&opt::LOG_LEVEL)?;
+    let verbose = l.cli.verbose && l.cli.options.get(opt::LOG_LEVEL.flag).is_none();
+    let raw = match verbose {
+        true => Sourced::new("debug".into(), Source::CommandLine),
+        false => l.pick(&opt::LOG_LEVEL)?,
+    };
     LogLevel::parse(&raw.value).ok_or_else(|| {
         let why = BadValue::NotALogLevel {
             level: raw.value.to_string(),

@@ -3,6 +3,7 @@
 use clap::CommandFactory;
 
 use super::*;
+use crate::config::cli::Cli;
 
 /// What the table says about an option, whatever its type.
 struct Names {
@@ -11,64 +12,14 @@ struct Names {
     env: Vec<&'static str>,
 }
 
-fn names<T>(o: &Opt<T>) -> Names {
-    Names {
-        flag: o.flag,
-        yaml: o.yaml,
-        env: o.env.iter().map(|v| v.name).collect(),
-    }
-}
-
 fn table() -> Vec<Names> {
-    vec![
-        names(&NP),
-        names(&HOSTS),
-        names(&HOSTFILE),
-        names(&START_TIMEOUT),
-        names(&COORDINATOR_TIMEOUT),
-        names(&HEARTBEAT_TIMEOUT),
-        names(&NETWORK_INTERFACE),
-        names(&SSH_PORT),
-        names(&SSH_IDENTITY_FILE),
-        names(&FUSION_THRESHOLD_MB),
-        names(&CYCLE_TIME_MS),
-        names(&CACHE_CAPACITY),
-        names(&DISABLE_CACHE),
-        names(&HIERARCHICAL_ALLREDUCE),
-        names(&HIERARCHICAL_ALLGATHER),
-        names(&SEGMENT_SIZE),
-        names(&AUTOTUNE),
-        names(&AUTOTUNE_LOG_FILE),
-        names(&AUTOTUNE_WARMUP_SAMPLES),
-        names(&AUTOTUNE_STEPS_PER_SAMPLE),
-        names(&AUTOTUNE_BAYES_OPT_MAX_SAMPLES),
-        names(&AUTOTUNE_GAUSSIAN_PROCESS_NOISE),
-        names(&HOST_DISCOVERY_SCRIPT),
-        names(&MIN_NP),
-        names(&MAX_NP),
-        names(&SLOTS_PER_HOST),
-        names(&ELASTIC_TIMEOUT),
-        names(&REPLACEMENT_WAIT),
-        names(&RESET_LIMIT),
-        names(&MAX_RESTARTS),
-        names(&BLACKLIST_COOLDOWN_RANGE),
-        names(&DISCOVERY_INTERVAL),
-        names(&DISCOVERY_TIMEOUT),
-        names(&TIMELINE_FILENAME),
-        names(&TIMELINE_MARK_CYCLES),
-        names(&NO_STALL_CHECK),
-        names(&STALL_CHECK_WARNING_TIME_SECONDS),
-        names(&STALL_CHECK_SHUTDOWN_TIME_SECONDS),
-        names(&GLOO_TIMEOUT_SECONDS),
-        names(&THREAD_AFFINITY),
-        names(&TCP),
-        names(&TRANSPORT),
-        names(&NO_SHARED_MEMORY),
-        names(&OUTPUT_FILENAME),
-        names(&PREFIX_OUTPUT_WITH_TIMESTAMP),
-        names(&LOG_LEVEL),
-        names(&LOG_WITHOUT_TIMESTAMP),
-    ]
+    ALL.iter()
+        .map(|o| Names {
+            flag: o.flag(),
+            yaml: o.yaml().path,
+            env: o.env_names(),
+        })
+        .collect()
 }
 
 /// Options of the command line that are not in the table: the config file
@@ -230,4 +181,32 @@ fn the_help_states_the_defaults() {
     );
     assert_eq!(crate::config::parse_size("512K"), Ok(SEGMENT_SIZE.default));
     stated(SEGMENT_SIZE.flag, "512K".into());
+}
+
+/// docs/configuration.md's table names every option's flag, variables and key.
+#[test]
+fn the_documentation_names_every_option() {
+    let doc = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/configuration.md"
+    ));
+    for o in table() {
+        let flag = match o.flag {
+            "np" => "-np".to_owned(),
+            f => format!("--{f}"),
+        };
+        let paired = format!("--[no-]{}", o.flag);
+        assert!(
+            doc.contains(&flag) || doc.contains(&paired),
+            "{flag} is not in configuration.md"
+        );
+        assert!(
+            doc.contains(o.yaml),
+            "{} is not in configuration.md",
+            o.yaml
+        );
+        for var in o.env {
+            assert!(doc.contains(var), "{var} is not in configuration.md");
+        }
+    }
 }
