@@ -59,6 +59,25 @@ def test_elastic_ddp_through_a_killed_rank_ends_on_the_undisturbed_weights():
     assert re.search(rf"step {steps} size 3", out), out
 
 
+def test_elastic_fsdp2_through_a_killed_rank_ends_on_the_undisturbed_weights():
+    steps = 30
+    quiet, _ = run_job(2, "elastic_fsdp.py", steps, 0)
+    want = final_weights(quiet)
+    assert len(want) == 97, want
+    # The survivors wait for the replacement: the model is sharded again on
+    # a new mesh of three, the newcomer given rank 0's committed state.
+    out, _ = kill_rank_2_at_step_10("elastic_fsdp.py", steps)
+    got = final_weights(out)
+    assert all(abs(a - b) < 1e-4 for a, b in zip(got, want)), (got, want)
+    assert re.search(rf"step {steps} size 3", out), out
+    # They go on at once: sharded again for two (the model, and Adam's
+    # state, restored from the commit and cut in halves instead of thirds).
+    out, _ = kill_rank_2_at_step_10("elastic_fsdp.py", steps, replacement_wait=0)
+    got = final_weights(out)
+    assert all(abs(a - b) < 1e-4 for a, b in zip(got, want)), (got, want)
+    assert re.search(r"step \d+ size 2", out), out
+
+
 def test_an_older_torch_is_told_which_version_the_backend_needs():
     code = ("import torch\n"
             "torch.__version__ = '2.13.1+cpu'\n"

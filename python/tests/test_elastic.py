@@ -19,18 +19,19 @@ def final_weights(stdout):
     raise AssertionError(f"no weights in\n{stdout}")
 
 
-def kill_rank_2_at_step_10(script, steps):
+def kill_rank_2_at_step_10(script, steps, replacement_wait=30):
     """Runs worker ``script`` (``STEPS DELAY`` arguments, ``pid <rank>
     <pid>`` and ``step <n>`` lines) as an elastic job of 3 ranks, ``kill
-    -9`` of rank 2 at step 10; its stdout and stderr once it succeeded."""
+    -9`` of rank 2 at step 10; its stdout and stderr once it succeeded.
+    By default the survivors wait for the replacement (by default they would
+    go on after 0.5 s), so that it surely joins before the last steps; with
+    ``replacement_wait=0`` they go on at once, two of them."""
     with tempfile.TemporaryDirectory() as d:
         hosts = pathlib.Path(d) / "hosts.sh"
         hosts.write_text("#!/bin/sh\necho localhost:3\n")
         hosts.chmod(0o755)
-        # The survivors wait for the replacement (by default they would go
-        # on after 0.5 s), so that it surely joins before the last steps.
         cmd = [elasticrun(), "-np", "3", "--min-np", "2", "--max-np", "3",
-               "--replacement-wait", "30",
+               "--replacement-wait", str(replacement_wait),
                "--host-discovery-script", str(hosts), sys.executable,
                str(WORKERS / script), str(steps), "0.05"]
         code, out, err, killed = run_and_kill(cmd, r"\[2\]<stdout>:pid 2 (\d+)", r"<stdout>:step 10 ")
