@@ -108,6 +108,7 @@ impl Driver {
             )),
             Command::Finish => self.ending = Some(Ending::Success),
             Command::Fail(f) => {
+                self.launcher.job_failing();
                 self.say.line(format_args!("{f}; stopping every worker"));
                 self.ending = Some(Ending::Failed);
             }

@@ -5,7 +5,7 @@
 //! runs on.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use std::sync::Arc;
 
@@ -202,8 +202,15 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     let say = Say::stderr(cfg.output_timestamps);
     let max = cfg.max_restarts;
     let mut count = 0;
+    let mut failed_at = None;
     loop {
-        let ending = run_once(cfg.clone(), Restart { count, max }).await?;
+        let restart = Restart {
+            count,
+            max,
+            failed_at,
+        };
+        let (ending, failing) = run_once(cfg.clone(), restart).await?;
+        failed_at = failing;
         if ending != Ending::Failed || max == 0 {
             return Ok(ending);
         }
@@ -220,8 +227,9 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     }
 }
 
-/// One start of the job's workers, the `restart.count`th restart.
-async fn run_once(cfg: JobConfig, restart: Restart) -> Result<Ending, JobError> {
+/// One start of the job's workers, the `restart.count`th restart; with
+/// its ending, when it was seen failing.
+async fn run_once(cfg: JobConfig, restart: Restart) -> Result<(Ending, Option<Instant>), JobError> {
     let Setup {
         policy,
         bind,
@@ -236,16 +244,16 @@ async fn run_once(cfg: JobConfig, restart: Restart) -> Result<Ending, JobError> 
     let listening = server.local_addr();
     let say = Say::stderr(cfg.output_timestamps);
     let Some(stops) = Stops::install(&say) else {
-        return Ok(Ending::Failed);
+        return Ok((Ending::Failed, None));
     };
     let knobs = knobs(&cfg);
     let silence = cfg.heartbeat_timeout;
+    let launcher = ProcessLauncher::new(cfg, secret, listening)
+        .with_layout(layout)
+        .with_restart(restart);
+    let failing = launcher.failure_clock();
     let seams = Seams {
-        launcher: Box::new(
-            ProcessLauncher::new(cfg, secret, listening)
-                .with_layout(layout)
-                .with_restart(restart),
-        ),
+        launcher: Box::new(launcher),
         arrivals: server.into_arrivals(),
         hosts: feed(hosts, say.clone()),
         store: Box::new(MemoryStore::new()),
@@ -254,7 +262,9 @@ async fn run_once(cfg: JobConfig, restart: Restart) -> Result<Ending, JobError> 
         say,
         ca,
     };
-    drive(policy, knobs, silence, seams).await
+    let ending = drive(policy, knobs, silence, seams).await?;
+    let failed_at = failing.lock().ok().and_then(|at| *at);
+    Ok((ending, failed_at))
 }
 
 /// Runs the job described by `cfg` on `seams` until it ends: `cfg` gives

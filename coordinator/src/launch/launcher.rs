@@ -78,6 +78,10 @@ pub trait Launcher: Send + std::fmt::Debug {
         false
     }
 
+    /// The job is failing: every worker is about to be stopped. A static
+    /// job's launcher notes when, to time its restart (`--max-restarts`).
+    fn job_failing(&mut self) {}
+
     /// How long a registration on a slot that was not offered yet waits for
     /// it (a pod's etcd key may reach the coordinator after the pod does);
     /// `None` (the default): such a registration is refused at once.

@@ -29,6 +29,8 @@ pub struct Restart {
     /// 0 for the first start, 1 after the first restart, ...
     pub count: u32,
     pub max: u32,
+    /// When the start before this one was seen failing.
+    pub failed_at: Option<std::time::Instant>,
 }
 
 /// torchrun's default `MASTER_PORT`.
@@ -141,7 +143,11 @@ mod tests {
         let l = layout();
         assert_eq!(l.rank0_host(), Some("a"));
         let p = l.placement("b", 1).unwrap();
-        let restart = Restart { count: 2, max: 3 };
+        let restart = Restart {
+            count: 2,
+            max: 3,
+            failed_at: None,
+        };
         let env = program_env(p, 4, 2, "b", "10.0.0.1", 1234, restart);
         for (k, v) in [
             ("RANK", "3"),

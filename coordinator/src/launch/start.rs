@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use control::Secret;
 use elastic::hosts::HostSlots;
@@ -23,7 +24,7 @@ use super::process::{self, Spec, WorkerProcess};
 use super::program_env::{Restart, StaticLayout, omp_threads, program_env};
 use super::ssh::{self, SshOptions};
 use crate::config::JobConfig;
-use crate::job::STOP_GRACE;
+use crate::job::{STOP_GRACE, Say};
 use control::alloc_env;
 
 /// What elasticrun tells a worker about the job (the secret aside).
@@ -221,6 +222,10 @@ pub struct ProcessLauncher {
     child_exits: Option<Signal>,
     /// Which start of a static job's workers this is.
     restart: Restart,
+    /// Workers started so far.
+    started: usize,
+    /// When the job was seen failing, for the restart that follows.
+    failing: Arc<Mutex<Option<Instant>>>,
 }
 
 impl ProcessLauncher {
@@ -236,7 +241,29 @@ impl ProcessLauncher {
             host_slots: HashMap::new(),
             child_exits: None,
             restart: Restart::default(),
+            started: 0,
+            failing: Arc::default(),
         }
+    }
+
+    /// Where [`Launcher::job_failing`] notes when the job was seen failing.
+    pub fn failure_clock(&self) -> Arc<Mutex<Option<Instant>>> {
+        Arc::clone(&self.failing)
+    }
+
+    /// After a restart's last worker started: how long since the failure.
+    fn restarted(&self) {
+        let (Some(at), Some(l)) = (self.restart.failed_at, &self.layout) else {
+            return;
+        };
+        if self.started != l.placements.len() {
+            return;
+        }
+        let Restart { count, max, .. } = self.restart;
+        Say::stderr(self.cfg.output_timestamps).line(format_args!(
+            "restart {count} of {max}: every worker started again {} ms after the failure",
+            at.elapsed().as_millis()
+        ));
     }
 
     /// Which start of the job's workers this launcher makes
@@ -352,6 +379,8 @@ impl ProcessLauncher {
             group: process.group(),
             forwarders,
         });
+        self.started += 1;
+        self.restarted();
         Ok(Box::new(process))
     }
 }
@@ -367,6 +396,12 @@ impl Launcher for ProcessLauncher {
 
     fn hosts_discovered(&mut self, hosts: &[HostSlots]) {
         self.host_slots = hosts.iter().map(|h| (h.host.clone(), h.slots)).collect();
+    }
+
+    fn job_failing(&mut self) {
+        if let Ok(mut at) = self.failing.lock() {
+            at.get_or_insert_with(Instant::now);
+        }
     }
 
     /// The next SIGCHLD (one that came since the last call, at once).

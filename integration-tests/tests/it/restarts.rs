@@ -52,6 +52,19 @@ fn a_killed_worker_restarts_every_worker_and_the_program_resumes_from_its_checkp
         "{}",
         run.stderr
     );
+    // How long the restart took, from the failure seen to the last worker
+    // started again.
+    let took = run
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("elasticrun: restart 1 of 2: every worker started again ")?
+                .strip_suffix(" ms after the failure")?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no restart time:\n{}", run.stderr));
+    assert!(took < 60_000, "{took} ms");
     assert!(
         run.stdout
             .contains("[1]<stdout>:rank 1 done at 10 from 5 restart 1 of 2"),
