@@ -78,6 +78,14 @@ def test_elastic_fsdp2_through_a_killed_rank_ends_on_the_undisturbed_weights():
     assert re.search(r"step \d+ size 2", out), out
 
 
+@pytest.mark.parametrize("spec,cpu_backend", [("cpu:gloo,cuda:elasticrun", "ProcessGroupGloo"),
+                                              ("cpu:elasticrun,cuda:gloo", "ElasticrunBackend")])
+def test_a_backend_per_device_type_mixes_with_gloo(spec, cpu_backend):
+    out, _ = run_job(2, "c10d_mixed.py", spec)
+    for r in range(2):
+        assert f"OK {r} 3.0 {cpu_backend}" in " ".join(rank_lines(out, r)), out
+
+
 def test_an_older_torch_is_told_which_version_the_backend_needs():
     code = ("import torch\n"
             "torch.__version__ = '2.13.1+cpu'\n"
