@@ -7,9 +7,12 @@
 # network and the disk rather than the CPU. Installs nothing already there,
 # and keeps no copy of the downloaded wheels (pip's cache would hold another
 # 3.5 GB of them on a machine whose disk the build already fills).
+# ELASTICRUN_PYENV names another environment and ELASTICRUN_TORCH another
+# torch (`ELASTICRUN_PYENV=target/pyenv-2.14 ELASTICRUN_TORCH=torch==2.14.1
+# python/tests/run.sh python/tests/test_backend.py`: the backend on torch 2.14).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-venv="$PWD/target/pyenv"
+venv="$(realpath -m "${ELASTICRUN_PYENV:-target/pyenv}")"
 if [ ! -x "$venv/bin/python" ]; then
     if ! python3 -m venv "$venv" 2>/dev/null; then
         SUDO=""
@@ -21,4 +24,4 @@ if [ ! -x "$venv/bin/python" ]; then
         python3 -m venv "$venv"
     fi
 fi
-"$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir "maturin==1.16.0" "numpy>=1.21" pytest "torch>=2.1" scikit-learn
+"$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir "maturin==1.16.0" "numpy>=1.21" pytest "${ELASTICRUN_TORCH:-torch>=2.1}" scikit-learn

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the elasticrun Python package with maturin into the virtual
-# environment of python/tests/env.sh (target/pyenv, made and filled if
-# needed; ELASTICRUN_WHEEL instead names a wheel to install, and
+# environment of python/tests/env.sh (target/pyenv, or ELASTICRUN_PYENV, made
+# and filled if needed; ELASTICRUN_WHEEL instead names a wheel to install, and
 # ELASTICRUN_EXTENSION a native module cargo built) and
 # runs its tests, which start elasticrun jobs (ELASTICRUN_BIN, or
 # target/debug/elasticrun, built here). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-venv="$PWD/target/pyenv"
+venv="$(realpath -m "${ELASTICRUN_PYENV:-target/pyenv}")"
 python/tests/env.sh
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 if [ -n "${ELASTICRUN_WHEEL:-}" ]; then
