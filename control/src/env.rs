@@ -26,6 +26,10 @@ pub const START_TIMEOUT: &str = "ELASTICRUN_START_TIMEOUT";
 /// Elastic jobs only: seconds the coordinator may wait for enough workers
 /// (`--elastic-timeout`).
 pub const ELASTIC_TIMEOUT: &str = "ELASTICRUN_ELASTIC_TIMEOUT";
+/// Elastic jobs with hot spares only: how many (`--hot-spares`). A worker
+/// of such a job waits for its first placement for as long as the job
+/// keeps it (a spare may wait for hours), not only the elastic timeout.
+pub const HOT_SPARES: &str = "ELASTICRUN_HOT_SPARES";
 
 /// Seconds a worker that lost its coordinator connection keeps trying to
 /// reconnect before it gives up and exits (`--coordinator-timeout`).
@@ -159,13 +163,14 @@ impl TransportKind {
 }
 
 /// Every variable the launcher sets for a worker.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     COORDINATOR,
     SECRET,
     HOST,
     SLOT,
     START_TIMEOUT,
     ELASTIC_TIMEOUT,
+    HOT_SPARES,
     COORDINATOR_TIMEOUT,
     GLOO_TIMEOUT_SECONDS,
     THREAD_AFFINITY,

@@ -148,6 +148,7 @@ fn render(c: &Command) -> String {
             None => format!("blacklisted {host} forever"),
         },
         Command::Readmitted { host } => format!("readmitted {host}"),
+        Command::Spare { slot } => format!("spare {}", show_slot(slot)),
         Command::WithoutRuntime { after } => format!("without-runtime after={}", fmt_secs(*after)),
         Command::Finish => "finish".to_owned(),
         Command::Fail(f) => format!("fail {f}"),

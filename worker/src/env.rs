@@ -9,11 +9,15 @@ use control::Secret;
 pub(crate) use control::env::COORDINATOR;
 use control::env::{
     COORDINATOR_TIMEOUT, DATA_ALL_INTERFACES, ELASTIC_TIMEOUT, GLOO_TIMEOUT_SECONDS, HOST,
-    LOG_LEVEL, LogLevel, SECRET, SHARED_MEMORY, SLOT, SPIN_US, START_TIMEOUT, THREAD_AFFINITY,
-    TRANSPORT, TransportKind, parse_cpu_list,
+    HOT_SPARES, LOG_LEVEL, LogLevel, SECRET, SHARED_MEMORY, SLOT, SPIN_US, START_TIMEOUT,
+    THREAD_AFFINITY, TRANSPORT, TransportKind, parse_cpu_list,
 };
 
 use crate::InitError;
+
+/// How long a worker of a job with hot spares waits for a placement: a
+/// year, for as long as the job keeps it.
+const SPARE_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Where this worker's coordinator is and who this worker is.
 #[derive(Debug)]
@@ -145,6 +149,10 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         ),
         None => None,
     };
+    // A hot spare waits for its place as long as the job keeps it: the
+    // coordinator stops it at the end, and a lost link ends it anyway.
+    let spares = get(HOT_SPARES).is_some_and(|n| n.trim() != "0");
+    let elastic_timeout = elastic_timeout.map(|t| if spares { SPARE_WAIT } else { t });
     let coordinator_timeout = match get(COORDINATOR_TIMEOUT) {
         Some(s) => seconds(&s)
             .ok_or_else(|| bad(COORDINATOR_TIMEOUT, "is not a positive number of seconds"))?,

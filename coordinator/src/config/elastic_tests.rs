@@ -29,6 +29,7 @@ fn elastic_defaults() {
             elastic_timeout: Duration::from_secs(600),
             replacement_wait: Duration::from_millis(500),
             reset_limit: None,
+            hot_spares: 0,
             blacklist_cooldown: None,
             discovery_interval: Duration::from_secs(1),
             discovery_timeout: Duration::from_secs(10),
@@ -46,7 +47,7 @@ fn elastic_defaults() {
 fn every_elastic_option_from_the_command_line() {
     let c = run(
         "--host-discovery-script d -np 4 --min-np 2 --max-np 8 --slots-per-host 4 \
-         --elastic-timeout 30 --replacement-wait 0 --reset-limit 5 \
+         --elastic-timeout 30 --replacement-wait 0 --reset-limit 5 --hot-spares 2 \
          --blacklist-cooldown-range 10 100.5 \
          --discovery-interval 0.25 --discovery-timeout 3 ./t",
         &[],
@@ -64,6 +65,7 @@ fn every_elastic_option_from_the_command_line() {
             elastic_timeout: Duration::from_secs(30),
             replacement_wait: Duration::ZERO,
             reset_limit: Some(5),
+            hot_spares: 2,
             blacklist_cooldown: Some((Duration::from_secs(10), Duration::from_millis(100_500))),
             discovery_interval: Duration::from_millis(250),
             discovery_timeout: Duration::from_secs(3),
@@ -322,6 +324,7 @@ fn elastic_options_without_a_script_are_refused() {
         "--slots-per-host 2",
         "--elastic-timeout 60",
         "--reset-limit 3",
+        "--hot-spares 1",
         "--blacklist-cooldown-range 1 2",
         "--discovery-interval 2",
         "--discovery-timeout 2",

@@ -179,6 +179,8 @@ pub struct ElasticConfig {
     pub replacement_wait: Duration,
     /// `None` (the default) = unlimited; 0 = the first reset ends the job.
     pub reset_limit: Option<u32>,
+    /// Workers kept registered beyond those that train (`--hot-spares`).
+    pub hot_spares: usize,
     /// `(MIN, MAX)`, `MIN <= MAX`; `None` (the default) = blacklisted for good.
     pub blacklist_cooldown: Option<(Duration, Duration)>,
     /// Default 1 s.

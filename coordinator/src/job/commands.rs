@@ -97,6 +97,11 @@ impl Driver {
                     "host {host} is blacklisted for the rest of the job (its workers keep failing)"
                 )),
             },
+            Command::Spare { slot } => {
+                self.say.line(format_args!(
+                    "worker on {slot} waits as a hot spare (--hot-spares)"
+                ));
+            }
             Command::Readmitted { host } => {
                 self.say
                     .line(format_args!("host {host} is back from the blacklist"));

@@ -61,6 +61,7 @@ pub(crate) fn policy(cfg: &JobConfig, e: &ElasticConfig) -> Policy {
         rejoin_timeout: REJOIN_TIMEOUT,
         replacement_wait: e.replacement_wait,
         on_failure: elastic::OnFailure::Replace,
+        hot_spares: e.hot_spares,
     }
 }
 

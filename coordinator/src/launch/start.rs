@@ -70,6 +70,9 @@ fn job_env(cfg: &JobConfig, w: &WorkerStart<'_>) -> Vec<(String, String)> {
             control::env::ELASTIC_TIMEOUT.into(),
             e.elastic_timeout.as_secs_f64().to_string(),
         ));
+        if e.hot_spares > 0 {
+            env.push((control::env::HOT_SPARES.into(), e.hot_spares.to_string()));
+        }
     }
     env
 }

@@ -45,6 +45,18 @@ impl Membership {
             .fold(0usize, |n, h| n.saturating_add(h.slots))
     }
 
+    /// How many workers a generation places: `max_np`, and with hot spares
+    /// as many fewer than the usable slots as there are spares (never below
+    /// `min_np`: training comes before spares).
+    pub(super) fn train_cap(&self) -> usize {
+        let usable = self.usable_count();
+        let spares = self.policy.hot_spares;
+        let floor = self.policy.min_np.min(usable);
+        self.policy
+            .max_np
+            .min(usable.saturating_sub(spares).max(floor))
+    }
+
     fn usable_count(&self) -> usize {
         self.hosts
             .iter()
@@ -79,7 +91,8 @@ impl Membership {
     }
 
     /// Spawns on free usable slots, `prefer` (slots just vacated) first, until the
-    /// target world size, `min(usable slots, max_np)`, is live on usable slots.
+    /// target world size, `min(usable slots, max_np)`, and the hot spares
+    /// beside it are live on usable slots.
     /// Members on slots that left discovery do not count: they leave at the next
     /// `Assign`. Not while finishing or done.
     pub(super) fn fill(&mut self, now: Duration, prefer: &[SlotId], out: &mut Vec<Command>) {
@@ -95,6 +108,7 @@ impl Membership {
                 state,
                 order,
                 late: false,
+                spare: false,
             };
             self.workers.insert(slot.clone(), worker);
             if let Phase::Gathering(g) = &mut self.phase {
@@ -105,7 +119,8 @@ impl Membership {
     }
 
     fn pick_free_slots(&self, prefer: &[SlotId]) -> Vec<SlotId> {
-        let target = self.usable_count().min(self.policy.max_np);
+        let spares = self.train_cap().saturating_add(self.policy.hot_spares);
+        let target = self.usable_count().min(spares);
         let mut placeable = self.placeable_live();
         let mut picks: Vec<SlotId> = Vec::new();
         let preferred = prefer.iter().filter(|s| self.usable(s)).cloned();

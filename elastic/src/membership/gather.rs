@@ -218,8 +218,11 @@ impl Membership {
         let ready = self.ready(g);
         // After a failure, replacements still starting are left to join
         // later once the survivors have waited `replacement_wait` for them.
+        // A generation already as large as it may be (a hot spare took the
+        // failed member's place) waits for no spawn: those are spares.
         let no_spawns = self.pending_spawns().next().is_none()
-            || self.replacement_deadline(g).is_some_and(|d| now >= d);
+            || self.replacement_deadline(g).is_some_and(|d| now >= d)
+            || (g.next > Generation(1) && ready.len() >= self.train_cap());
         let min_np = self.policy.min_np;
         let enough = ready.len() >= self.threshold(g.next);
         if pending_members == 0 && ((no_spawns && enough) || (g.overdue && ready.len() >= min_np)) {
@@ -295,9 +298,11 @@ impl Membership {
             .collect()
     }
 
-    /// Starts generation `next` with the first `max_np` of `ready`. Members not
-    /// placed (their slot left discovery) and newcomers over `max_np` (possible when
-    /// a host comes back while its replacement was spawned) get `Leave`.
+    /// Starts generation `next` with the first [`Membership::train_cap`] of
+    /// `ready`. Members not placed (their slot left discovery) get `Leave`;
+    /// newcomers over the cap stay registered as hot spares, as many as
+    /// the policy keeps, and the others (possible when a host comes back while
+    /// its replacement was spawned) get `Leave`.
     fn assign(
         &mut self,
         now: Duration,
@@ -306,14 +311,21 @@ impl Membership {
         mut ranks: Vec<SlotId>,
         out: &mut Vec<Command>,
     ) {
-        let surplus = ranks.split_off(ranks.len().min(self.policy.max_np));
+        let surplus = ranks.split_off(ranks.len().min(self.train_cap()));
         let mut leavers: Vec<SlotId> = self
             .members
             .iter()
             .filter(|s| !ranks.contains(s))
             .cloned()
             .collect();
-        leavers.extend(surplus.into_iter().filter(|s| !self.members.contains(s)));
+        let mut newcomers: Vec<SlotId> = surplus
+            .into_iter()
+            .filter(|s| !self.members.contains(s))
+            .collect();
+        let spares: Vec<SlotId> = newcomers
+            .drain(..newcomers.len().min(self.policy.hot_spares))
+            .collect();
+        leavers.extend(newcomers);
         for slot in &ranks {
             if let Some(w) = self.workers.get_mut(slot) {
                 w.state = WorkerState::Member;
@@ -332,6 +344,9 @@ impl Membership {
         for slot in leavers {
             self.workers.remove(&slot);
             out.push(Command::Leave { slot });
+        }
+        for slot in &spares {
+            self.mark_spare(slot, out);
         }
         self.fill(now, &[], out);
     }

@@ -53,6 +53,8 @@ pub(super) struct Worker {
     /// without ([`super::Policy::replacement_wait`]): placing it is the end
     /// of that recovery, not a reset of its own.
     pub(super) late: bool,
+    /// Said to be a hot spare ([`Command::Spare`]), once.
+    pub(super) spare: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,7 +229,10 @@ impl Membership {
         self.start_backoff.started(slot);
         self.runtime_seen = true;
         if matches!(self.phase, Phase::Stable) {
-            if late {
+            if self.is_spare() {
+                // The generation is as large as it may be: a hot spare.
+                self.mark_spare(slot, &mut out);
+            } else if late {
                 self.begin_late_join(now, &mut out);
             } else {
                 self.begin_gathering(now, Cause::HostsChanged, &mut out);
@@ -235,6 +240,29 @@ impl Membership {
         }
         self.settle(now, &[], &mut out);
         out
+    }
+
+    /// Says, once, that the worker on `slot` is a hot spare.
+    pub(super) fn mark_spare(&mut self, slot: &SlotId, out: &mut Vec<Command>) {
+        if let Some(w) = self.workers.get_mut(slot)
+            && !std::mem::replace(&mut w.spare, true)
+        {
+            out.push(Command::Spare { slot: slot.clone() });
+        }
+    }
+
+    /// Whether a worker that registered while the generation runs is a hot
+    /// spare: the generation is as large as it may be and the spares are not
+    /// all there yet (itself counted among the registered).
+    fn is_spare(&self) -> bool {
+        let registered = self
+            .workers
+            .values()
+            .filter(|w| w.state == WorkerState::Registered)
+            .count();
+        self.policy.hot_spares > 0
+            && self.members.len() >= self.train_cap()
+            && registered <= self.policy.hot_spares
     }
 
     /// A member of the current generation asks to join generation `generation` (it

@@ -165,6 +165,9 @@ pub enum Command {
     },
     /// `host`'s cooldown ran out; it is usable again while discovered.
     Readmitted { host: String },
+    /// The worker on `slot` registered while the generation is as large as
+    /// it may be: it waits as a hot spare, to take a failed member's place.
+    Spare { slot: SlotId },
     /// A static job's start timeout (`after`) passed with no worker
     /// registered: the program does not use the runtime (a plain script,
     /// torch.distributed), so its processes are supervised until they exit,

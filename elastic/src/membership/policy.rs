@@ -51,6 +51,10 @@ pub struct Policy {
     /// What a failure does: replace the worker (elastic jobs) or end the job
     /// (static jobs).
     pub on_failure: OnFailure,
+    /// Workers kept started and registered beyond those that train
+    /// (`--hot-spares`): a failed member's place is taken by one of them at
+    /// once, and the pool is started again in the background.
+    pub hot_spares: usize,
 }
 
 /// What the core does when a worker fails.
@@ -81,6 +85,7 @@ impl Policy {
             rejoin_timeout: DEFAULT_REJOIN_TIMEOUT,
             replacement_wait: DEFAULT_REPLACEMENT_WAIT,
             on_failure: OnFailure::Replace,
+            hot_spares: 0,
         }
     }
 

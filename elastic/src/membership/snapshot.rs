@@ -122,6 +122,7 @@ impl Membership {
                 state: WorkerState::Member,
                 order: order as u64,
                 late: false,
+                spare: false,
             };
             m.workers.insert(slot.clone(), worker);
             m.detached.insert(slot.clone(), now);

@@ -260,3 +260,72 @@ fn a_failed_start_is_retried_after_a_growing_wait() {
     let (_, in_a_row) = m.start_failed(now, &a0, "again");
     assert_eq!(in_a_row, 1);
 }
+
+/// Four train on host `a`'s five slots and the fifth worker waits as a hot
+/// spare; a failed member's place is taken by the spare as soon as the
+/// survivors rejoin, without waiting for the spare started in its stead.
+#[test]
+fn a_hot_spare_takes_a_failed_members_place_at_once() {
+    let mut policy = Policy::new(2, 4, 4);
+    policy.hot_spares = 1;
+    let mut m = Membership::new(policy);
+    let spawned = m.discovered(s(0), &hosts(&[("a", 6)]));
+    assert_eq!(spawned.len(), 5, "four to train, one spare: {spawned:?}");
+    let mut out = Vec::new();
+    for i in 0..5 {
+        out.extend(m.registered(s(1), &slot("a", i)));
+    }
+    let ranks: Vec<SlotId> = (0..4).map(|i| slot("a", i)).collect();
+    assert!(out.contains(&Command::Assign {
+        generation: Generation(1),
+        ranks: ranks.clone()
+    }));
+    assert!(
+        out.contains(&Command::Spare { slot: slot("a", 4) }),
+        "{out:?}"
+    );
+    assert!(
+        !out.iter().any(|c| matches!(c, Command::Leave { .. })),
+        "{out:?}"
+    );
+    // Member 1 dies: a spare is started again on a free slot.
+    let out = m.failed(s(5), &slot("a", 1), "killed");
+    assert!(
+        out.contains(&Command::Reset {
+            generation: Generation(2)
+        }),
+        "{out:?}"
+    );
+    assert!(out.contains(&Command::Spawn(slot("a", 1))), "{out:?}");
+    // The survivors rejoin: generation 2 places the spare at once, the new
+    // spare still starting.
+    let mut out = Vec::new();
+    for i in [0, 2, 3] {
+        out.extend(m.rejoined(s(5), &slot("a", i), Generation(2)));
+    }
+    let want = vec![slot("a", 0), slot("a", 2), slot("a", 3), slot("a", 4)];
+    assert_eq!(
+        out,
+        vec![Command::Assign {
+            generation: Generation(2),
+            ranks: want.clone()
+        }]
+    );
+    // The new spare registers: no new generation, it waits.
+    let out = m.registered(s(8), &slot("a", 1));
+    assert_eq!(out, vec![Command::Spare { slot: slot("a", 1) }]);
+    assert_eq!(m.members(), want.as_slice());
+    // A spare that dies is started again; training is not disturbed.
+    let out = m.failed(s(9), &slot("a", 1), "killed");
+    assert_eq!(out, vec![Command::Spawn(slot("a", 1))], "{out:?}");
+    assert_eq!(m.generation(), Generation(2));
+}
+
+/// Without hot spares a registration beyond `max_np` is not kept waiting.
+#[test]
+fn without_hot_spares_no_worker_waits_unplaced() {
+    let mut m = started(2);
+    assert!(m.policy().hot_spares == 0);
+    let out = m.discovered(s(3), &hosts(&[("a", 3)]));
+    assert!(out.is_empty(), "max_np 2 reached: {out:?}");
+}

@@ -5,6 +5,7 @@
 //! no `train` process outlives it.
 
 mod more;
+mod spares;
 
 use std::time::Duration;
 

@@ -113,6 +113,20 @@ pub(in super::super) const RESET_LIMIT: Opt<Option<u32>> = Opt {
     default: None,
 };
 
+pub(in super::super) const HOT_SPARES: Opt<usize> = Opt {
+    flag: "hot-spares",
+    arg: arg(
+        ELASTIC,
+        Value("N"),
+        "Workers started beyond those that train, registered and waiting: a failed worker's \
+         place is taken by one of them at once, with no process to start, and the spare is \
+         started again in the background; they take slots of the hosts [default: 0].",
+    ),
+    env: &[var("ELASTICRUN_HOT_SPARES", count)],
+    yaml: key("elastic.hot_spares"),
+    default: 0,
+};
+
 /// `[MIN, MAX]` seconds: `--blacklist-cooldown-range MIN MAX`,
 /// `ELASTICRUN_BLACKLIST_COOLDOWN_RANGE=MIN,MAX`, `[MIN, MAX]` in the file.
 pub(in super::super) const BLACKLIST_COOLDOWN_RANGE: Opt<Option<Vec<f64>>> = Opt {

@@ -299,6 +299,7 @@ pub(super) static ALL: &[&dyn Declared] = &[
     &ELASTIC_TIMEOUT,
     &REPLACEMENT_WAIT,
     &RESET_LIMIT,
+    &HOT_SPARES,
     &BLACKLIST_COOLDOWN_RANGE,
     &DISCOVERY_INTERVAL,
     &DISCOVERY_TIMEOUT,
