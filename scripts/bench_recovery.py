@@ -9,7 +9,9 @@ Usage: scripts/bench_recovery.py [--np 4] [--kills 10] [--delay-ms 10] [--python
        (torchrun from $PEERS_VENV, see ../shared/peers; skipped when unset;
        --python-venv adds the same job written with elasticrun.torch,
        scripts/torch_elastic_worker.py, and as DistributedDataParallel on
-       the elasticrun torch.distributed backend)
+       the elasticrun torch.distributed backend; --hot-spares N gives the
+       elasticrun jobs N more slots and `--hot-spares N`, and kills only
+       workers that train, each once a spare waits)
 Build first: cargo build --release --bins"""
 import argparse
 import json
@@ -104,14 +106,38 @@ def wait_steps(job, t, n, limit, world_size=None):
     raise SystemExit(f"no training progress within {limit}s:\n" + "\n".join(l[2] for l in job.lines[-20:]))
 
 
-def measure(job, is_worker, resumed, kills, rng, np):
+def slot_of(pid):
+    """The slot elasticrun started worker `pid` on (None if unknown)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        return int(env.get(b"ELASTICRUN_SLOT", b"-1"))
+    except (OSError, ValueError):
+        return None
+
+
+def spare_slots(job, spares, kills_done):
+    """Waits until the job's spares are all waiting (elasticrun said so for
+    each: `spares` at the start, one more after each kill); their slots."""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        said = [l for _, s, l in job.since(0) if s == "err" and "waits as a hot spare" in l]
+        if len(said) >= spares + kills_done:
+            return {int(l.split(" slot ")[1].split(" ")[0]) for l in said[-spares:]}
+        time.sleep(0.01)
+    raise SystemExit("no hot spare waiting within 120 s")
+
+
+def measure(job, is_worker, resumed, kills, rng, np, spares=0):
     """Kills a random non-zero rank `kills` times; seconds until training resumed."""
     times = []
     wait_steps(job, 0, 20, 120, world_size=np)
-    for _ in range(kills):
+    for k in range(kills):
+        waiting = spare_slots(job, spares, k) if spares else set()
         t0 = time.time()
         rank0 = wait_steps(job, t0, 1, 30)[-1][2]
-        victims = [p for p in descendants(job.proc.pid) if is_worker(p) and p != rank0]
+        victims = [p for p in descendants(job.proc.pid) if is_worker(p) and p != rank0
+                   and slot_of(p) not in waiting]
         victim = rng.choice(victims)
         t_kill = time.time()
         os.kill(victim, signal.SIGKILL)
@@ -135,11 +161,12 @@ def elasticrun(args, rng, worker, is_worker):
     tmp = tempfile.mkdtemp(prefix="bench-recovery-")
     hosts = os.path.join(tmp, "hosts.txt")
     with open(hosts, "w") as f:
-        f.write(f"localhost:{args.np}\n")
+        f.write(f"localhost:{args.np + args.hot_spares}\n")
+    spares = ["--hot-spares", str(args.hot_spares)] if args.hot_spares else []
     job = Job([
         os.path.join(ROOT, "target", "release", "elasticrun"), "--min-np", "2", "--max-np", str(args.np),
         "--host-discovery-script", f"{ROOT}/discovery-scripts/hosts-from-file.sh {hosts}",
-    ] + worker)
+    ] + spares + worker)
 
     def resumed(job, t_kill, _rank0):
         # The first step completed in a generation assigned after the kill.
@@ -150,7 +177,7 @@ def elasticrun(args, rng, worker, is_worker):
         return s[0][0] if s else None
 
     try:
-        return measure(job, is_worker, resumed, args.kills, rng, args.np)
+        return measure(job, is_worker, resumed, args.kills, rng, args.np, args.hot_spares)
     finally:
         job.stop()
 
@@ -208,16 +235,18 @@ def main():
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--delay-ms", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hot-spares", type=int, default=0, help="elasticrun's --hot-spares")
     p.add_argument("--python-venv", help="also the elasticrun.torch worker, from this venv (with torch and elasticrun)")
     args = p.parse_args()
     rng = random.Random(args.seed)
+    tag = f" --hot-spares {args.hot_spares}" if args.hot_spares else ""
     ours = elasticrun_rust(args, rng)
-    report(f"elasticrun -np {args.np}, Rust worker", ours)
+    report(f"elasticrun -np {args.np}{tag}, Rust worker", ours)
     if args.python_venv:
         py = elasticrun_python(args, rng)
-        report(f"elasticrun -np {args.np}, elasticrun.torch worker", py)
+        report(f"elasticrun -np {args.np}{tag}, elasticrun.torch worker", py)
         ddp = elasticrun_python(args, rng, ["ddp"])
-        report(f"elasticrun -np {args.np}, DDP on the elasticrun backend", ddp)
+        report(f"elasticrun -np {args.np}{tag}, DDP on the elasticrun backend", ddp)
     theirs = torchrun(args, rng)
     if theirs:
         report(f"torchrun --nproc-per-node {args.np}", theirs)

@@ -8,6 +8,7 @@ memory, and results come back through ``torch.from_numpy``. In-place forms
 (``allreduce_``, ``broadcast_``) copy the result into the tensor given.
 """
 
+import os as _os
 import pickle
 
 import numpy as _np
@@ -26,7 +27,6 @@ from elasticrun import (
     barrier,
     cross_rank,
     cross_size,
-    init,
     is_initialized,
     join,
     local_rank,
@@ -53,6 +53,23 @@ __all__ = [
     "poll", "rank", "reducescatter", "reducescatter_async", "rocm_built", "shutdown", "size",
     "synchronize",
 ]
+
+
+def warm_for_hot_spares():
+    """In a job with hot spares (``--hot-spares``), where this worker may
+    wait inside ``init()`` to take a failed worker's place, does what torch
+    does lazily before it waits: importing ``torch._dynamo``, which the first
+    optimizer made imports (over a second on a CPU), would otherwise fall
+    between a spare's placement and its first step."""
+    if _os.environ.get("ELASTICRUN_HOT_SPARES", "0").strip() not in ("", "0"):
+        import torch._dynamo  # noqa: F401
+
+
+def init(*args, **kwargs):
+    """``hvd.init()``: joins the job (``elasticrun.init``); in a job with hot
+    spares, torch's lazy imports are done first (``warm_for_hot_spares``)."""
+    warm_for_hot_spares()
+    return _er.init(*args, **kwargs)
 
 
 def _host(tensor):

@@ -80,7 +80,9 @@ def init_process_group(**kwargs):
     changes), and a store of this process's own (the backend needs none).
     ``kwargs`` go to ``torch.distributed.init_process_group``."""
     if not _er.is_initialized():
-        _er.init()
+        from . import init
+
+        init()
     register()
     dist.init_process_group(NAME, rank=_er.rank(), world_size=_er.size(),
                             store=dist.HashStore(), **kwargs)
