@@ -7,13 +7,14 @@ final weights as JSON."""
 import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
 import elasticrun.torch as hvd
 from elasticrun.torch import backend
+
+import elastic_loop
 
 hvd.init()
 backend.init_process_group()
@@ -28,24 +29,8 @@ Y = X.sum(-1, keepdim=True) * 0.5 + 1.0
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 state = hvd.elastic.TorchState(model, opt, step=0)
 
-
-@hvd.elastic.run
-def train(state):
-    while state.step < steps:
-        n, r = dist.get_world_size(), dist.get_rank()
-        per = 12 // n
-        x, y = X[state.step, r * per:(r + 1) * per], Y[state.step, r * per:(r + 1) * per]
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(ddp(x), y).backward()
-        opt.step()
-        state.step += 1
-        if state.step % 2 == 0:
-            state.commit()
-        print(f"step {state.step} size {n}", flush=True)
-        time.sleep(delay)
-
-
-train(state)
+elastic_loop.train(state, ddp, opt, X, Y, delay,
+                  rank_size=lambda: (dist.get_rank(), dist.get_world_size()))
 if dist.get_rank() == 0:
     w = torch.cat([model.weight.detach().reshape(-1), model.bias.detach()]).tolist()
     print(json.dumps({"weights": w}), flush=True)

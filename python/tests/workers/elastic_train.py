@@ -6,11 +6,12 @@ number), committing every other step. Prints ``pid <rank> <pid>`` once,
 import json
 import os
 import sys
-import time
 
 import torch
 
 import elasticrun.torch as hvd
+
+import elastic_loop
 
 hvd.init()
 steps = int(sys.argv[1])
@@ -24,24 +25,7 @@ opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
                                named_parameters=model.named_parameters())
 state = hvd.elastic.TorchState(model, opt, step=0)
 
-
-@hvd.elastic.run
-def train(state):
-    while state.step < steps:
-        n, r = hvd.size(), hvd.rank()
-        per = 12 // n
-        x, y = X[state.step, r * per:(r + 1) * per], Y[state.step, r * per:(r + 1) * per]
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-        state.step += 1
-        if state.step % 2 == 0:
-            state.commit()
-        print(f"step {state.step} size {n}", flush=True)
-        time.sleep(delay)
-
-
-train(state)
+elastic_loop.train(state, model, opt, X, Y, delay)
 if hvd.rank() == 0:
     w = torch.cat([model.weight.detach().reshape(-1), model.bias.detach()]).tolist()
     print(json.dumps({"weights": w}), flush=True)
