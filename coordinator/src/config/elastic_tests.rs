@@ -342,3 +342,20 @@ fn elastic_options_without_a_script_are_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn elasticrun_serve_refuses_hot_spares() {
+    let serve = |args: &str| {
+        let mut c = cli(args);
+        c.serve = true;
+        c.command.clear();
+        resolve(&c, &env(&[]), &parse("").unwrap())
+    };
+    let (option, why) = invalid_option(serve("--min-np 2 --hot-spares 1 ./t"));
+    assert_eq!(option, "hot-spares");
+    assert!(
+        why.contains("elasticrun serve") && why.contains("on the command line"),
+        "{why}"
+    );
+    assert!(serve("--min-np 2 --hot-spares 0 ./t").is_ok());
+}

@@ -119,6 +119,11 @@ pub enum Refusal {
     )]
     NotElastic { given: Source },
     #[error(
+        "elasticrun serve does not keep hot spares yet: its workers are pods that start by \
+         themselves; leave it out (it was given {given})"
+    )]
+    NoSparesForPods { given: Source },
+    #[error(
         "only autotuning uses it, and it needs --autotune (it was given {given}{})",
         match turned_off {
             Some(off) => format!(", and autotuning was turned off {off}"),

@@ -338,6 +338,13 @@ fn elastic(
         discovery_interval: l.pick(&opt::DISCOVERY_INTERVAL)?,
         discovery_timeout: l.pick(&opt::DISCOVERY_TIMEOUT)?,
     };
+    if matches!(script, Some(None)) && given.hot_spares.value > 0 {
+        let given = given.hot_spares.source;
+        return Err(invalid(
+            opt::HOT_SPARES.flag,
+            Refusal::NoSparesForPods { given },
+        ));
+    }
     match script {
         Some(script) => check_elastic(script, given, np).map(Some),
         None => {
