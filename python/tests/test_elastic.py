@@ -51,3 +51,27 @@ def test_a_killed_rank_is_replaced_and_training_ends_on_the_undisturbed_weights(
     assert all(abs(a - b) < 1e-4 for a, b in zip(got, want)), (got, want)
     # The last steps ran with three ranks again (the replacement joined).
     assert re.search(rf"step {STEPS} size 3", out), out
+
+
+def test_a_hot_spare_takes_a_killed_ranks_place():
+    quiet, _ = run_job(2, "elastic_train.py", STEPS, 0)
+    want = final_weights(quiet)
+    with tempfile.TemporaryDirectory() as d:
+        hosts = pathlib.Path(d) / "hosts.sh"
+        hosts.write_text("#!/bin/sh\necho localhost:3\n")
+        hosts.chmod(0o755)
+        # Two train, the third waits inside hvd.init() as a spare; the first
+        # generation waits for all three, so the spare waits before step 10.
+        cmd = [elasticrun(), "-np", "2", "--min-np", "2", "--max-np", "2", "--hot-spares", "1",
+               "--replacement-wait", "30", "--host-discovery-script", str(hosts),
+               sys.executable, str(WORKERS / "elastic_train.py"), str(STEPS), "0.05"]
+        code, out, err, killed = run_and_kill(cmd, r"\]<stdout>:pid 1 (\d+)", r"<stdout>:step 10 ")
+    assert killed and code == 0, out + err
+    assert "waits as a hot spare (--hot-spares)" in err, err
+    assert "was killed by signal 9 (SIGKILL)" in err, err
+    got = final_weights(out)
+    assert all(abs(a - b) < 1e-4 for a, b in zip(got, want)), (got, want)
+    assert re.search(rf"step {STEPS} size 2", out), out
+    # The spare (it printed its pid once placed, as rank 1) trained.
+    pids = re.findall(r"\]<stdout>:pid 1 (\d+)", out)
+    assert len(set(pids)) == 2, out
