@@ -15,10 +15,6 @@ use control::env::{
 
 use crate::InitError;
 
-/// How long a worker of a job with hot spares waits for a placement: a
-/// year, for as long as the job keeps it.
-const SPARE_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
-
 /// Where this worker's coordinator is and who this worker is.
 #[derive(Debug)]
 pub(crate) struct Launch {
@@ -29,6 +25,8 @@ pub(crate) struct Launch {
     pub(crate) start_timeout: Duration,
     /// `Some` in an elastic job.
     pub(crate) elastic_timeout: Option<Duration>,
+    /// The job keeps hot spares ([`control::env::HOT_SPARES`]).
+    pub(crate) hot_spares: bool,
     /// How long to keep reconnecting after the coordinator connection drops.
     pub(crate) coordinator_timeout: Duration,
     /// Longest wait of one data-plane send or receive.
@@ -149,10 +147,7 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         ),
         None => None,
     };
-    // A hot spare waits for its place as long as the job keeps it: the
-    // coordinator stops it at the end, and a lost link ends it anyway.
-    let spares = get(HOT_SPARES).is_some_and(|n| n.trim() != "0");
-    let elastic_timeout = elastic_timeout.map(|t| if spares { SPARE_WAIT } else { t });
+    let hot_spares = get(HOT_SPARES).is_some_and(|n| n.trim() != "0");
     let coordinator_timeout = match get(COORDINATOR_TIMEOUT) {
         Some(s) => seconds(&s)
             .ok_or_else(|| bad(COORDINATOR_TIMEOUT, "is not a positive number of seconds"))?,
@@ -198,6 +193,7 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         slot,
         start_timeout,
         elastic_timeout,
+        hot_spares,
         coordinator_timeout,
         data_timeout,
         engine_cpu,
@@ -268,6 +264,21 @@ mod tests {
         .unwrap();
         assert_eq!(l.elastic_timeout, Some(Duration::from_secs(600)));
         assert_eq!(l.coordinator_timeout, DEFAULT_COORDINATOR_TIMEOUT);
+        assert!(!l.hot_spares);
+        // With hot spares the elastic timeout is kept (it bounds rejoins);
+        // only the first placement's wait is the job's to end.
+        let l = read(env(&[
+            (COORDINATOR, "127.0.0.1:4000"),
+            (SECRET, &k),
+            (HOST, "a"),
+            (SLOT, "0"),
+            (ELASTIC_TIMEOUT, "600"),
+            (HOT_SPARES, "1"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(l.elastic_timeout, Some(Duration::from_secs(600)));
+        assert!(l.hot_spares);
         let with = |v: &str| {
             read(env(&[
                 (COORDINATOR, "127.0.0.1:4000"),

@@ -32,16 +32,28 @@ pub struct Joining<C> {
     /// How much longer an elastic job may keep the worker waiting for a
     /// placement (`--elastic-timeout`; `None`: not an elastic job).
     pub elastic_timeout: Option<Duration>,
+    /// The job keeps hot spares (`--hot-spares`): this worker may wait for
+    /// its first placement for as long as the job keeps it.
+    pub hot_spares: bool,
     /// Longest wait of one data-plane send or receive.
     pub data_timeout: Duration,
     /// How long the engine busy-waits at most (`None`: its default).
     pub spin: Option<Duration>,
 }
 
+/// How long a worker of a job with hot spares waits for its first
+/// placement: a year.
+const SPARE_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 impl<C> Joining<C> {
     /// How long to wait for the first placement after registering: an
-    /// elastic job may wait up to its elastic timeout for enough workers.
+    /// elastic job may wait up to its elastic timeout for enough workers; a
+    /// hot spare, for as long as the job keeps it (the coordinator stops it
+    /// at the end, and a lost link ends it anyway).
     pub fn placement_wait(&self) -> Duration {
+        if self.hot_spares {
+            return SPARE_WAIT;
+        }
         self.start_timeout + self.elastic_timeout.unwrap_or_default()
     }
 }
@@ -66,6 +78,7 @@ impl Session {
             elastic_timeout,
             data_timeout,
             spin,
+            hot_spares: _,
         } = joining;
         let mut link = redial.open(Instant::now() + start_timeout).await?;
         // The data plane listens where this host reaches the coordinator
@@ -141,6 +154,7 @@ mod tests {
             slot: 0,
             start_timeout,
             elastic_timeout: None,
+            hot_spares: false,
             coordinator_timeout: LIMIT,
             data_timeout: LIMIT,
             engine_cpu: None,

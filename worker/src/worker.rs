@@ -99,6 +99,7 @@ pub(crate) fn joining<C: Connect>(launch: &env::Launch, connect: C) -> Joining<C
         endpoints: Box::new(data_bind),
         start_timeout: launch.start_timeout,
         elastic_timeout: launch.elastic_timeout,
+        hot_spares: launch.hot_spares,
         data_timeout: launch.data_timeout,
         spin: launch.spin,
     }

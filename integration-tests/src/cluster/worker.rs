@@ -180,6 +180,7 @@ fn joining(ctx: &Ctx) -> Joining<MemConnect> {
         endpoints: Box::new(ctx.cluster.inner.fabric.clone()),
         start_timeout: t.start_timeout,
         elastic_timeout: Some(t.elastic_timeout),
+        hot_spares: false,
         data_timeout: t.data_timeout,
         spin: None,
     }
