@@ -168,15 +168,19 @@ impl FileValue {
     }
 }
 
+/// Every option's `(section, key)` in the file, with the option.
+fn keys() -> impl Iterator<Item = (&'static str, &'static str, &'static dyn Declared)> {
+    options::ALL
+        .iter()
+        .filter_map(|&o| o.yaml().path.split_once('.').map(|(s, k)| (s, k, o)))
+}
+
 /// The file's sections: those of the option table, and `serve`.
 fn sections() -> &'static [&'static str] {
     static SECTIONS: OnceLock<Vec<&'static str>> = OnceLock::new();
     SECTIONS.get_or_init(|| {
         let mut names: Vec<&'static str> = Vec::new();
-        let of_options = options::ALL
-            .iter()
-            .filter_map(|o| o.yaml().path.split_once('.').map(|(s, _)| s));
-        for name in of_options.chain(["serve"]) {
+        for name in keys().map(|(s, _, _)| s).chain(["serve"]) {
             if !names.contains(&name) {
                 names.push(name);
             }
@@ -187,23 +191,18 @@ fn sections() -> &'static [&'static str] {
 
 /// The option whose key is `section.key`.
 fn option_at(section: &str, key: &str) -> Option<&'static dyn Declared> {
-    options::ALL.iter().copied().find(|o| {
-        o.yaml()
-            .path
-            .split_once('.')
-            .is_some_and(|(s, k)| s == section && k == key)
-    })
+    keys()
+        .find(|&(s, k, _)| s == section && k == key)
+        .map(|(_, _, o)| o)
 }
 
 /// The keys of `section`, for an error that names them.
 fn keys_of(section: &str) -> String {
-    let keys: Vec<String> = options::ALL
-        .iter()
-        .filter_map(|o| o.yaml().path.split_once('.'))
-        .filter(|(s, _)| *s == section)
-        .map(|(_, k)| format!("`{k}`"))
+    let named: Vec<String> = keys()
+        .filter(|&(s, _, _)| s == section)
+        .map(|(_, k, _)| format!("`{k}`"))
         .collect();
-    keys.join(", ")
+    named.join(", ")
 }
 
 impl<'de> Deserialize<'de> for ConfigFile {
