@@ -35,17 +35,19 @@ step() {
     note "$name: exit $rc in $((SECONDS - t0)) s"
 }
 
-# NCCL: the system's, else the one of Python's nvidia-nccl wheel. cudarc opens
-# `libnccl.so`; the wheel ships `libnccl.so.2`.
-if ! ldconfig -p | grep -q 'libnccl\.so '; then
-    nccl=$(python3 -c 'import nvidia.nccl as n, glob; print(glob.glob(n.__path__[0] + "/lib/libnccl.so*")[0])' 2>/dev/null ||
+# NCCL: the system's (the loader finds libnccl.so.2), else the one of Python's
+# nvidia-nccl wheel, named in ELASTICRUN_NCCL_LIBRARY for the Rust programs.
+# A Python process does not need it: the engine uses the NCCL torch loaded.
+if ! ldconfig -p | grep -q 'libnccl\.so\.2 '; then
+    nccl=$(python3 -c 'import nvidia.nccl as n, glob; print(sorted(glob.glob(n.__path__[0] + "/lib/libnccl.so*"))[0])' 2>/dev/null ||
         find /opt /usr -name 'libnccl.so*' 2>/dev/null | head -1)
-    if [ -n "$nccl" ]; then
-        mkdir -p /tmp/elasticrun-nccl
-        ln -sf "$nccl" /tmp/elasticrun-nccl/libnccl.so
-        export LD_LIBRARY_PATH=/tmp/elasticrun-nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    fi
+    [ -n "$nccl" ] && export ELASTICRUN_NCCL_LIBRARY=$nccl
 fi
+# Which parts run: GPU_CHECKS_ONLY, a space-separated list of rust-tests,
+# rust-figures, rust-kill, rust-every, mps, python and python-bench (all of
+# them by default).
+only=${GPU_CHECKS_ONLY:-all}
+want() { [ "$only" = all ] || [[ " $only " == *" $1 "* ]]; }
 # One machine: NCCL's sockets on loopback, no InfiniBand.
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-1}
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN} RUST_BACKTRACE=1
@@ -53,7 +55,7 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN} RUST_BACKTRACE=1
     date -u
     nvidia-smi
     echo "NCCL: ${nccl:-from ldconfig}"
-    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    echo "ELASTICRUN_NCCL_LIBRARY=${ELASTICRUN_NCCL_LIBRARY:-}"
     nproc
 } > "$res/machine.txt" 2>&1
 note "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); NCCL ${nccl:-from ldconfig}"
@@ -66,8 +68,10 @@ chmod +x "$wrap"
 
 # 1. The tests: one-rank NCCL, every collective and dtype; the engine's GPU
 #    tensors with fusion on and off; two ranks as two hosts (two-level).
-step test-nccl 90 "$bin/test-nccl" --test-threads 1 --nocapture
-step test-gpu-engine 90 "$bin/test-it" --test-threads 1 --nocapture gpu_engine::
+if want rust-tests; then
+    step test-nccl 90 "$bin/test-nccl" --test-threads 1 --nocapture
+    step test-gpu-engine 90 "$bin/test-it" --test-threads 1 --nocapture gpu_engine::
+fi
 
 # 2. busbw per size: NCCL on the GPU beside the host path, interleaved; the
 #    engine's ResNet-50 shape: host, GPU flat, GPU two-level with the two
@@ -86,7 +90,7 @@ busbw_and_engine() {
     step "synthetic-cuda-hierarchical-$round" 60 "$bin/elasticrun" "${two_hosts[@]}" \
         --hierarchical-allreduce "$bin/synthetic_benchmark" --device cuda
 }
-busbw_and_engine 1
+want rust-figures && busbw_and_engine 1
 
 # 3. kill -9 of one of two ranks during GPU collectives: the survivor loses
 #    the peer, aborts its communicator, rolls back and trains on with the
@@ -175,33 +179,39 @@ elastic_kill() {
         status=1
     fi
 }
-elastic_kill flat
-elastic_kill hierarchical
+if want rust-kill; then
+    elastic_kill flat
+    elastic_kill hierarchical
+fi
 
 # 4. Every collective through NCCL with two ranks, checked: the reductions
 #    in every dtype, the data movements in three.
-for op in allreduce reducescatter allgather broadcast alltoall; do
-    case $op in
-        allreduce | reducescatter) dtypes="f32 f16 bf16 f64 i32 i64 u8" ;;
-        *) dtypes="f32 bf16 u8" ;;
-    esac
-    for dt in $dtypes; do
-        step "check-$op-$dt" 30 "$bin/collbench" --np 2 --device cuda --op "$op" \
-            --dtype "$dt" --min-bytes 1K --max-bytes 1M --step-factor 32 --iters 2
+if want rust-every; then
+    for op in allreduce reducescatter allgather broadcast alltoall; do
+        case $op in
+            allreduce | reducescatter) dtypes="f32 f16 bf16 f64 i32 i64 u8" ;;
+            *) dtypes="f32 bf16 u8" ;;
+        esac
+        for dt in $dtypes; do
+            step "check-$op-$dt" 30 "$bin/collbench" --np 2 --device cuda --op "$op" \
+                --dtype "$dt" --min-bytes 1K --max-bytes 1M --step-factor 32 --iters 2
+        done
     done
-done
-step check-allreduce-average-f32 30 "$bin/collbench" --np 2 --device cuda \
-    --reduce-op average --min-bytes 1K --max-bytes 1M --step-factor 32 --iters 2
-step collbench-cuda-np1 30 "$bin/collbench" --np 1 --device cuda \
-    --min-bytes 4K --max-bytes 64M --step-factor 4
+    step check-allreduce-average-f32 30 "$bin/collbench" --np 2 --device cuda \
+        --reduce-op average --min-bytes 1K --max-bytes 1M --step-factor 32 --iters 2
+    step collbench-cuda-np1 30 "$bin/collbench" --np 1 --device cuda \
+        --min-bytes 4K --max-bytes 64M --step-factor 4
+fi
 
 # 5. The second round of the figures.
-busbw_and_engine 2
+want rust-figures && busbw_and_engine 2
 
 # 6. Two processes on one GPU take turns on it (time slices) unless CUDA's
 #    multi-process service runs: the same NCCL sweep under it, where there
 #    is one, shows how much of the flat path's time the turns take.
-if command -v nvidia-cuda-mps-control > /dev/null && ! over_budget; then
+if ! want mps; then
+    :
+elif command -v nvidia-cuda-mps-control > /dev/null && ! over_budget; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/elasticrun-mps CUDA_MPS_LOG_DIRECTORY=/tmp/elasticrun-mps
     mkdir -p /tmp/elasticrun-mps
     if timeout 20 nvidia-cuda-mps-control -d; then
@@ -216,6 +226,66 @@ if command -v nvidia-cuda-mps-control > /dev/null && ! over_budget; then
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 else
     note "mps: no nvidia-cuda-mps-control here (or out of time)"
+fi
+
+# 7. The Python package on CUDA tensors (the bundle's py/: the package with
+#    its native module, its GPU tests, the benchmark scripts), in python3's
+#    torch: every collective against the CPU path, the training API against
+#    CPU training, kill -9 during GPU training; then allreduce busbw against
+#    torch's NCCL process group and the synthetic benchmark (ResNet-50) under
+#    elasticrun.torch against DDP on NCCL under torchrun, under MPS where it
+#    runs (two processes on one GPU otherwise take turns).
+py=$here/py
+pyrun=(env -u ELASTICRUN_NCCL_LIBRARY PYTHONPATH="$py" PYTHONUNBUFFERED=1)
+if want python; then
+    step py-collectives 120 "${pyrun[@]}" "$bin/elasticrun" -np 2 "$wrap" python3 "$py/tests/gpu/collectives.py"
+    step py-train 120 "${pyrun[@]}" "$bin/elasticrun" -np 2 "$wrap" python3 "$py/tests/gpu/train.py"
+    step py-kill 150 "${pyrun[@]}" ELASTICRUN="$bin/elasticrun" python3 "$py/tests/gpu/kill.py" "$wrap"
+    # The same without waiting for a replacement: the survivor's own
+    # recovery, with the workers' info logs (how long ncclCommAbort took).
+    step py-kill-no-wait 150 "${pyrun[@]}" ELASTICRUN="$bin/elasticrun" python3 "$py/tests/gpu/kill.py" \
+        --replacement-wait 0 --log-level info "$wrap"
+    note "py-kill-no-wait: $(grep -ho 'running [0-9]* worker.* after the failure[^;]*\|NCCL communicator aborted.*took_ms=[0-9]*' \
+        "$res/py-kill-no-wait.txt" | tr '\n' ' ')"
+    for f in py-collectives py-train py-kill py-kill-no-wait; do
+        note "$f: $(grep -E '^(\[0\]<stdout>:)?cuda |"killed"' "$res/$f.txt" | tail -2 | tr '\n' ' ')"
+    done
+fi
+if want python-bench; then
+    mps=0
+    if command -v nvidia-cuda-mps-control > /dev/null; then
+        export CUDA_MPS_PIPE_DIRECTORY=/tmp/elasticrun-mps CUDA_MPS_LOG_DIRECTORY=/tmp/elasticrun-mps
+        mkdir -p /tmp/elasticrun-mps
+        timeout 20 nvidia-cuda-mps-control -d && mps=1
+    fi
+    note "python-bench: MPS $mps"
+    step py-busbw 150 "${pyrun[@]}" "$bin/elasticrun" -np 2 "$wrap" python3 "$py/scripts/bench_cuda_allreduce.py" \
+        --max-bytes 256M --rounds 3
+    for round in $(seq "${GPU_CHECKS_ROUNDS:-2}"); do
+        step "py-synthetic-elasticrun-$round" 90 "${pyrun[@]}" "$bin/elasticrun" -np 2 "$wrap" python3 \
+            "$py/scripts/torch_synthetic.py" --api elasticrun --device cuda --model resnet50 --batch-size 32 \
+            --num-iters 10
+        step "py-synthetic-ddp-nccl-$round" 90 "${pyrun[@]}" python3 -m torch.distributed.run --nproc-per-node 2 \
+            "$py/scripts/torch_synthetic.py" --api ddp --backend nccl --device cuda --model resnet50 --batch-size 32 \
+            --num-iters 10
+    done
+    # Horovod's own pytorch_synthetic_benchmark.py, its import line changed,
+    # where the bundle has it (gpu_bundle.sh, HOROVOD_SYNTHETIC): two host
+    # names, so that each rank's local rank is 0 (its set_device) on one GPU.
+    hs=$py/scripts/horovod_pytorch_synthetic_benchmark.py
+    if [ -f "$hs" ]; then
+        step py-horovod-synthetic 120 "${pyrun[@]}" "$bin/elasticrun" "${two_hosts[@]}" "$wrap" python3 "$hs" \
+            --model resnet50 --batch-size 32 --num-iters 5
+        note "py-horovod-synthetic: $(grep -h 'Total img/sec' "$res/py-horovod-synthetic.txt" | tail -1)"
+    fi
+    grep -h ratio "$res/py-busbw.txt" | sed 's/^/py-busbw: /' >> "$summary"
+    for f in "$res"/py-synthetic-*.txt; do
+        note "$(basename "$f" .txt): $(grep -o '"img_per_s": [0-9.]*' "$f" | head -1)"
+    done
+    if [ "$mps" = 1 ]; then
+        echo quit | timeout 20 nvidia-cuda-mps-control
+        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi
 fi
 
 # The figures, short: steps/s of every engine run, 64 MiB busbw of every sweep.

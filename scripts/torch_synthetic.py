@@ -27,6 +27,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--api", choices=["elasticrun", "horovod", "ddp", "fsdp"], required=True)
 p.add_argument("--backend", default="gloo", help="torch.distributed backend of --api ddp and fsdp")
 p.add_argument("--model", default="resnet18")
+p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+               help="cuda: each rank on GPU local_rank % GPUs (Horovod's synthetic benchmark on GPUs)")
 p.add_argument("--batch-size", type=int, default=8)
 p.add_argument("--num-warmup-batches", type=int, default=2)
 p.add_argument("--num-batches-per-iter", type=int, default=3)
@@ -34,6 +36,18 @@ p.add_argument("--num-iters", type=int, default=5)
 args = p.parse_args()
 torch.manual_seed(0)
 model = getattr(models, args.model)()
+device = torch.device("cpu")
+if args.device == "cuda":
+    import os
+
+    local = int(os.environ.get("LOCAL_RANK", os.environ.get("HOROVOD_LOCAL_RANK", "0")))
+    if int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > torch.cuda.device_count():
+        # Ranks share a GPU: NCCL takes them for one host's duplicates
+        # unless each process is a host of its own (docs/gpu.md).
+        os.environ.setdefault("NCCL_HOSTID", f"pid-{os.getpid()}")
+    device = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    model = model.to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 if args.api in ("elasticrun", "horovod"):
     if args.api == "elasticrun":
@@ -51,12 +65,13 @@ else:
     dist.init_process_group(args.backend)
     rank, size = dist.get_rank(), dist.get_world_size()
     if args.api == "ddp":
-        model = torch.nn.parallel.DistributedDataParallel(model)
+        ids = [device.index] if device.type == "cuda" else None
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
     else:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh("cpu", (size,))
+        mesh = init_device_mesh(device.type, (size,))
         # One group per top-level block (resnet's layers, mobilenet's
         # features), then the rest.
         for child in model.children():
@@ -64,14 +79,16 @@ else:
                 fully_shard(child, mesh=mesh)
         fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-data = torch.randn(args.batch_size, 3, 224, 224)
-target = torch.randint(0, 1000, (args.batch_size,))
+data = torch.randn(args.batch_size, 3, 224, 224, device=device)
+target = torch.randint(0, 1000, (args.batch_size,), device=device)
 
 
 def step():
     opt.zero_grad()
     F.cross_entropy(model(data), target).backward()
     opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 timeit.timeit(step, number=args.num_warmup_batches)
@@ -79,4 +96,5 @@ rates = [args.batch_size * args.num_batches_per_iter / timeit.timeit(step, numbe
          for _ in range(args.num_iters)]
 if rank == 0:
     print(json.dumps({"api": args.api, "backend": args.backend, "model": args.model, "world_size": size,
+                      "device": args.device, "batch_size": args.batch_size,
                       "img_per_s": size * statistics.median(rates)}), flush=True)

@@ -27,10 +27,38 @@ impl Memory for Device {
     type Owned<T: Element> = DeviceBuffer<T>;
 }
 
+/// A buffer's memory: cudarc's own allocation, or memory the program lent
+/// ([`crate::lend`]), which is used in place and never freed here.
+#[derive(Debug)]
+enum Bytes {
+    Own(CudaSlice<u8>),
+    /// Boxed: a buffer stays as small as cudarc's own slice.
+    Lent(Box<crate::sys::LentSlice>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = CudaSlice<u8>;
+    fn deref(&self) -> &CudaSlice<u8> {
+        match self {
+            Bytes::Own(s) => s,
+            Bytes::Lent(l) => l,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Bytes {
+    fn deref_mut(&mut self) -> &mut CudaSlice<u8> {
+        match self {
+            Bytes::Own(s) => s,
+            Bytes::Lent(l) => l,
+        }
+    }
+}
+
 /// `len` elements of `T` in the memory of one GPU.
 #[derive(Debug)]
 pub struct DeviceBuffer<T> {
-    bytes: CudaSlice<u8>,
+    bytes: Bytes,
     len: usize,
     _t: PhantomData<T>,
 }
@@ -47,11 +75,43 @@ pub(crate) fn cuda(call: &'static str) -> impl FnOnce(DriverError) -> GpuError {
 #[derive(Debug)]
 pub struct DeviceTensor {
     dtype: DType,
-    bytes: CudaSlice<u8>,
+    bytes: Bytes,
     len: usize,
 }
 
 impl DeviceTensor {
+    pub(crate) fn lent(dtype: DType, lent: crate::sys::LentSlice, len: usize) -> Self {
+        DeviceTensor {
+            dtype,
+            bytes: Bytes::Lent(Box::new(lent)),
+            len,
+        }
+    }
+
+    /// Whether this is the program's lent memory (a collective that
+    /// worked in place), rather than a buffer of the engine's.
+    pub fn is_lent(&self) -> bool {
+        matches!(self.bytes, Bytes::Lent(_))
+    }
+
+    /// Copies the elements into `dst` (of the same type and length) on
+    /// `dst`'s stream, after the last write of them.
+    pub fn copy_into(&self, dst: &mut DeviceTensor) -> Result<(), GpuError> {
+        if dst.dtype != self.dtype || dst.len != self.len {
+            return Err(GpuError::Usage {
+                what: "copying a GPU result out",
+                detail: format!(
+                    "the result is {} elements of {}, the destination {} of {}",
+                    self.len, self.dtype, dst.len, dst.dtype
+                ),
+            });
+        }
+        let stream = dst.bytes.stream().clone();
+        stream
+            .memcpy_dtod(&*self.bytes, &mut *dst.bytes)
+            .map_err(cuda("cuMemcpyDtoD"))
+    }
+
     pub fn dtype(&self) -> DType {
         self.dtype
     }
@@ -99,7 +159,7 @@ impl<T: Element> DeviceBuffer<T> {
             .alloc_zeros::<u8>(len * std::mem::size_of::<T>())
             .map_err(cuda("cuMemAlloc"))?;
         Ok(Self {
-            bytes,
+            bytes: Bytes::Own(bytes),
             len,
             _t: PhantomData,
         })
@@ -111,7 +171,7 @@ impl<T: Element> DeviceBuffer<T> {
             .clone_htod(bytemuck::cast_slice::<T, u8>(host))
             .map_err(cuda("cuMemcpyHtoD"))?;
         Ok(Self {
-            bytes,
+            bytes: Bytes::Own(bytes),
             len: host.len(),
             _t: PhantomData,
         })
@@ -122,7 +182,7 @@ impl<T: Element> DeviceBuffer<T> {
     pub fn to_host(&self) -> Result<Vec<T>, GpuError> {
         let stream = self.bytes.stream().clone();
         let bytes = stream
-            .clone_dtoh(&self.bytes)
+            .clone_dtoh(&*self.bytes)
             .map_err(cuda("cuMemcpyDtoH"))?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
@@ -161,7 +221,7 @@ impl<T: Element> DeviceBuffer<T> {
         let size = std::mem::size_of::<T>();
         let mut dst = self.bytes.slice_mut(at * size..(at + src.len) * size);
         stream
-            .memcpy_dtod(&src.bytes, &mut dst)
+            .memcpy_dtod(&*src.bytes, &mut dst)
             .map_err(cuda("cuMemcpyDtoD"))
     }
 
@@ -175,7 +235,7 @@ impl<T: Element> DeviceBuffer<T> {
         let size = std::mem::size_of::<T>();
         let src = self.bytes.slice(at * size..(at + dst.len) * size);
         stream
-            .memcpy_dtod(&src, &mut dst.bytes)
+            .memcpy_dtod(&src, &mut *dst.bytes)
             .map_err(cuda("cuMemcpyDtoD"))
     }
 

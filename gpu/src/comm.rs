@@ -37,6 +37,9 @@ pub struct NcclComm {
 /// Polls before a wait starts sleeping between looks.
 const EAGER_POLLS: u32 = 256;
 
+/// How long a wait sleeps in short steps before the runtime's timer.
+const PATIENT: Duration = Duration::from_millis(250);
+
 impl NcclComm {
     /// The communicator of the world that `host` spans, on `stream`'s GPU:
     /// rank 0 makes NCCL's unique id and `host` broadcasts it. Every rank
@@ -181,7 +184,7 @@ impl NcclComm {
         let since = Instant::now();
         let mut polls = 0;
         while !self.look(op, since)? {
-            pause(&mut polls).await;
+            pause(&mut polls, since).await;
         }
         Ok(())
     }
@@ -275,7 +278,7 @@ impl NcclComm {
                 return Ok(());
             }
             if ready || since.elapsed() < self.timeout {
-                pause(&mut polls).await;
+                pause(&mut polls, since).await;
                 continue;
             }
             let mut g = self.lock();
@@ -294,13 +297,19 @@ impl Drop for NcclComm {
     }
 }
 
-/// Between two looks: yields to the runtime at first, then sleeps, so short
-/// collectives finish fast and long ones do not hold a core.
-async fn pause(polls: &mut u32) {
+/// Between two looks: yields to the runtime at first; then sleeps 20 µs at a
+/// time, the thread's own sleep (a timer of the runtime wakes only on its
+/// millisecond ticks, which added up to a millisecond to every collective
+/// that outlasted the yields), yielding after each so other tasks run; past
+/// `PATIENT`, on the runtime's timer, so a long wait does not hold a core.
+async fn pause(polls: &mut u32, since: Instant) {
     *polls += 1;
     if *polls < EAGER_POLLS {
         tokio::task::yield_now().await;
+    } else if since.elapsed() < PATIENT {
+        std::thread::sleep(Duration::from_micros(20));
+        tokio::task::yield_now().await;
     } else {
-        tokio::time::sleep(Duration::from_micros(200)).await;
+        tokio::time::sleep(Duration::from_micros(500)).await;
     }
 }

@@ -49,9 +49,10 @@ pub enum GpuError {
     #[error("no CUDA driver: libcuda.so could not be loaded (no NVIDIA driver on this machine?)")]
     NoDriver,
     #[error(
-        "no NCCL: libnccl.so could not be loaded; install NCCL (e.g. `pip install nvidia-nccl-cu12`) and put its lib directory on LD_LIBRARY_PATH"
+        "no NCCL: none could be opened ({tried}); in a PyTorch environment import torch first (its NCCL is used), \
+         otherwise install NCCL or name its libnccl.so.2 in ELASTICRUN_NCCL_LIBRARY (docs/gpu.md)"
     )]
-    NoNccl,
+    NoNccl { tried: String },
     #[error("NCCL {found} is too old: elasticrun needs NCCL {needed} or newer")]
     NcclTooOld { found: i32, needed: i32 },
     #[error("no GPU {ordinal}: this machine has {count}")]

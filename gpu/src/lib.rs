@@ -83,9 +83,7 @@ fn probe_cuda() -> Result<GpuInfo, GpuError> {
             count: 0,
         });
     }
-    if !sys::nccl_present() {
-        return Err(GpuError::NoNccl);
-    }
+    sys::nccl_library().map_err(|tried| GpuError::NoNccl { tried })?;
     let nccl_version = sys::version().map_err(|code| GpuError::Nccl {
         call: "ncclGetVersion",
         code,
@@ -112,9 +110,41 @@ pub fn stream_on(ordinal: usize) -> Result<std::sync::Arc<cudarc::driver::CudaSt
             count: info.devices,
         });
     }
-    let ctx = cudarc::driver::CudaContext::new(ordinal).map_err(buffer::cuda("cuCtxCreate"))?;
-    ctx.new_stream().map_err(buffer::cuda("cuStreamCreate"))
+    context(ordinal)?
+        .new_stream()
+        .map_err(buffer::cuda("cuStreamCreate"))
 }
+
+/// The primary context of GPU `ordinal` (the one PyTorch's runtime uses),
+/// one `CudaContext` per device for the process: cudarc synchronises the
+/// device the first time a context makes a second stream, which then
+/// happens once.
+#[cfg(feature = "cuda")]
+pub fn context(ordinal: usize) -> Result<std::sync::Arc<cudarc::driver::CudaContext>, GpuError> {
+    use std::sync::{Arc, Mutex, PoisonError};
+    static CONTEXTS: Mutex<Vec<(usize, Arc<cudarc::driver::CudaContext>)>> = Mutex::new(Vec::new());
+    let mut all = CONTEXTS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, c)) = all.iter().find(|(o, _)| *o == ordinal) {
+        return Ok(c.clone());
+    }
+    if !sys::driver_present() {
+        return Err(GpuError::NoDriver);
+    }
+    let ctx = cudarc::driver::CudaContext::new(ordinal)
+        .map_err(buffer::cuda("cuDevicePrimaryCtxRetain"))?;
+    all.push((ordinal, ctx.clone()));
+    Ok(ctx)
+}
+
+/// The NCCL library this process uses (its path, or the name the loader
+/// found it by), opened on first use; `None` where there is none.
+#[cfg(feature = "cuda")]
+pub fn nccl_library() -> Option<&'static str> {
+    sys::nccl_library().ok()
+}
+
+#[cfg(feature = "cuda")]
+pub use sys::{NCCL_LIBRARY_VAR, Owner, lend};
 
 /// A new stream on the GPU that `like` runs on: where a communicator for
 /// buffers allocated on `like` works.
@@ -144,7 +174,7 @@ mod tests {
                     GpuError::NotBuilt
                         | GpuError::NoDriver
                         | GpuError::NoDevice { .. }
-                        | GpuError::NoNccl
+                        | GpuError::NoNccl { .. }
                         | GpuError::NcclTooOld { .. }
                 ));
                 assert_eq!(BUILT, !matches!(e, GpuError::NotBuilt));

@@ -7,6 +7,8 @@
 //! whose text names the tensor and the ranks.
 
 mod arrays;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod handle;
 mod inplace;
 mod pool;
@@ -255,5 +257,9 @@ fn _elasticrun(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<GroupHandle>()?;
     handle::register(m)?;
     inplace::register(m)?;
+    #[cfg(feature = "cuda")]
+    cuda::register(m)?;
+    #[cfg(not(feature = "cuda"))]
+    m.add("CUDA_BUILT", false)?;
     Ok(())
 }

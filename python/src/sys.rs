@@ -1,6 +1,7 @@
-//! The one unsafe thing this crate does: a numpy array over the memory of a
+//! The unsafe things this crate does: a numpy array over the memory of a
 //! pooled buffer ([`crate::pool`]), which goes back to the pool once no
-//! array looks at it any more.
+//! array looks at it any more; and (feature `cuda`) a CUDA tensor's memory
+//! lent to the engine, held by the tensor object it belongs to.
 
 use numpy::PyArrayDyn;
 use numpy::ndarray::{ArrayViewMutD, IxDyn};
@@ -88,4 +89,23 @@ pub(crate) fn lend_arrays<T: numpy::Element + worker::Element>(
     // after the handle's `wait()`. Overlapping arrays are refused by `new`.
     let lent = unsafe { worker::LentHost::new(&segments, Box::new(owner)) };
     lent.map_err(|e| PyValueError::new_err(format!("an in-place allreduce's arrays: {e}")))
+}
+
+/// `tensor`'s device memory (`t`, read off it) lent to the engine, ordered
+/// after the work queued on `stream`; the lent memory keeps `tensor`
+/// alive until the engine lets it go.
+#[cfg(feature = "cuda")]
+pub(crate) fn lend_cuda(
+    tensor: &Bound<'_, PyAny>,
+    t: &crate::cuda::Lent,
+    stream: u64,
+) -> PyResult<gpu::DeviceTensor> {
+    let owner: gpu::Owner = Box::new(tensor.clone().unbind());
+    // SAFETY: `t` was read off `tensor` just now (a contiguous CUDA tensor:
+    // `numel` elements of `dtype` at `ptr` on GPU `device`), and `owner`
+    // holds the tensor, whose storage stays allocated while it lives;
+    // `stream` is torch's current stream of that device, which torch never
+    // destroys while the process runs.
+    unsafe { gpu::lend(t.device, stream, t.ptr, t.numel, t.dtype, owner) }
+        .map_err(|e| crate::ElasticrunError::new_err(e.to_string()))
 }

@@ -6,8 +6,22 @@
 use collectives::{Element, ReduceOp};
 use gpu::DeviceBuffer;
 
-use crate::engine::{GpuHandle, Invalid, Kind};
+use crate::engine::{DeviceHandle, GpuHandle, Invalid, Kind};
 use crate::{Error, Worker};
+
+/// A collective on a GPU tensor whose element type is known at run time
+/// ([`Worker::submit_device`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceOp {
+    /// Reduced in place.
+    Allreduce(ReduceOp),
+    /// Every rank's rows in rank order (a new buffer).
+    Allgather,
+    /// `root`'s tensor, in place.
+    Broadcast { root: usize },
+    /// This rank's even share of the reduction (a new buffer).
+    Reducescatter(ReduceOp),
+}
 
 impl Worker {
     fn submit_gpu<T: Element>(
@@ -19,6 +33,36 @@ impl Worker {
         let name = self.name(name, kind);
         let shape = vec![data.len()];
         self.engine.submit_gpu(name, kind, data, shape)
+    }
+
+    /// Starts `op` on GPU tensor `data` of `shape` (row-major; an
+    /// allgather joins the first dimension) through the engine and NCCL.
+    /// Lent memory ([`gpu::lend`]) is reduced or broadcast where it lies.
+    pub fn submit_device(
+        &self,
+        name: Option<&str>,
+        op: DeviceOp,
+        data: gpu::DeviceTensor,
+        shape: Vec<usize>,
+    ) -> Result<DeviceHandle, Error> {
+        if shape.iter().product::<usize>() != data.len() {
+            let elements = data.len();
+            return Err(Invalid::Shape { elements, shape }.into());
+        }
+        let kind = match op {
+            DeviceOp::Allreduce(op) => Kind::Allreduce(op),
+            DeviceOp::Allgather => Kind::Allgather,
+            DeviceOp::Reducescatter(op) => Kind::Reducescatter(op),
+            DeviceOp::Broadcast { root } => match u32::try_from(root) {
+                Ok(r) if root < self.size() => Kind::Broadcast { root: r },
+                _ => {
+                    let size = self.size();
+                    return Err(Invalid::Root { root, size }.into());
+                }
+            },
+        };
+        let name = self.name(name, kind);
+        Ok(self.engine.submit_device(name, kind, data, shape))
     }
 
     /// Starts reducing GPU tensor `data` over all ranks (NCCL; `Average` is

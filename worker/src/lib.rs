@@ -42,7 +42,7 @@ pub use api::{GroupHandle, MAX_OBJECT_BYTES};
 pub use collectives::{DType, Element, ReduceOp, bf16, f16};
 pub use data_plane::DataPlane;
 #[cfg(feature = "cuda")]
-pub use engine::GpuHandle;
+pub use engine::{DeviceHandle, GpuHandle};
 pub use engine::{
     Engine, EngineConfig, EngineError, EngineStats, Handle, Internal, Invalid, LentHandle,
     Mismatch, Planes, Storage, Tensor, TimelineConfig, Tuning, TuningMemory,
@@ -51,6 +51,8 @@ pub use error::{Error, InitError, ObjectError};
 pub use generation::{Endpoints, Place};
 #[cfg(feature = "cuda")]
 pub use gpu::{DeviceBuffer, DeviceTensor, GpuError};
+#[cfg(feature = "cuda")]
+pub use gpu_api::DeviceOp;
 pub use hierarchy::{CollectivePath, CollectivePaths};
 pub use join::Joining;
 pub use optimizer::{Compression, DistributedOptimizer, Gradients, OptimizerOptions};

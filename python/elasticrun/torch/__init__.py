@@ -1,11 +1,12 @@
 """``horovod.torch``'s API on elasticrun: change ``import horovod.torch as
-hvd`` to ``import elasticrun.torch as hvd``. CPU tensors only for now (a GPU
-tensor raises an error that says so); docs/python.md lists every name beside
-Horovod's.
+hvd`` to ``import elasticrun.torch as hvd``. docs/python.md lists every name
+beside Horovod's.
 
-Tensors cross into the engine through ``Tensor.numpy()``, which shares their
-memory, and results come back through ``torch.from_numpy``. In-place forms
-(``allreduce_``, ``broadcast_``) copy the result into the tensor given.
+CPU tensors cross into the engine through ``Tensor.numpy()``, which shares
+their memory, and results come back through ``torch.from_numpy``; in-place
+forms (``allreduce_``, ``broadcast_``) copy the result into the tensor given.
+CUDA tensors go to NCCL as they lie, ordered on the caller's current stream
+(``elasticrun.torch.cuda``).
 """
 
 import os as _os
@@ -36,6 +37,7 @@ from elasticrun import (
     size,
 )
 
+from . import cuda as _cuda
 from . import elastic
 from .compression import Compression
 from .optimizer import DistributedOptimizer
@@ -78,8 +80,8 @@ def _host(tensor):
         return _np.asarray(tensor)
     if tensor.device.type != "cpu":
         raise ValueError(
-            f"elasticrun.torch runs collectives on CPU tensors only; this one is on {tensor.device}: "
-            "copy it with .cpu() (GPU tensors go through the Rust API's NCCL path, docs/gpu.md)"
+            f"elasticrun.torch runs collectives on CPU and CUDA tensors; this one is on {tensor.device}: "
+            "copy it with .cpu()"
         )
     if tensor.dtype == _torch.bfloat16:
         raise TypeError("bfloat16 tensors are not supported yet: convert them with .float()")
@@ -128,6 +130,8 @@ def _into(result, tensor):
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=None):
     _no_process_set(process_set)
+    if _cuda.is_cuda(tensor):
+        return _cuda.allreduce(tensor, name, _op(average, op), prescale_factor, postscale_factor, False)
     if prescale_factor == 1.0 and postscale_factor == 1.0:
         h = _native.allreduce_async(_host(tensor), name, _op(average, op))
     else:
@@ -138,6 +142,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None):
     _no_process_set(process_set)
+    if _cuda.is_cuda(tensor):
+        return _cuda.allreduce(tensor, name, _op(average, op), prescale_factor, postscale_factor, True)
     h = _er.allreduce_async(_host(tensor), name, _op(average, op), prescale_factor, postscale_factor)
     return _Handle(h, lambda r: _into(r, tensor))
 
@@ -156,14 +162,39 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                                         postscale_factor, process_set))
 
 
+class _Group:
+    """Several handles as one: ``wait()`` gives every result, in order."""
+
+    def __init__(self, handles):
+        self._handles = handles
+
+    def poll(self):
+        return all(h.poll() for h in self._handles)
+
+    def wait(self):
+        return [h.wait() for h in self._handles]
+
+
+def _cuda_group(tensors, average, name, op, in_place):
+    """A group of CUDA tensors: each submitted under the group's name; the
+    engine fuses those negotiated together, device to device."""
+    base = name or f"grouped_allreduce.{len(tensors)}"
+    return _Group([_cuda.allreduce(t, f"{base}.{i}", _op(average, op), 1.0, 1.0, in_place)
+                   for i, t in enumerate(tensors)])
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, process_set=None):
     _no_process_set(process_set)
+    if tensors and all(_cuda.is_cuda(t) for t in tensors):
+        return _cuda_group(tensors, average, name, op, False)
     h = _er.grouped_allreduce_async([_host(t) for t in tensors], name, _op(average, op))
     return _Handle(h, lambda rs: [_like(r, t) for r, t in zip(rs, tensors)])
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, process_set=None):
     _no_process_set(process_set)
+    if tensors and all(_cuda.is_cuda(t) for t in tensors):
+        return _cuda_group(tensors, average, name, op, True)
     h = _er.grouped_allreduce_async([_host(t) for t in tensors], name, _op(average, op))
     return _Handle(h, lambda rs: [_into(r, t) for r, t in zip(rs, tensors)])
 
@@ -181,6 +212,8 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, process_set=No
 
 def allgather_async(tensor, name=None, process_set=None):
     _no_process_set(process_set)
+    if _cuda.is_cuda(tensor):
+        return _cuda.allgather(tensor, name)
     return _Handle(_er.allgather_async(_host(tensor), name), lambda r: _like(r, tensor))
 
 
@@ -190,11 +223,15 @@ def allgather(tensor, name=None, process_set=None):
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     _no_process_set(process_set)
+    if _cuda.is_cuda(tensor):
+        return _cuda.broadcast(tensor, root_rank, name, False)
     return _Handle(_er.broadcast_async(_host(tensor), root_rank, name), lambda r: _like(r, tensor))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     _no_process_set(process_set)
+    if _cuda.is_cuda(tensor):
+        return _cuda.broadcast(tensor, root_rank, name, True)
     return _Handle(_er.broadcast_async(_host(tensor), root_rank, name), lambda r: _into(r, tensor))
 
 
@@ -212,12 +249,24 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     if given and isinstance(splits, _torch.Tensor):
         splits = splits.tolist()
 
+    device = tensor.device if _cuda.is_cuda(tensor) else None
+    # bfloat16 rows only move: they travel as float16 of the same bytes.
+    moved = _torch.float16 if tensor.dtype == _torch.bfloat16 else None
+
     def finish(r):
         out, received = r
-        out = _like(out, tensor)
+        out = _torch.from_numpy(out)
+        out = out.view(tensor.dtype) if moved is not None else _like(r[0], tensor)
+        if device is not None:
+            # The engine has no NCCL alltoall yet: CUDA tensors cross the
+            # host (docs/python.md, "GPUs").
+            out = out.to(device)
         return (out, _torch.tensor(received, dtype=_torch.int32)) if given else out
 
-    return _Handle(_er.alltoall_async(_host(tensor), splits, name), finish)
+    source = tensor.detach().cpu() if device is not None else tensor.detach()
+    if moved is not None:
+        source = source.contiguous().view(moved)
+    return _Handle(_er.alltoall_async(_host(source), splits, name), finish)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
@@ -226,6 +275,8 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=None):
     _no_process_set(process_set)
+    if _cuda.is_cuda(tensor):
+        return _cuda.reducescatter(tensor, name, op)
     return _Handle(_er.reducescatter_async(_host(tensor), name, op), lambda r: _like(r, tensor))
 
 
@@ -298,9 +349,9 @@ def _no_process_set(process_set):
         )
 
 
-# What this build has, answered truthfully: elasticrun moves data on its own
-# TCP/QUIC rings and shared memory, not through Gloo, MPI or NCCL, and this
-# package runs on CPU tensors.
+# What this build has, answered truthfully: elasticrun moves host data on its
+# own TCP/QUIC rings and shared memory, not through Gloo or MPI; CUDA tensors
+# go through NCCL when this build has the GPU path.
 def gloo_built():
     return False
 
@@ -318,7 +369,7 @@ def mpi_enabled():
 
 
 def nccl_built():
-    return False
+    return _cuda.built()
 
 
 def ddl_built():
@@ -330,7 +381,7 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    return _cuda.built()
 
 
 def rocm_built():

@@ -18,8 +18,11 @@ so the engine's response cache answers them (DDP's buckets included), and
 two calls of one name in flight at once are run one after the other in the
 order each rank submitted them. An allreduce reduces the tensors where they
 lie (their memory is lent to the engine: no copy in, none out); the other
-calls copy their results into the output tensors. CPU tensors only for now.
-docs/python.md has what each call does here and what is refused.
+calls copy their results into the output tensors. CUDA tensors go to NCCL
+through the engine as they lie (``elasticrun.torch.cuda``): allreduce and
+broadcast in place, all_gather_into_tensor and reduce_scatter_tensor copied
+device to device into their outputs; the other calls on CUDA tensors cross
+the host. docs/python.md has what each call does here and what is refused.
 """
 
 import os
@@ -32,6 +35,8 @@ import torch.distributed as dist
 
 import elasticrun as _er
 from elasticrun import _elasticrun as _native
+
+from . import cuda as _cuda
 
 try:
     from torch._C._distributed_c10d import Backend as _C10dBackend
@@ -170,9 +175,11 @@ _OP_NAMES = {0: "avg", 1: "sum", 3: "min", 4: "max", 5: "product"}
 
 
 def _check(tensor, call, reduced=False):
-    if tensor.device.type != "cpu":
-        raise _refused(f"{call} on {tensor.device} tensors yet",
-                       "keep the tensors on the CPU, or use \"cpu:elasticrun,cuda:nccl\"")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise _refused(f"{call} on {tensor.device} tensors",
+                       "keep the tensors on the CPU or a CUDA GPU")
+    if tensor.is_cuda and reduced and tensor.dtype == torch.bfloat16:
+        return  # NCCL reduces bfloat16
     if reduced and tensor.dtype not in _REDUCED:
         raise TypeError(
             f"the elasticrun backend reduces float32, float64, float16, int32, int64 and uint8 "
@@ -192,14 +199,33 @@ def _moved(tensor):
 
 
 def _array(tensor):
-    return _moved(tensor).numpy()
+    """The engine's host form of ``tensor`` (a CUDA one copied to the host:
+    the calls without an NCCL path here)."""
+    t = _moved(tensor)
+    return (t.cpu() if t.is_cuda else t).numpy()
 
 
 def _name(call, tensors, op=None):
     t = tensors[0]
     shapes = ",".join(str(list(x.shape)) for x in tensors)
     op = f"{_OP_NAMES.get(op, op)}." if op is not None else ""
-    return f"c10d.{call}.{op}{str(t.dtype).replace('torch.', '')}.{shapes}"
+    where = "cuda." if t.is_cuda else ""
+    return f"c10d.{where}{call}.{op}{str(t.dtype).replace('torch.', '')}.{shapes}"
+
+
+def _cuda_moved(tensor):
+    """A CUDA tensor as NCCL moves it (bfloat16 as itself), contiguous."""
+    if tensor.dtype == torch.bfloat16:
+        return tensor.detach().contiguous()
+    return _moved(tensor)
+
+
+def _settled(tensor):
+    """Waits until the copies issued on this thread's stream into
+    ``tensor`` have run: a Work's outputs are complete when it is, whatever
+    stream reads them next."""
+    if tensor.is_cuda:
+        torch.cuda.current_stream(tensor.device).synchronize()
 
 
 def _copy_into(out, result):
@@ -330,6 +356,10 @@ class ElasticrunBackend(_C10dBackend):
         for t in tensors:
             _check(t, "allreduce", reduced=True)
         code, factor = _op(opts.reduceOp)
+        if tensors and tensors[0].is_cuda:
+            name = _name("allreduce", tensors, code)
+            works = [_cuda.allreduce(t, f"{name}.{i}", code, factor, 1.0, True) for i, t in enumerate(tensors)]
+            return self._work(_Handles(works), None, tensors)
         if factor != 1.0:
             with torch.no_grad():
                 for t in tensors:
@@ -380,6 +410,13 @@ class ElasticrunBackend(_C10dBackend):
         flat = input.detach().contiguous().reshape(n, -1)
         if factor != 1.0:
             flat = flat * factor
+        if input.is_cuda:
+            def take(r):
+                with torch.no_grad():
+                    output.view(-1).copy_(r.reshape(-1))
+                _settled(output)
+            w = _cuda.reducescatter(flat.reshape(-1), _name("reduce_scatter", [input], code), code)
+            return self._work(w, take, [output])
         h = _native.reducescatter_async(flat.numpy(), _name("reduce_scatter", [input], code), code)
         return self._work(h, lambda r: _copy_into(output, r), [output])
 
@@ -402,6 +439,10 @@ class ElasticrunBackend(_C10dBackend):
         for t in tensors:
             _check(t, "broadcast")
         root = opts.rootRank
+        if tensors and tensors[0].is_cuda:
+            works = [_cuda.broadcast(t, root, f"{_name('broadcast', [t])}.{i}", True)
+                     for i, t in enumerate(tensors)]
+            return self._work(_Handles(works), None, tensors)
         hs = [_native.broadcast_async(_array(t), root, _name("broadcast", [t])) for t in tensors]
 
         def back(results):
@@ -413,6 +454,18 @@ class ElasticrunBackend(_C10dBackend):
     def allgather(self, outputs, inputs, opts):
         for t in inputs:
             _check(t, "all_gather")
+        if inputs and inputs[0].is_cuda:
+            works = [self.all_gather_single(torch.empty(self.size() * t.numel(), dtype=t.dtype, device=t.device),
+                                            t, opts) for t in inputs]
+
+            def spread(_):
+                for outs, w in zip(outputs, works):
+                    whole = w._outputs[0].view(len(outs), -1)
+                    with torch.no_grad():
+                        for o, row in zip(outs, whole):
+                            o.view(-1).copy_(row)
+                    _settled(outs[0])
+            return self._work(_Handles(works), spread, outputs)
         hs = [_native.allgather_async(_array(t).reshape(1, -1), _name("allgather", [t]))
               for t in inputs]
 
@@ -436,6 +489,14 @@ class ElasticrunBackend(_C10dBackend):
                 f"all_gather_into_tensor: the output has {output.numel()} elements, not "
                 f"{self.size()} times the input's {input.numel()}"
             )
+        if input.is_cuda:
+            src = _cuda_moved(input).reshape(1, -1)
+
+            def take(r):
+                with torch.no_grad():
+                    output.view(src.dtype).view(-1).copy_(r.reshape(-1))
+                _settled(output)
+            return self._work(_cuda.allgather(src, _name("allgather", [input])), take, [output])
         h = _native.allgather_async(_array(input).reshape(1, -1), _name("allgather", [input]))
         return self._work(h, lambda r: _copy_into(output, r), [output])
 
@@ -482,7 +543,7 @@ class ElasticrunBackend(_C10dBackend):
             _check(t, "all_to_all")
         flat = torch.cat([_moved(t).reshape(-1) for t in inputs]).reshape(-1, 1)
         splits = [t.numel() for t in inputs]
-        h = _native.alltoall_async(flat.numpy(), splits, _name("alltoall_list", inputs))
+        h = _native.alltoall_async(_array(flat), splits, _name("alltoall_list", inputs))
 
         def back(result):
             got, counts = result

@@ -19,19 +19,23 @@ import torch
 import elasticrun as _er
 from elasticrun import _elasticrun as _native
 
+from . import cuda as _cuda
 from .compression import Compression
 
 BUCKET_MB_ENV = "ELASTICRUN_BUCKET_MB"
 _IN_PLACE_DTYPES = (torch.float32, torch.float64, torch.float16)
 DEFAULT_BUCKET_MB = 4.0
+DEFAULT_CUDA_BUCKET_MB = 25.0
 
 
-def bucket_bytes():
+def bucket_bytes(cuda=False):
     """The bucket size in bytes: ``ELASTICRUN_BUCKET_MB`` (MiB; 0 reduces
-    each gradient alone, as horovod.torch does), 4 MiB by default."""
+    each gradient alone, as horovod.torch does), by default 4 MiB, or 25
+    MiB (DDP's) for CUDA gradients, whose every bucket costs the engine a
+    host round beside its NCCL call."""
     raw = os.environ.get(BUCKET_MB_ENV)
     if raw is None or raw == "":
-        return int(DEFAULT_BUCKET_MB * 2**20)
+        return int((DEFAULT_CUDA_BUCKET_MB if cuda else DEFAULT_BUCKET_MB) * 2**20)
     try:
         mb = float(raw)
     except ValueError:
@@ -125,7 +129,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._op = op
         self._predivide = gradient_predivide_factor
         trained = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
-        self._buckets = plan_buckets(trained[::-1], groups, bucket_bytes())
+        cuda = any(p.is_cuda for p in trained)
+        self._buckets = plan_buckets(trained[::-1], groups, bucket_bytes(cuda))
         self._bucket_of = {p: b for b, ps in enumerate(self._buckets) for p in ps}
         self._bucket_names = [
             "allreduce." + self._names[id(ps[0])] + (f"+{len(ps) - 1}" if len(ps) > 1 else "")
@@ -154,9 +159,29 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 return False
         return True
 
+    def _submit_cuda(self, members, name):
+        """CUDA gradients: compressed on the device if asked; a bucket of
+        several is packed into one flat device tensor (as DDP's buckets are)
+        and reduced in place as one tensor, a single gradient where it lies."""
+        op, pre, post = self._op, 1.0, 1.0
+        if op == _er.Average and self._predivide != 1.0:
+            op, pre, post = _er.Sum, 1.0 / self._predivide, self._predivide / _er.size()
+        grads = _grads(members)
+        sent = [self._compression.compress(g) for g in grads]
+        if len(members) == 1:
+            g, ctx = sent[0]
+            # Reduced where it lies: the gradient itself, or its compressed copy.
+            in_place = g.data_ptr() == grads[0].data_ptr()
+            return [(members, _cuda.allreduce(g, name, op, pre, post, True), in_place, [ctx])]
+        flat = torch.cat([g.reshape(-1) for g, _ in sent])
+        return [(members, _cuda.allreduce(flat, name, op, pre, post, True), False, [c for _, c in sent])]
+
     def _submit(self, b):
         members = self._buckets[b]
         name = self._bucket_names[b]
+        if any(p.grad is not None and p.grad.is_cuda for p in members):
+            self._handles[b] = (self._submit_cuda(members, name), "cuda")
+            return
         if self._in_place(members):
             # The gradients' own memory goes to the engine and comes back
             # reduced: nothing is copied in or out. A frozen parameter's
@@ -210,6 +235,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                             p.grad = torch.zeros_like(p)
                     self._submit(b)
             for b, (h, ctxs) in list(self._handles.items()):
+                if ctxs == "cuda":
+                    self._take_cuda(h)
+                    continue
                 if ctxs is None:
                     h.wait()  # reduced in place
                     continue
@@ -225,6 +253,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # Also after a failure: the next step starts afresh (an elastic
             # run restores the state and goes on in a new generation).
             self._reset_handles()
+
+    def _take_cuda(self, works):
+        for members, w, in_place, ctxs in works:
+            r = w.wait()
+            if in_place:
+                continue
+            at = 0
+            for p, ctx in zip(members, ctxs):
+                n = p.numel()
+                if p.grad is not None:
+                    out = self._compression.decompress(r.reshape(-1)[at:at + n], ctx).reshape(p.grad.shape)
+                    with torch.no_grad():
+                        p.grad.copy_(out)
+                at += n
 
     def _take(self, p, result, ctx):
         out = self._compression.decompress(torch.from_numpy(result), ctx).reshape(p.grad.shape)

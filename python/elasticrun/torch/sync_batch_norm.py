@@ -1,5 +1,5 @@
 """``SyncBatchNorm``: batch normalization with statistics over every rank's
-batch, on CPU tensors too (Horovod's needs a GPU). The per-channel sums
+batch, on CUDA and CPU tensors (Horovod's needs a GPU). The per-channel sums
 travel through a differentiable allreduce, so autograd gives the exact
 gradient of the synchronized normalization."""
 
@@ -8,6 +8,16 @@ import torch
 
 import elasticrun as _er
 
+from . import cuda as _cuda
+
+
+def _sum(tensor, name):
+    """``tensor`` summed over ranks: through NCCL for a CUDA tensor."""
+    if _cuda.is_cuda(tensor):
+        return _cuda.allreduce(tensor, name, _er.Sum, 1.0, 1.0, False).wait()
+    out = _er.allreduce(tensor.detach().contiguous().numpy(), name=name, op=_er.Sum)
+    return torch.from_numpy(np.ascontiguousarray(out)).to(tensor.dtype)
+
 
 class _AllreduceSum(torch.autograd.Function):
     """Sum over ranks; its gradient is the sum of the ranks' gradients."""
@@ -15,13 +25,11 @@ class _AllreduceSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name):
         ctx.name = name
-        out = _er.allreduce(tensor.detach().numpy(), name=name, op=_er.Sum)
-        return torch.from_numpy(np.ascontiguousarray(out)).to(tensor.dtype)
+        return _sum(tensor, name)
 
     @staticmethod
     def backward(ctx, grad):
-        out = _er.allreduce(grad.detach().contiguous().numpy(), name=ctx.name + ".grad", op=_er.Sum)
-        return torch.from_numpy(np.ascontiguousarray(out)).to(grad.dtype), None
+        return _sum(grad, ctx.name + ".grad"), None
 
 
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
@@ -44,7 +52,7 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         if not self.training or _er.size() == 1:
             return super().forward(input)
         dims = [0] + list(range(2, input.dim()))
-        count = torch.tensor([input.numel() / input.shape[1]], dtype=input.dtype)
+        count = torch.tensor([input.numel() / input.shape[1]], dtype=input.dtype, device=input.device)
         local = torch.cat([input.sum(dims), (input * input).sum(dims), count])
         total = _AllreduceSum.apply(local, self._name)
         c = self.num_features

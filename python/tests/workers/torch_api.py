@@ -35,7 +35,7 @@ rs = hvd.reducescatter(torch.ones(2 * n, 2), name="rs", op=hvd.Sum)
 assert rs.shape == (2, 2) and torch.all(rs == n)
 assert hvd.broadcast_object({"from": r, "x": [1, 2]}, root_rank=0) == {"from": 0, "x": [1, 2]}
 assert hvd.allgather_object(("rank", r)) == [("rank", k) for k in range(n)]
-assert not hvd.nccl_built() and not hvd.mpi_built() and not hvd.gloo_built()
+assert hvd.nccl_built() and hvd.cuda_built() and not hvd.mpi_built() and not hvd.gloo_built()
 for bad, kind in [
     (lambda: hvd.allreduce(t, op=hvd.Adasum), ValueError),
     (lambda: hvd.allreduce(t, process_set=object()), NotImplementedError),

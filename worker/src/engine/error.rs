@@ -130,6 +130,8 @@ pub enum Internal {
     },
     #[error("{name}: lent memory's result came back in the engine's own {held} memory")]
     NotLent { name: String, held: DType },
+    #[error("a GPU tensor's result came back in host memory ({held})")]
+    NotOnGpu { held: DType },
     #[error("a negotiated group is empty")]
     EmptyGroup,
     #[error("tensor {name} ran but was not submitted here")]

@@ -44,6 +44,35 @@ impl<T: Element> GpuHandle<T> {
     }
 }
 
+/// A submitted collective on a GPU tensor whose element type is known at
+/// run time (the Python package's): [`DeviceHandle::wait`] gives the result
+/// back as a [`gpu::DeviceTensor`], the tensor's own lent memory when the
+/// collective worked in place.
+#[derive(Debug)]
+pub struct DeviceHandle {
+    reply: Reply,
+}
+
+impl DeviceHandle {
+    /// Whether the result is ready (then [`DeviceHandle::wait`] does not block).
+    pub fn poll(&mut self) -> bool {
+        self.reply.poll()
+    }
+
+    /// Blocks until the collective completes (its NCCL work has run on the
+    /// GPU); returns the result and its shape.
+    pub fn wait(self) -> Result<(gpu::DeviceTensor, Vec<usize>), EngineError> {
+        let out = self.reply.wait()?;
+        match out.data {
+            super::Storage::Gpu(t) => Ok((t, out.shape)),
+            other => Err(Internal::NotOnGpu {
+                held: other.dtype(),
+            }
+            .into()),
+        }
+    }
+}
+
 impl Engine {
     /// Submits GPU tensor `data` of `shape` for `kind` under `name`.
     pub fn submit_gpu<T: Element>(
@@ -53,19 +82,34 @@ impl Engine {
         data: DeviceBuffer<T>,
         shape: Vec<usize>,
     ) -> GpuHandle<T> {
+        GpuHandle {
+            reply: self.submit_device(name, kind, data.into(), shape).reply,
+            _t: PhantomData,
+        }
+    }
+
+    /// Submits GPU tensor `data` (its element type known at run time) of
+    /// `shape` for `kind` under `name`.
+    pub fn submit_device(
+        &self,
+        name: String,
+        kind: Kind,
+        data: gpu::DeviceTensor,
+        shape: Vec<usize>,
+    ) -> DeviceHandle {
         let (reply, rx) = oneshot::channel();
         let entry = self.pending.enter(&name, std::time::Instant::now());
         let req = Request {
             name,
             kind,
-            dtype: T::DTYPE,
+            dtype: data.dtype(),
             shape,
             parts: Vec::new(),
             place: Location::Gpu,
         };
         let local = Submission {
             req,
-            data: super::Storage::Gpu(data.into()),
+            data: super::Storage::Gpu(data),
             splits: Vec::new(),
             reply,
             submitted: std::time::Instant::now(),
@@ -75,9 +119,6 @@ impl Engine {
             Ok(()) => Reply::waiting(rx),
             Err(_) => Reply::known(Err(EngineError::ShutDown)),
         };
-        GpuHandle {
-            reply,
-            _t: PhantomData,
-        }
+        DeviceHandle { reply }
     }
 }

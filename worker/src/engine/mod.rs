@@ -40,7 +40,7 @@ use driver::Command;
 pub use driver::EngineStats;
 pub use error::{EngineError, Internal, Invalid, Mismatch};
 #[cfg(feature = "cuda")]
-pub use gpu_handle::GpuHandle;
+pub use gpu_handle::{DeviceHandle, GpuHandle};
 pub use lent::LentHandle;
 pub use messages::{Kind, Location, Tuning};
 pub use pending::PendingBoard;

@@ -10,9 +10,16 @@
 use std::ffi::c_int;
 
 use cudarc::driver::sys::CUdeviceptr;
-use cudarc::nccl::{result, sys};
+use cudarc::nccl::sys;
 
 use crate::error::NcclCode;
+
+mod lent;
+mod nccl;
+
+pub(crate) use lent::LentSlice;
+pub use lent::{Owner, lend};
+pub use nccl::LIBRARY_VAR as NCCL_LIBRARY_VAR;
 
 /// Whether libcuda can be loaded (cudarc panics on first use otherwise).
 pub(crate) fn driver_present() -> bool {
@@ -20,10 +27,16 @@ pub(crate) fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
-/// Whether libnccl can be loaded.
-pub(crate) fn nccl_present() -> bool {
-    // SAFETY: only tries to load the library by its candidate names.
-    unsafe { cudarc::nccl::sys::is_culib_present() }
+/// The NCCL library this process uses, opened on first use; otherwise
+/// what was tried and why each failed.
+pub(crate) fn nccl_library() -> Result<&'static str, String> {
+    nccl::nccl().map(|n| n.path.as_str())
+}
+
+/// The loaded NCCL, as an error code when there is none.
+fn lib() -> Result<&'static nccl::Nccl, NcclCode> {
+    // ncclSystemError: the library is missing (probe() names why first).
+    nccl::nccl().map_err(|_| NcclCode(2))
 }
 
 /// Whether an NCCL call finished or is still running (a non-blocking
@@ -34,22 +47,30 @@ pub(crate) enum Progress {
     Running,
 }
 
-fn progress(r: Result<result::NcclStatus, result::NcclError>) -> Result<Progress, NcclCode> {
-    match r {
-        Ok(result::NcclStatus::InProgress) => Ok(Progress::Running),
-        Ok(_) => Ok(Progress::Done),
-        Err(e) => Err(NcclCode(e.0 as u32)),
+/// `ncclInProgress`.
+const IN_PROGRESS: nccl::Code = 7;
+
+fn progress(code: nccl::Code) -> Result<Progress, NcclCode> {
+    match code {
+        0 => Ok(Progress::Done),
+        IN_PROGRESS => Ok(Progress::Running),
+        c => Err(NcclCode(c as u32)),
     }
 }
 
 /// The loaded NCCL's version, as `NCCL_VERSION_CODE` (2.21.5 is 22105).
 pub(crate) fn version() -> Result<i32, NcclCode> {
-    result::get_nccl_version().map_err(|e| NcclCode(e.0 as u32))
+    let mut v: c_int = 0;
+    // SAFETY: `v` is a live local NCCL writes once.
+    progress(unsafe { (lib()?.get_version)(&mut v) })?;
+    Ok(v)
 }
 
 /// A fresh unique id for a new communicator.
 pub(crate) fn unique_id() -> Result<[u8; 128], NcclCode> {
-    let id = result::get_uniqueid().map_err(|e| NcclCode(e.0 as u32))?;
+    let mut id = sys::ncclUniqueId { internal: [0; 128] };
+    // SAFETY: `id` is a live local NCCL fills.
+    progress(unsafe { (lib()?.get_unique_id)(&mut id) })?;
     Ok(id.internal.map(|c| c as u8))
 }
 
@@ -106,10 +127,10 @@ pub(crate) fn init_rank(
     };
     let mut comm: sys::ncclComm_t = std::ptr::null_mut();
     let config_ptr: *mut ConfigV2_17 = &mut config;
+    let init = lib()?.comm_init_rank_config;
     // SAFETY: `comm` and `config` are live locals; NCCL reads the config
     // (by its size and version) during this call only.
-    let r =
-        unsafe { result::comm_init_rank_config(&mut comm, nranks, id, rank, config_ptr.cast()) };
+    let r = unsafe { init(&mut comm, nranks, id, rank, config_ptr.cast()) };
     let p = progress(r)?;
     if comm.is_null() {
         return Err(NcclCode(3));
@@ -120,19 +141,20 @@ pub(crate) fn init_rank(
 /// The communicator's asynchronous state: done, still running (a
 /// non-blocking init or call), or the error that broke it.
 pub(crate) fn async_error(comm: &RawComm) -> Result<Progress, NcclCode> {
-    let mut state = sys::ncclResult_t::ncclSuccess;
+    let mut state: nccl::Code = 0;
+    let get = lib()?.comm_get_async_error;
     // SAFETY: `comm` is a live communicator (aborting consumes it) and
     // `state` a live local.
-    let r = unsafe { sys::ncclCommGetAsyncError(comm.0, &mut state) };
-    progress(r.result())?;
-    progress(state.result())
+    progress(unsafe { get(comm.0, &mut state) })?;
+    progress(state)
 }
 
 /// Aborts the communicator: stops its kernels and frees it, whatever state
 /// its peers are in.
 pub(crate) fn abort(comm: RawComm) -> Result<(), NcclCode> {
+    let abort = lib()?.comm_abort;
     // SAFETY: `comm` is live and consumed here, so nothing uses it after.
-    progress(unsafe { result::comm_abort(comm.0) }).map(drop)
+    progress(unsafe { abort(comm.0) }).map(drop)
 }
 
 /// One NCCL call on device pointers: what [`enqueue`] issues.
@@ -189,19 +211,22 @@ pub(crate) fn enqueue(
     dtype: sys::ncclDataType_t,
     stream: cudarc::driver::sys::CUstream,
 ) -> Result<Progress, NcclCode> {
+    let n = lib()?;
     let grouped = calls.len() > 1;
     if grouped {
-        progress(result::group_start())?;
+        // SAFETY: no arguments; groups nest.
+        progress(unsafe { (n.group_start)() })?;
     }
     let mut issued = Ok(Progress::Done);
     for call in calls {
-        issued = issue(comm, *call, dtype, stream);
+        issued = issue(n, comm, *call, dtype, stream);
         if issued.is_err() {
             break;
         }
     }
     if grouped {
-        let ended = progress(result::group_end());
+        // SAFETY: ends the group started above.
+        let ended = progress(unsafe { (n.group_end)() });
         return issued.and(ended);
     }
     issued
@@ -212,6 +237,7 @@ fn int(v: usize) -> Result<c_int, NcclCode> {
 }
 
 fn issue(
+    n: &nccl::Nccl,
     comm: &RawComm,
     call: Call,
     dt: sys::ncclDataType_t,
@@ -231,7 +257,7 @@ fn issue(
             op,
         } => {
             // SAFETY: see above.
-            unsafe { result::all_reduce(p(send), p(recv), count, dt, op, c, s) }
+            unsafe { (n.all_reduce)(p(send), p(recv), count, dt, op, c, s) }
         }
         Call::Broadcast {
             send,
@@ -241,7 +267,7 @@ fn issue(
         } => {
             let root = int(root)?;
             // SAFETY: see above.
-            unsafe { result::broadcast(p(send), p(recv), count, dt, root, c, s) }
+            unsafe { (n.broadcast)(p(send), p(recv), count, dt, root, c, s) }
         }
         Call::Reduce {
             send,
@@ -252,11 +278,11 @@ fn issue(
         } => {
             let root = int(root)?;
             // SAFETY: see above.
-            unsafe { result::reduce(p(send), p(recv), count, dt, op, root, c, s) }
+            unsafe { (n.reduce)(p(send), p(recv), count, dt, op, root, c, s) }
         }
         Call::AllGather { send, recv, count } => {
             // SAFETY: see above.
-            unsafe { result::all_gather(p(send), p(recv), count, dt, c, s) }
+            unsafe { (n.all_gather)(p(send), p(recv), count, dt, c, s) }
         }
         Call::ReduceScatter {
             send,
@@ -265,17 +291,17 @@ fn issue(
             op,
         } => {
             // SAFETY: see above.
-            unsafe { result::reduce_scatter(p(send), p(recv), count, dt, op, c, s) }
+            unsafe { (n.reduce_scatter)(p(send), p(recv), count, dt, op, c, s) }
         }
         Call::Send { send, count, peer } => {
             let peer = int(peer)?;
             // SAFETY: see above.
-            unsafe { result::send(p(send), count, dt, peer, c, s) }
+            unsafe { (n.send)(p(send), count, dt, peer, c, s) }
         }
         Call::Recv { recv, count, peer } => {
             let peer = int(peer)?;
             // SAFETY: see above.
-            unsafe { result::recv(p(recv), count, dt, peer, c, s) }
+            unsafe { (n.recv)(p(recv), count, dt, peer, c, s) }
         }
     };
     progress(r)
