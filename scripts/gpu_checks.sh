@@ -240,6 +240,12 @@ pyrun=(env -u ELASTICRUN_NCCL_LIBRARY PYTHONPATH="$py" PYTHONUNBUFFERED=1)
 if want python; then
     step py-collectives 120 "${pyrun[@]}" "$bin/elasticrun" -np 2 "$wrap" python3 "$py/tests/gpu/collectives.py"
     step py-train 120 "${pyrun[@]}" "$bin/elasticrun" -np 2 "$wrap" python3 "$py/tests/gpu/train.py"
+    # Two-level (--hierarchical-allreduce): the ranks on two host names, so
+    # each host's NCCL communicator has one rank and the host ring joins them.
+    step py-collectives-two-level 120 "${pyrun[@]}" "$bin/elasticrun" "${two_hosts[@]}" \
+        --hierarchical-allreduce "$wrap" python3 "$py/tests/gpu/collectives.py"
+    step py-train-two-level 120 "${pyrun[@]}" "$bin/elasticrun" "${two_hosts[@]}" \
+        --hierarchical-allreduce "$wrap" python3 "$py/tests/gpu/train.py"
     step py-kill 150 "${pyrun[@]}" ELASTICRUN="$bin/elasticrun" python3 "$py/tests/gpu/kill.py" "$wrap"
     # The same without waiting for a replacement: the survivor's own
     # recovery, with the workers' info logs (how long ncclCommAbort took).
@@ -247,7 +253,7 @@ if want python; then
         --replacement-wait 0 --log-level info "$wrap"
     note "py-kill-no-wait: $(grep -ho 'running [0-9]* worker.* after the failure[^;]*\|NCCL communicator aborted.*took_ms=[0-9]*' \
         "$res/py-kill-no-wait.txt" | tr '\n' ' ')"
-    for f in py-collectives py-train py-kill py-kill-no-wait; do
+    for f in py-collectives py-train py-collectives-two-level py-train-two-level py-kill py-kill-no-wait; do
         note "$f: $(grep -E '^(\[0\]<stdout>:)?cuda |"killed"' "$res/$f.txt" | tail -2 | tr '\n' ' ')"
     done
 fi
