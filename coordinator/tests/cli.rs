@@ -118,13 +118,15 @@ fn usage_errors_exit_2_and_start_nothing() {
             &[
                 "--max-restarts",
                 "1",
+                "--hot-spares",
+                "1",
                 "--min-np",
                 "1",
                 "--host-discovery-script",
                 echo,
                 echo,
             ],
-            "elasticrun: --max-restarts: it restarts the workers of a static job",
+            "elasticrun: --max-restarts: a job run by restarts starts every worker anew, so it keeps no hot spares",
         ),
         (
             &["--hostfile", "/nonexistent/hosts", echo],

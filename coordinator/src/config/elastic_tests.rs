@@ -359,3 +359,22 @@ fn elasticrun_serve_refuses_hot_spares() {
     );
     assert!(serve("--min-np 2 --hot-spares 0 ./t").is_ok());
 }
+
+#[test]
+fn an_elastic_job_runs_by_restarts_with_max_restarts_but_keeps_no_spares() {
+    let c = run(
+        "--host-discovery-script d --min-np 2 --max-np 4 --max-restarts 3 ./t",
+        &[],
+        "",
+    )
+    .unwrap();
+    assert_eq!((c.max_restarts, elastic(&c).max_np), (3, Some(4)));
+    let (option, why) = invalid_option(run(
+        "--host-discovery-script d --min-np 2 --hot-spares 1 --max-restarts 3 ./t",
+        &[],
+        "",
+    ));
+    assert_eq!(option, "max-restarts");
+    assert!(why.contains("keeps no hot spares"), "{why}");
+    assert!(why.contains("command line"), "{why}");
+}

@@ -114,10 +114,10 @@ pub enum Refusal {
     )]
     OnlyElastic { given: Source },
     #[error(
-        "it restarts the workers of a static job; an elastic job (--min-np, --max-np, \
-         --host-discovery-script) recovers without restarting them: leave it out (it was given {given})"
+        "a job run by restarts starts every worker anew, so it keeps no hot spares: leave out \
+         --hot-spares or --max-restarts (--max-restarts was given {given})"
     )]
-    NotElastic { given: Source },
+    SparesRestarted { given: Source },
     #[error(
         "elasticrun serve does not keep hot spares yet: its workers are pods that start by \
          themselves; leave it out (it was given {given})"

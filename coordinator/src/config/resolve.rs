@@ -198,11 +198,15 @@ pub fn resolve(
         return Err(invalid(opt::NETWORK_INTERFACE.flag, why));
     }
     let max_restarts = l.pick(&opt::MAX_RESTARTS)?;
-    if elastic.is_some() && max_restarts.value > 0 {
+    if let Some(e) = elastic.as_ref().filter(|_| max_restarts.value > 0)
+        && e.hot_spares > 0
+    {
+        // Spares wait inside the runtime; a job run by restarts starts
+        // every worker anew.
         let given = max_restarts.source;
         return Err(invalid(
             opt::MAX_RESTARTS.flag,
-            Refusal::NotElastic { given },
+            Refusal::SparesRestarted { given },
         ));
     }
     let data_timeout = l.pick(&opt::GLOO_TIMEOUT_SECONDS)?;

@@ -22,6 +22,7 @@ mod driver;
 mod journal;
 pub mod links;
 mod recovery;
+mod rescale;
 mod say;
 mod setup;
 mod waiting;
@@ -73,6 +74,10 @@ pub enum JobError {
     Store(#[from] crate::store::StoreError),
     #[error("the job store did not answer within {after:?}")]
     StoreTimeout { after: Duration },
+    #[error(
+        "host discovery gave fewer than --min-np {min_np} slots for {after:?} (--elastic-timeout)"
+    )]
+    TooFewHosts { min_np: usize, after: Duration },
     #[error(transparent)]
     Address(#[from] AddressError),
     #[error(transparent)]
@@ -107,13 +112,16 @@ pub enum Ending {
     /// This coordinator no longer leads the job (`elasticrun serve`): it
     /// stopped acting and left the workers to the next leader.
     SteppedDown,
+    /// Discovery changed the world of a job run by restarts: every worker
+    /// was stopped, to start again at the new size.
+    Rescaled,
 }
 
 impl Ending {
     pub fn code(self) -> u8 {
         match self {
             Ending::Success => 0,
-            Ending::Failed | Ending::SteppedDown => 1,
+            Ending::Failed | Ending::SteppedDown | Ending::Rescaled => 1,
             Ending::Interrupted => 130,
             Ending::Terminated => 143,
         }
@@ -231,6 +239,9 @@ pub struct Stops {
     /// Resolves, with why, once this coordinator may no longer lead the job
     /// (`elasticrun serve`: its lease may have lapsed).
     lapse: Option<futures::future::BoxFuture<'static, String>>,
+    /// Resolves, with how, once discovery changed the world of a job run
+    /// by restarts.
+    rescale: Option<futures::future::BoxFuture<'static, String>>,
 }
 
 impl std::fmt::Debug for Stops {
@@ -238,6 +249,7 @@ impl std::fmt::Debug for Stops {
         f.debug_struct("Stops")
             .field("signals", &self.signals.is_some())
             .field("lapse", &self.lapse.is_some())
+            .field("rescale", &self.rescale.is_some())
             .finish()
     }
 }
@@ -252,6 +264,7 @@ impl Stops {
             (Ok(int), Ok(term)) => Some(Stops {
                 signals: Some((int, term)),
                 lapse: None,
+                rescale: None,
             }),
             _ => {
                 say.line("cannot install signal handlers");
@@ -265,6 +278,7 @@ impl Stops {
         Stops {
             signals: None,
             lapse: None,
+            rescale: None,
         }
     }
 
@@ -274,9 +288,23 @@ impl Stops {
         self
     }
 
+    /// Also ends the job, as [`Ending::Rescaled`] (every worker stopped),
+    /// when `rescale` resolves.
+    pub(crate) fn or_rescale(
+        mut self,
+        rescale: futures::future::BoxFuture<'static, String>,
+    ) -> Stops {
+        self.rescale = Some(rescale);
+        self
+    }
+
     /// The next of the two signals, said, as the job's ending.
     pub(crate) async fn next(&mut self, say: &Say) -> Ending {
-        let Stops { signals, lapse } = self;
+        let Stops {
+            signals,
+            lapse,
+            rescale,
+        } = self;
         // A coordinator that may step down (serve) leaves the workers be.
         let after = if lapse.is_some() {
             "resigning; the workers keep training"
@@ -298,7 +326,19 @@ impl Stops {
                 None => std::future::pending().await,
             }
         };
+        let rescale = async {
+            match rescale {
+                Some(r) => r.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            how = rescale => {
+                say.line(format_args!(
+                    "hosts changed: {how}; stopping every worker to start again at the new size"
+                ));
+                Ending::Rescaled
+            }
             why = lapse => {
                 say.line(format_args!(
                     "no longer leading the job ({why}); stepping down, the workers keep training"

@@ -198,8 +198,13 @@ pub struct Seams {
 }
 
 /// Runs the job described by `cfg` until it ends; a static job whose
-/// workers failed starts them all again, up to `--max-restarts` times.
+/// workers failed starts them all again, up to `--max-restarts` times, and
+/// an elastic one with `--max-restarts` runs by restarts
+/// ([`super::rescale`]).
 pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
+    if let Some(e) = cfg.elastic.clone().filter(|_| cfg.max_restarts > 0) {
+        return super::rescale::run(cfg, e).await;
+    }
     let say = Say::stderr(cfg.output_timestamps);
     let max = cfg.max_restarts;
     let mut count = 0;
@@ -210,7 +215,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
             max,
             failed_at,
         };
-        let (ending, failing) = run_once(cfg.clone(), restart).await?;
+        let (ending, failing) = run_once(cfg.clone(), restart, None).await?;
         failed_at = failing;
         if ending != Ending::Failed || max == 0 {
             return Ok(ending);
@@ -228,9 +233,13 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     }
 }
 
-/// One start of the job's workers, the `restart.count`th restart; with
-/// its ending, when it was seen failing.
-async fn run_once(cfg: JobConfig, restart: Restart) -> Result<(Ending, Option<Instant>), JobError> {
+/// One start of the job's workers, the `restart.count`th restart, stopped
+/// too when `rescale` resolves; with its ending, when it was seen failing.
+pub(super) async fn run_once(
+    cfg: JobConfig,
+    restart: Restart,
+    rescale: Option<futures::future::BoxFuture<'static, String>>,
+) -> Result<(Ending, Option<Instant>), JobError> {
     let Setup {
         policy,
         bind,
@@ -244,9 +253,12 @@ async fn run_once(cfg: JobConfig, restart: Restart) -> Result<(Ending, Option<In
     tracing::debug!(addr = %server.local_addr(), "control plane listening");
     let listening = server.local_addr();
     let say = Say::stderr(cfg.output_timestamps);
-    let Some(stops) = Stops::install(&say) else {
+    let Some(mut stops) = Stops::install(&say) else {
         return Ok((Ending::Failed, None));
     };
+    if let Some(r) = rescale {
+        stops = stops.or_rescale(r);
+    }
     let knobs = knobs(&cfg);
     let silence = cfg.heartbeat_timeout;
     let launcher = ProcessLauncher::new(cfg, secret, listening)

@@ -103,3 +103,101 @@ fn past_the_limit_the_job_fails_naming_the_last_failure() {
         run.stderr
     );
 }
+
+/// Prints its world once started, then waits for `$1/done` (or a kill):
+/// a program of its own that knows nothing of elasticrun.
+const WORLD: &str = r#"
+echo "start world $WORLD_SIZE rank $RANK local $LOCAL_RANK restart $TORCHELASTIC_RESTART_COUNT"
+while [ ! -f "$1/done" ]; do sleep 0.05; done
+echo "rank $RANK of $WORLD_SIZE done"
+"#;
+
+/// The lines of `out` that say a worker started in a world of `n`.
+fn starts(out: &str, n: usize) -> usize {
+    out.lines()
+        .filter(|l| l.contains(&format!(":start world {n} rank")))
+        .count()
+}
+
+#[test]
+fn an_elastic_job_run_by_restarts_grows_and_shrinks_with_discovery_and_counts_only_failures() {
+    let scratch = integration_tests::elastic::Scratch::new("rescale");
+    let dir = scratch.dir.to_str().expect("a UTF-8 temporary directory");
+    scratch.set_hosts("localhost:2\n");
+    let discovery = scratch.file_discovery();
+    let run = launch(&[
+        "--min-np",
+        "2",
+        "--max-np",
+        "4",
+        "--host-discovery-script",
+        &discovery,
+        "--discovery-interval",
+        "0.2",
+        "--max-restarts",
+        "1",
+        "sh",
+        "-c",
+        WORLD,
+        "sh",
+        dir,
+    ]);
+    let limit = Duration::from_secs(30);
+    let wait = |what: &str, f: &dyn Fn(&str) -> bool| {
+        integration_tests::wait_for(what, limit, || {
+            let out = run.stdout_so_far();
+            f(&out).then_some(())
+        })
+    };
+    wait("2 workers in a world of 2", &|o| starts(o, 2) == 2);
+    // Two more slots: every worker stops, four start, renumbered.
+    scratch.set_hosts("localhost:4\n");
+    wait("4 workers in a world of 4", &|o| starts(o, 4) == 4);
+    // Slots beyond --max-np change nothing; two fewer shrink it back.
+    scratch.set_hosts("localhost:2\n");
+    wait("a world of 2 again", &|o| starts(o, 2) == 4);
+    let out = run.stdout_so_far();
+    for rank in 0..4 {
+        assert!(
+            out.contains(&format!("start world 4 rank {rank} local {rank} restart 0")),
+            "{out}"
+        );
+    }
+    // A failure counts as a restart (the one allowed).
+    let victim = integration_tests::wait_for("a worker's pid", limit, || {
+        integration_tests::descendants(run.pid())
+            .into_iter()
+            .find(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/environ"))
+                    .is_ok_and(|e| e.split('\0').any(|v| v == "RANK=1"))
+            })
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill a worker");
+    wait("the group started again after the failure", &|o| {
+        o.lines()
+            .filter(|l| l.contains("start world 2") && l.ends_with("restart 1"))
+            .count()
+            == 2
+    });
+    scratch.write("done", "");
+    let run = run.finish(JOB);
+    run.expect_code(0);
+    for needle in [
+        "starting 2 workers (localhost:2)",
+        "hosts changed: 4 workers now (localhost:4); stopping every worker to start again at the new size",
+        "hosts changed: 2 workers now (localhost:2)",
+        "was killed by signal 9",
+        "restarting every worker: restart 1 of 1 (TORCHELASTIC_RESTART_COUNT=1)",
+    ] {
+        assert!(
+            run.stderr.contains(needle),
+            "no `{needle}`:\n{}",
+            run.stderr
+        );
+    }
+    assert_eq!(run.stdout.matches(" done").count(), 2, "{}", run.stdout);
+}

@@ -84,9 +84,11 @@ pub(in super::super) const MAX_RESTARTS: Opt<u32> = Opt {
     arg: arg(
         LAUNCHING,
         Value("N"),
-        "Times every worker of a static job is started again after one fails, as torchrun's \
-         --max-restarts: a program that resumes from its own checkpoint survives failures \
-         (TORCHELASTIC_RESTART_COUNT says which start it is) [default: 0].",
+        "Times every worker is started again after one fails, as torchrun's --max-restarts: a \
+         program that resumes from its own checkpoint survives failures \
+         (TORCHELASTIC_RESTART_COUNT says which start it is). With --min-np/--max-np and a \
+         discovery script the job runs by restarts, as torchrun's --nnodes MIN:MAX: a change of \
+         hosts restarts every worker at the new size [default: 0].",
     ),
     env: &[var("ELASTICRUN_MAX_RESTARTS", samples)],
     yaml: key("launch.max_restarts"),
