@@ -10,6 +10,7 @@
 pub mod discovery;
 pub mod hosts;
 pub mod membership;
+pub mod slurm;
 
 pub use discovery::parse_discovered;
 pub use hosts::{HostSlots, HostsError, parse_host_list, parse_hostfile};

@@ -16,6 +16,7 @@ pub mod etcd;
 pub mod needs;
 pub mod netns;
 pub mod pods;
+pub mod slurm;
 pub mod sshd;
 
 use std::collections::BTreeSet;

@@ -4,7 +4,7 @@
 //!
 //! Each [`Need`] has a variable (`ELASTICRUN_REQUIRE_NETNS`,
 //! `ELASTICRUN_REQUIRE_SSHD`, `ELASTICRUN_REQUIRE_ETCD`,
-//! `ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE`); `scripts/test.sh`
+//! `ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE`, `ELASTICRUN_REQUIRE_SLURM`); `scripts/test.sh`
 //! (which `.ci/run` runs) sets them all, so that in CI a test that
 //! cannot get what it needs fails, naming what is missing, instead of passing
 //! after "skipping".
@@ -22,6 +22,9 @@ pub enum Need {
     /// `kubernetes-validate` (PyPI): the Kubernetes manifests checked
     /// against the API schema without a cluster.
     KubernetesValidate,
+    /// `munged`, `slurmctld`, `slurmd` and Slurm's commands (munge,
+    /// slurm-wlm): jobs inside a real Slurm allocation.
+    Slurm,
 }
 
 impl Need {
@@ -33,6 +36,7 @@ impl Need {
             Need::Sshd => "ELASTICRUN_REQUIRE_SSHD",
             Need::Etcd => "ELASTICRUN_REQUIRE_ETCD",
             Need::KubernetesValidate => "ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE",
+            Need::Slurm => "ELASTICRUN_REQUIRE_SLURM",
         }
     }
 

@@ -81,6 +81,16 @@ pub enum BadValue {
 /// Why an option's value is refused.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Refusal {
+    #[error(
+        "this is not a Slurm allocation's shell (SLURM_JOB_ID is not set); run it under salloc or sbatch"
+    )]
+    NoAllocation,
+    #[error("{0}")]
+    Allocation(elastic::slurm::SlurmError),
+    #[error(
+        "an elastic job inside a Slurm allocation is not run through srun yet: give the hosts with a discovery script, or run a static job"
+    )]
+    SlurmElastic,
     /// A value that would not parse ([`BadValue`]), from a layer other than
     /// the environment.
     #[error(transparent)]

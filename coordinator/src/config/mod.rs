@@ -194,9 +194,13 @@ pub struct ElasticConfig {
 pub struct JobConfig {
     /// Empty for `elasticrun serve`. As given: any bytes but NUL.
     pub command: Vec<std::ffi::OsString>,
-    /// Times every worker of a static job is started again after one
-    /// fails (`--max-restarts`); 0 in an elastic job.
+    /// Times every worker is started again after one fails
+    /// (`--max-restarts`); with an elastic job's options, the job runs by
+    /// restarts.
     pub max_restarts: u32,
+    /// The Slurm job this runs as a job inside of (`--slurm`, or detected):
+    /// its workers are steps started with `srun`.
+    pub slurm: Option<String>,
     /// `None`: as many processes as the hosts have slots. In an elastic job,
     /// the initial target (`Some(initial_np)`).
     pub np: Option<usize>,
@@ -255,5 +259,7 @@ mod elastic_tests;
 mod library_tests;
 #[cfg(test)]
 mod props;
+#[cfg(test)]
+mod slurm_tests;
 #[cfg(test)]
 mod tests;

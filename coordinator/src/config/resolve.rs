@@ -189,6 +189,7 @@ pub fn resolve(
             elastic(&l, Some(Some(script)), np.value)?,
         ),
     };
+    let (hosts, slurm) = slurm(&l, hosts, elastic.is_some() || cli.serve)?;
     if let Some(names) = &network_interface.value
         && names.contains(',')
     {
@@ -219,6 +220,7 @@ pub fn resolve(
     Ok(JobConfig {
         command: cli.command.clone(),
         max_restarts: max_restarts.value,
+        slurm,
         np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),
         hosts,
         start_timeout: positive_seconds(opt::START_TIMEOUT.flag, start_timeout.value)?,
@@ -245,6 +247,38 @@ pub fn resolve(
         transport,
         shared_memory: !l.pick(&opt::NO_SHARED_MEMORY)?.value,
     })
+}
+
+/// A Slurm allocation this runs in, used (`--slurm`, or no hosts given and
+/// `SLURM_JOB_ID` set, unless `--no-slurm`): its hosts, and its job id.
+fn slurm(
+    l: &Layers<'_>,
+    hosts: HostSpec,
+    elastic: bool,
+) -> Result<(HostSpec, Option<String>), ConfigError> {
+    let forced = l.pick(&opt::SLURM)?.value;
+    if l.pick(&opt::NO_SLURM)?.value || !(forced || hosts == HostSpec::Localhost) {
+        return Ok((hosts, None));
+    }
+    let found = elastic::slurm::Allocation::from_env(|k| (l.env)(k));
+    let alloc = match found {
+        Ok(Some(a)) => a,
+        Ok(None) if forced => return Err(invalid(opt::SLURM.flag, Refusal::NoAllocation)),
+        Ok(None) => return Ok((hosts, None)),
+        Err(e) => return Err(invalid(opt::SLURM.flag, Refusal::Allocation(e))),
+    };
+    if elastic {
+        if forced {
+            return Err(invalid(opt::SLURM.flag, Refusal::SlurmElastic));
+        }
+        return Ok((hosts, None));
+    }
+    let spec = if hosts == HostSpec::Localhost {
+        HostSpec::List(alloc.hosts)
+    } else {
+        hosts
+    };
+    Ok((spec, Some(alloc.job_id)))
 }
 
 /// Where the workers' hosts come from.

@@ -8,6 +8,7 @@ pub mod output;
 mod pieces;
 pub mod process;
 pub mod program_env;
+pub mod srun;
 pub mod ssh;
 pub mod start;
 

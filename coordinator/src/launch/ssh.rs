@@ -101,7 +101,7 @@ pub fn stdin_text(secret: &str, env: &[(String, String)]) -> String {
 }
 
 /// The shell script the remote login shell runs (through `sh -c`).
-fn remote_script(cwd: &Path, command: &[OsString]) -> Vec<u8> {
+pub(super) fn remote_script(cwd: &Path, command: &[OsString]) -> Vec<u8> {
     let program: Vec<Vec<u8>> = command.iter().map(|a| quote_bytes(a.as_bytes())).collect();
     let cwd = quote_bytes(cwd.as_os_str().as_bytes());
     // The script around the program and the directory, which may hold any

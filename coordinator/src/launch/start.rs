@@ -116,7 +116,7 @@ pub async fn start_one(
     env.append(&mut job_env(cfg, one));
     let tunables = std::env::var_os(alloc_env::GLIBC_TUNABLES);
     env.extend(alloc_env::malloc_tunables(tunables.as_deref()));
-    let (argv, stdin_line) = if is_this_machine(host) {
+    let (argv, stdin_line) = if is_this_machine(host) && cfg.slurm.is_none() {
         // In the environment, never on a command line: not visible in ps.
         env.push((control::env::SECRET.into(), secret.to_hex()));
         (cfg.command.clone(), None)
@@ -125,11 +125,20 @@ pub async fn start_one(
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .filter(|(k, _)| ssh::forwarded(k) && !k.starts_with(control::env::PREFIX))
             .collect();
+        if cfg.slurm.is_some() {
+            // srun gives each step Slurm's variables for it.
+            all.retain(|(k, _)| !k.starts_with("SLURM_"));
+        }
         all.append(&mut env);
-        (
-            ssh::command(host, &ssh_opts, &cwd, &cfg.command),
-            Some(ssh::stdin_text(&secret.to_hex(), &all)),
-        )
+        let argv = match cfg.slurm {
+            // A step of the allocation, on this host too.
+            Some(_) => {
+                let cpus = std::env::var("SLURM_CPUS_PER_TASK").ok();
+                super::srun::command(host, cpus.as_deref(), &cwd, &cfg.command)
+            }
+            None => ssh::command(host, &ssh_opts, &cwd, &cfg.command),
+        };
+        (argv, Some(ssh::stdin_text(&secret.to_hex(), &all)))
     };
     let spec = Spec {
         rank: one.label,

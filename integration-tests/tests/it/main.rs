@@ -28,6 +28,7 @@ mod output_files;
 mod plain_programs;
 mod quic;
 mod restarts;
+mod slurm;
 mod ssh;
 mod stall;
 mod synthetic_benchmark;

@@ -95,6 +95,35 @@ pub(in super::super) const MAX_RESTARTS: Opt<u32> = Opt {
     default: 0,
 };
 
+pub(in super::super) const SLURM: Opt<bool> = Opt {
+    flag: "slurm",
+    arg: Arg {
+        conflicts: &["no-slurm"],
+        ..arg(
+            LAUNCHING,
+            Switch,
+            "Run as a job inside this Slurm allocation (salloc, sbatch): hosts and slots from the \
+             allocation, every worker a step started with srun, never ssh [default: when \
+             SLURM_JOB_ID is set and no hosts are given].",
+        )
+    },
+    env: &[var("ELASTICRUN_SLURM", flag)],
+    yaml: key("launch.slurm"),
+    default: false,
+};
+
+pub(in super::super) const NO_SLURM: Opt<bool> = Opt {
+    flag: "no-slurm",
+    arg: arg(
+        LAUNCHING,
+        Switch,
+        "Ignore a Slurm allocation this runs in: a local job, or the hosts given [default: off].",
+    ),
+    env: &[var("ELASTICRUN_NO_SLURM", flag)],
+    yaml: key("launch.no_slurm"),
+    default: false,
+};
+
 /// Seconds.
 pub(in super::super) const COORDINATOR_TIMEOUT: Opt<f64> = Opt {
     flag: "coordinator-timeout",

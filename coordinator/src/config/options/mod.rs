@@ -274,6 +274,8 @@ pub(super) static ALL: &[&dyn Declared] = &[
     &HOSTFILE,
     &START_TIMEOUT,
     &MAX_RESTARTS,
+    &SLURM,
+    &NO_SLURM,
     &COORDINATOR_TIMEOUT,
     &HEARTBEAT_TIMEOUT,
     &NETWORK_INTERFACE,

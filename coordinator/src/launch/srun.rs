@@ -1,0 +1,90 @@
+//! Workers inside a Slurm allocation: each one a job step started with
+//! `srun` on its host, never ssh (compute nodes often refuse it). The step
+//! runs the same script as an ssh worker ([`super::ssh`]): the job secret and
+//! the environment come on standard input, which then stays open, and when
+//! it closes (elasticrun stops the worker, exits or dies) the worker's
+//! process group is stopped. Slurm sees every worker as a step of the job:
+//! `scancel` and the allocation's end stop them, and its accounting counts
+//! them.
+//!
+//! Pure: the argument vector is built here and run by [`super::process`].
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::Path;
+
+use super::ssh::remote_script;
+
+/// `srun ... --nodelist HOST sh -c '...'`: one task on `host`, sharing the
+/// allocation's resources with the other steps (`--overlap`), its CPUs
+/// those of a task of the allocation (`cpus_per_task`, Slurm's
+/// `SLURM_CPUS_PER_TASK`, when given), unbound.
+pub fn command(
+    host: &str,
+    cpus_per_task: Option<&str>,
+    cwd: &Path,
+    command: &[OsString],
+) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = [
+        "srun",
+        "--overlap",
+        "--nodes=1",
+        "--ntasks=1",
+        "--kill-on-bad-exit=0",
+        "--cpu-bind=none",
+        "--mpi=none",
+        "--quiet",
+        "--unbuffered",
+        "--job-name=elasticrun-worker",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    argv.push(format!("--nodelist={host}").into());
+    if let Some(n) = cpus_per_task.filter(|n| n.parse::<u32>().is_ok_and(|n| n > 0)) {
+        argv.push(format!("--cpus-per-task={n}").into());
+    }
+    argv.push("sh".into());
+    argv.push("-c".into());
+    // As one argument: srun runs it without a shell.
+    let script = remote_script(cwd, command);
+    argv.push(OsString::from_vec(script));
+    argv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_task_on_the_host_with_the_worker_script() {
+        let argv = command("n01", Some("4"), Path::new("/w"), &["./train".into()]);
+        let text: Vec<String> = argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(text[0], "srun");
+        for want in [
+            "--overlap",
+            "--nodes=1",
+            "--ntasks=1",
+            "--nodelist=n01",
+            "--cpus-per-task=4",
+        ] {
+            assert!(text.iter().any(|a| a == want), "{want}: {text:?}");
+        }
+        let n = text.len();
+        assert_eq!((&*text[n - 3], &*text[n - 2]), ("sh", "-c"));
+        assert!(
+            text[n - 1].contains("cd /w") && text[n - 1].contains("./train"),
+            "{}",
+            text[n - 1]
+        );
+        let bare = command("n01", Some("x"), Path::new("/w"), &["t".into()]);
+        assert!(
+            !bare
+                .iter()
+                .any(|a| a.to_string_lossy().starts_with("--cpus"))
+        );
+    }
+}

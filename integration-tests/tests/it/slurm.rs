@@ -1,0 +1,132 @@
+//! Jobs inside a real Slurm allocation (munge, slurmctld and slurmd started
+//! on this machine): `elasticrun` takes the allocation's hosts and slots
+//! without `-H` and starts every worker as a step of the job with `srun`;
+//! training ends on a local job's weights; `scancel` stops everything.
+
+use std::time::Duration;
+
+use integration_tests::elastic::{Train, check_done};
+use integration_tests::slurm::Slurm;
+use integration_tests::{Finished, elasticrun, start, wait_for};
+
+const JOB: Duration = Duration::from_secs(90);
+
+/// `salloc -N1 -n2 elasticrun ARGS...` against `slurm`.
+fn salloc(slurm: &Slurm, args: &[&str]) -> integration_tests::Running {
+    let mut c = slurm.command("salloc");
+    c.args(["-N1", "-n2", "--quiet"])
+        .arg(elasticrun())
+        .args(args);
+    start(c)
+}
+
+fn finished(slurm: &Slurm, run: integration_tests::Running) -> Finished {
+    let run = run.finish(JOB);
+    if run.status.code() != Some(0) {
+        eprintln!("slurm's logs:\n{}", slurm.logs());
+    }
+    run
+}
+
+#[test]
+fn a_job_inside_an_allocation_takes_its_hosts_and_starts_each_worker_as_a_step() {
+    let Some(slurm) = Slurm::start("steps") else {
+        return;
+    };
+    let run = salloc(
+        &slurm,
+        &[
+            "sh",
+            "-c",
+            r#"echo "rank $RANK of $WORLD_SIZE job $SLURM_JOB_ID step $SLURM_STEP_ID on $(hostname -s)""#,
+        ],
+    );
+    let run = finished(&slurm, run);
+    run.expect_code(0);
+    let node = integration_tests::slurm::node_name();
+    let mut steps = Vec::new();
+    for rank in 0..2 {
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("[{rank}]<stdout>:rank {rank} of 2 job ")))
+            .unwrap_or_else(|| panic!("no line of rank {rank}:\n{}\n{}", run.stdout, run.stderr));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // rank R of 2 job J step S on NODE
+        assert!(!words[5].is_empty(), "{line}");
+        steps.push(words[7].to_owned());
+        assert_eq!(words[9], node, "{line}");
+    }
+    assert!(steps.iter().all(|s| s.parse::<u32>().is_ok()), "{steps:?}");
+    assert_ne!(steps[0], steps[1], "each worker is a step of its own");
+}
+
+#[test]
+fn training_inside_an_allocation_ends_on_a_local_jobs_weights() {
+    let Some(slurm) = Slurm::start("train") else {
+        return;
+    };
+    let train = Train {
+        epochs: 1,
+        samples: 512,
+        step_delay_ms: 0,
+        commit_every: 4,
+    };
+    let local = train.undisturbed_state(2);
+    let args = train.args();
+    let run = salloc(&slurm, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let run = finished(&slurm, run);
+    run.expect_code(0);
+    let inside = check_done(&run, 2, train.expected_steps());
+    assert_eq!(
+        inside, local,
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+}
+
+#[test]
+fn scancel_stops_the_job_and_leaves_no_worker() {
+    let Some(slurm) = Slurm::start("scancel") else {
+        return;
+    };
+    let run = salloc(
+        &slurm,
+        &["sh", "-c", r#"echo "worker $RANK $$"; exec sleep 300"#],
+    );
+    let pids: Vec<i32> = wait_for("both workers", Duration::from_secs(60), || {
+        let out = run.stdout_so_far();
+        let pids: Vec<i32> = out
+            .lines()
+            .filter_map(|l| {
+                l.split_once(":worker ")?
+                    .1
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        (pids.len() == 2).then_some(pids)
+    });
+    let jobs = slurm
+        .command("squeue")
+        .args(["-h", "-o", "%i"])
+        .output()
+        .expect("squeue");
+    let job = String::from_utf8_lossy(&jobs.stdout).trim().to_owned();
+    assert!(!job.is_empty(), "no job in squeue");
+    let out = slurm
+        .command("scancel")
+        .arg(&job)
+        .output()
+        .expect("scancel");
+    assert!(out.status.success(), "{out:?}");
+    let run = run.finish(JOB);
+    assert_ne!(run.status.code(), Some(0), "{}", run.stderr);
+    wait_for("no worker left", Duration::from_secs(30), || {
+        pids.iter()
+            .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+            .then_some(())
+    });
+}
