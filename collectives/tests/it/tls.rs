@@ -102,7 +102,9 @@ async fn certificates_of_another_job_and_expired_ones_are_refused() {
 }
 
 /// A dialer that is granted rank 1's leaf but dials as rank 0's peer of
-/// another generation is refused by its own check of rank 0's name.
+/// another generation is refused: by its own check of rank 0's name, or,
+/// when rank 0's check of its leaf comes first, by rank 0 resetting the
+/// connection mid-handshake (which side checks first is a race).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_of_another_generation_is_refused_by_name() {
     let (eps, addrs) = granted(2, Generation(7)).await;
@@ -117,8 +119,10 @@ async fn a_peer_of_another_generation_is_refused_by_name() {
         connect_all(eps, a, Generation(7))
     );
     let refused = refused.unwrap_err();
+    let reset_by_rank_0 = matches!(&refused, TransportError::Connect { rank: 0, source, .. }
+        if source.kind() == std::io::ErrorKind::ConnectionReset);
     assert!(
-        matches!(&refused, TransportError::Tls { rank: 0, .. }),
+        matches!(&refused, TransportError::Tls { rank: 0, .. }) || reset_by_rank_0,
         "{refused:?}"
     );
     assert_sums_over(&arcs(ts), 1000).await;
