@@ -200,7 +200,7 @@ pub struct Seams {
 /// Runs the job described by `cfg` until it ends; a static job whose
 /// workers failed starts them all again, up to `--max-restarts` times, and
 /// an elastic one with `--max-restarts` runs by restarts
-/// ([`super::rescale`]).
+/// (`job/rescale.rs`).
 pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     if let Some(e) = cfg.elastic.clone().filter(|_| cfg.max_restarts > 0) {
         return super::rescale::run(cfg, e).await;
