@@ -130,3 +130,34 @@ fn scancel_stops_the_job_and_leaves_no_worker() {
             .then_some(())
     });
 }
+
+#[test]
+fn the_allocation_discovery_script_gives_its_nodes_and_leaves_a_drained_one_out() {
+    let Some(slurm) = Slurm::start("discovery") else {
+        return;
+    };
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../discovery-scripts/slurm-allocation.sh");
+    let mut c = slurm.command("salloc");
+    c.args(["-N1", "-n2", "--quiet", "sh", "-c"]).arg(
+        r#"echo "before: $("$1" | tr '\n' ' ')"
+scontrol update nodename="$(hostname -s)" state=drain reason=elasticrun-test
+echo "drained: $("$1" | tr '\n' ' ')""#,
+    );
+    c.arg("sh").arg(&script);
+    let run = finished(&slurm, start(c));
+    run.expect_code(0);
+    let node = integration_tests::slurm::node_name();
+    assert!(
+        run.stdout.contains(&format!("before: {node}:2 \n")),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(
+        run.stdout.contains("drained: \n"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+}
