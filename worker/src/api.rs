@@ -148,6 +148,18 @@ impl Session {
         self.submit(name, Kind::Allgather, data.into(), Vec::new())
     }
 
+    /// A broadcast from `root`, if `root` is a rank of this job (host and
+    /// GPU tensors alike).
+    pub(crate) fn broadcast_kind(&self, root: usize) -> Result<Kind, Invalid> {
+        match u32::try_from(root) {
+            Ok(r) if root < self.size() => Ok(Kind::Broadcast { root: r }),
+            _ => Err(Invalid::Root {
+                root,
+                size: self.size(),
+            }),
+        }
+    }
+
     /// Starts copying `root`'s `data` to every rank.
     pub fn broadcast_async<T: Element>(
         &self,
@@ -155,14 +167,9 @@ impl Session {
         data: impl Into<Tensor<T>>,
         root: usize,
     ) -> Handle<T> {
-        match u32::try_from(root) {
-            Ok(r) if root < self.size() => {
-                self.submit(name, Kind::Broadcast { root: r }, data.into(), Vec::new())
-            }
-            _ => refuse(Invalid::Root {
-                root,
-                size: self.size(),
-            }),
+        match self.broadcast_kind(root) {
+            Ok(kind) => self.submit(name, kind, data.into(), Vec::new()),
+            Err(why) => refuse(why),
         }
     }
 

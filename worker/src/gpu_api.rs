@@ -53,13 +53,7 @@ impl Worker {
             DeviceOp::Allreduce(op) => Kind::Allreduce(op),
             DeviceOp::Allgather => Kind::Allgather,
             DeviceOp::Reducescatter(op) => Kind::Reducescatter(op),
-            DeviceOp::Broadcast { root } => match u32::try_from(root) {
-                Ok(r) if root < self.size() => Kind::Broadcast { root: r },
-                _ => {
-                    let size = self.size();
-                    return Err(Invalid::Root { root, size }.into());
-                }
-            },
+            DeviceOp::Broadcast { root } => self.broadcast_kind(root)?,
         };
         let name = self.name(name, kind);
         Ok(self.engine.submit_device(name, kind, data, shape))
@@ -93,16 +87,8 @@ impl Worker {
         data: DeviceBuffer<T>,
         root: usize,
     ) -> Result<GpuHandle<T>, Error> {
-        match u32::try_from(root) {
-            Ok(r) if root < self.size() => {
-                Ok(self.submit_gpu(name, Kind::Broadcast { root: r }, data))
-            }
-            _ => Err(Invalid::Root {
-                root,
-                size: self.size(),
-            }
-            .into()),
-        }
+        let kind = self.broadcast_kind(root)?;
+        Ok(self.submit_gpu(name, kind, data))
     }
 
     /// Starts reducing GPU tensor `data` and keeping this rank's even share.
