@@ -155,11 +155,24 @@ pub fn tasks_per_node(value: &str) -> Result<Vec<usize>, SlurmError> {
 }
 
 /// The allocation this process runs in, read through `var` (the
-/// environment): its job id, and each host with its tasks as slots.
+/// environment): its job id, each host with its workers as slots, and what
+/// each worker's step is given.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Allocation {
     pub job_id: String,
+    /// `SLURM_JOB_NODELIST` as Slurm wrote it (compressed), for `sinfo -n`.
+    pub nodelist: String,
     pub hosts: Vec<HostSlots>,
+    /// `SLURM_CPUS_PER_TASK`: each worker's step asks for as many.
+    pub cpus_per_task: Option<u32>,
+    /// GPUs on each node (`SLURM_GPUS_ON_NODE`, else `SLURM_GPUS_PER_NODE`).
+    pub gpus_per_node: Option<usize>,
+}
+
+/// A GPU count as Slurm writes it: `4`, or `a100:4` with a type.
+fn gpu_count(value: &str) -> Option<usize> {
+    let count = value.trim().rsplit(':').next()?;
+    count.parse().ok().filter(|&n| n > 0)
 }
 
 impl Allocation {
@@ -186,16 +199,91 @@ impl Allocation {
                 counts: counts.len(),
             });
         }
+        let gpus_per_node = var("SLURM_GPUS_ON_NODE")
+            .or_else(|| var("SLURM_GPUS_PER_NODE"))
+            .and_then(|v| gpu_count(&v));
         let hosts = names
             .into_iter()
-            .zip(counts)
+            .zip(workers_per_node(&counts, gpus_per_node))
             .map(|(host, slots)| HostSlots { host, slots })
             .collect();
+        let cpus_per_task = var("SLURM_CPUS_PER_TASK")
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&n| n > 0);
         Ok(Some(Allocation {
             job_id: job_id.trim().to_owned(),
+            nodelist: list.trim().to_owned(),
             hosts,
+            cpus_per_task,
+            gpus_per_node,
         }))
     }
+}
+
+/// Workers on each node: its tasks; but one worker per GPU where the
+/// allocation has GPUs and one task on every node (the shape the
+/// srun-plus-torchrun recipe asks for: `--ntasks-per-node=1
+/// --gpus-per-node=8`).
+pub fn workers_per_node(tasks: &[usize], gpus_per_node: Option<usize>) -> Vec<usize> {
+    match gpus_per_node {
+        Some(g) if tasks.iter().all(|&t| t == 1) => vec![g; tasks.len()],
+        _ => tasks.to_vec(),
+    }
+}
+
+/// Whether a node in state `state` (sinfo's `%t`: `idle`, `alloc`, `mix`,
+/// `down*`, `drain`, `drng`, ...) can run workers: not down, drained or
+/// draining, failing, in maintenance, unknown, not responding (`*`), or
+/// powered off or powering down (`~`, `%`, `!`).
+pub fn node_usable(state: &str) -> bool {
+    let state = state.trim().to_ascii_lowercase();
+    if state.contains(['*', '~', '%', '!']) {
+        return false;
+    }
+    let base = state.trim_end_matches(|c: char| !c.is_ascii_alphabetic());
+    !matches!(
+        base,
+        "down"
+            | "drain"
+            | "drained"
+            | "draining"
+            | "drng"
+            | "fail"
+            | "failg"
+            | "failing"
+            | "maint"
+            | "unk"
+            | "unknown"
+            | "no_resp"
+            | "npc"
+            | "futr"
+            | "future"
+            | "inval"
+            | "pow_dn"
+            | "pow_up"
+            | "boot"
+            | "reboot"
+    )
+}
+
+/// The allocation's `hosts` that `sinfo -h -N -o "%N %t"` (its output,
+/// `states`) does not show unusable, in their order. A node sinfo lists
+/// twice (in two partitions) is left out if either line says so; one it
+/// does not list is kept (the allocation holds it).
+pub fn usable(hosts: &[HostSlots], states: &str) -> Vec<HostSlots> {
+    let bad: std::collections::HashSet<&str> = states
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (node, state) = (w.next()?, w.next()?);
+            (!node_usable(state)).then_some(node)
+        })
+        .collect();
+    hosts
+        .iter()
+        .filter(|h| !bad.contains(h.host.as_str()))
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]

@@ -97,6 +97,101 @@ fn an_allocation_is_read_from_its_variables() {
     assert!(e.to_string().contains("SLURM_JOB_NODELIST"), "{e}");
 }
 
+#[test]
+fn gpus_make_the_slots_of_one_task_nodes_and_cpus_per_task_are_kept() {
+    let vars = |extra: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            [
+                ("SLURM_JOB_ID", "9"),
+                ("SLURM_JOB_NODELIST", "g[1-2]"),
+                ("SLURM_TASKS_PER_NODE", "1(x2)"),
+            ]
+            .iter()
+            .chain(extra)
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| (*v).to_owned())
+        }
+    };
+    let slots = |a: Allocation| a.hosts.iter().map(|h| h.slots).collect::<Vec<_>>();
+    let plain = Allocation::from_env(vars(&[])).unwrap().unwrap();
+    assert_eq!(
+        (plain.nodelist.as_str(), plain.gpus_per_node),
+        ("g[1-2]", None)
+    );
+    assert_eq!(slots(plain), [1, 1]);
+    let gpus = Allocation::from_env(vars(&[("SLURM_GPUS_PER_NODE", "h200:8")]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(gpus.gpus_per_node, Some(8));
+    assert_eq!(slots(gpus), [8, 8]);
+    let on_node = Allocation::from_env(vars(&[
+        ("SLURM_GPUS_ON_NODE", "4"),
+        ("SLURM_GPUS_PER_NODE", "8"),
+        ("SLURM_CPUS_PER_TASK", "6"),
+    ]))
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        (on_node.gpus_per_node, on_node.cpus_per_task),
+        (Some(4), Some(6))
+    );
+    // Several tasks on a node: the tasks are the workers.
+    assert_eq!(workers_per_node(&[2, 1], Some(8)), [2, 1]);
+    assert_eq!(workers_per_node(&[1, 1], Some(8)), [8, 8]);
+    let junk = Allocation::from_env(vars(&[
+        ("SLURM_GPUS_PER_NODE", "lots"),
+        ("SLURM_CPUS_PER_TASK", "0"),
+    ]))
+    .unwrap()
+    .unwrap();
+    assert_eq!((junk.gpus_per_node, junk.cpus_per_task), (None, None));
+}
+
+#[test]
+fn nodes_slurm_holds_unusable_are_left_out() {
+    for good in [
+        "idle", "alloc", "mix", "comp", "resv", "mix@", "alloc$", "plnd",
+    ] {
+        assert!(node_usable(good), "{good}");
+    }
+    for bad in [
+        "down", "down*", "drain", "drng", "drain$", "fail", "failg", "maint", "unk*", "idle*",
+        "idle~", "mix%", "futr", "no_resp", "DOWN",
+    ] {
+        assert!(!node_usable(bad), "{bad}");
+    }
+    let hosts: Vec<HostSlots> = ["n1", "n2", "n3", "n4"]
+        .iter()
+        .map(|h| HostSlots {
+            host: (*h).into(),
+            slots: 2,
+        })
+        .collect();
+    let sinfo = "n1 mix\nn2 drng\nn2 mix\nn3 idle*\nother down\n\ngarbage\n";
+    let names: Vec<String> = usable(&hosts, sinfo).into_iter().map(|h| h.host).collect();
+    // n2 is draining in one partition; n4 is not listed (kept).
+    assert_eq!(names, ["n1", "n4"]);
+}
+
+#[test]
+fn any_sinfo_output_keeps_a_subset_of_the_hosts_in_order() {
+    testkit::check("sinfo output", ".{0,300}", |text| {
+        let hosts: Vec<HostSlots> = ["a", "b", "c"]
+            .iter()
+            .map(|h| HostSlots {
+                host: (*h).into(),
+                slots: 1,
+            })
+            .collect();
+        let kept = usable(&hosts, &text);
+        let mut rest = hosts.iter();
+        for k in &kept {
+            prop_assert!(rest.any(|h| h == k), "{:?}", kept);
+        }
+        Ok(())
+    });
+}
+
 /// One bracket group: (lower bound, count, padding width) for each range.
 type Group = Vec<(u64, u64, usize)>;
 /// An entry: prefix, groups, suffix.

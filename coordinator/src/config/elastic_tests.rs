@@ -21,7 +21,7 @@ fn elastic_defaults() {
     assert_eq!(
         c.elastic,
         Some(ElasticConfig {
-            discovery_script: Some("./d.sh".into()),
+            discovery: Some(HostDiscovery::Script("./d.sh".into())),
             min_np: 4,
             max_np: None,
             initial_np: 4,
@@ -57,7 +57,7 @@ fn every_elastic_option_from_the_command_line() {
     assert_eq!(
         elastic(&c),
         &ElasticConfig {
-            discovery_script: Some("d".into()),
+            discovery: Some(HostDiscovery::Script("d".into())),
             min_np: 2,
             max_np: Some(8),
             initial_np: 4,
@@ -98,7 +98,10 @@ fn elastic_options_command_line_beats_environment_beats_file() {
     ];
     let c = run("-np 4 --max-np 10 ./t", &env_vars, file).unwrap();
     let e = elastic(&c);
-    assert_eq!(e.discovery_script, Some(PathBuf::from("env.sh")));
+    assert_eq!(
+        e.discovery,
+        Some(HostDiscovery::Script(PathBuf::from("env.sh")))
+    );
     assert_eq!(e.max_np, Some(10), "command line");
     assert_eq!(e.slots_per_host, 3, "environment");
     assert_eq!(
@@ -131,7 +134,10 @@ fn elastic_options_command_line_beats_environment_beats_file() {
     )
     .unwrap();
     let e = elastic(&c);
-    assert_eq!(e.discovery_script, Some(PathBuf::from("cli.sh")));
+    assert_eq!(
+        e.discovery,
+        Some(HostDiscovery::Script(PathBuf::from("cli.sh")))
+    );
     assert_eq!(e.elastic_timeout, Duration::from_secs(300));
     assert_eq!(
         e.blacklist_cooldown,
@@ -177,7 +183,10 @@ fn the_highest_layer_picks_between_hosts_and_discovery() {
         "launch:\n  hosts: a:2\n",
     )
     .unwrap();
-    assert_eq!(elastic(&c).discovery_script, Some(PathBuf::from("d")));
+    assert_eq!(
+        elastic(&c).discovery,
+        Some(HostDiscovery::Script(PathBuf::from("d")))
+    );
     assert_eq!(c.hosts, HostSpec::Localhost);
     let c = run(
         "-np 2 --hostfile h ./t",

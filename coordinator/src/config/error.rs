@@ -88,9 +88,9 @@ pub enum Refusal {
     #[error("{0}")]
     Allocation(elastic::slurm::SlurmError),
     #[error(
-        "an elastic job inside a Slurm allocation is not run through srun yet: give the hosts with a discovery script, or run a static job"
+        "elasticrun serve runs in pods that start by themselves; starting workers through srun is elasticrun's (it was given {given})"
     )]
-    SlurmElastic,
+    SlurmServe { given: Source },
     /// A value that would not parse ([`BadValue`]), from a layer other than
     /// the environment.
     #[error(transparent)]

@@ -156,14 +156,24 @@ pub use control::env::LogLevel;
 /// (one second), so that one late beat is no failure.
 pub const MIN_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// An elastic job (`--host-discovery-script`): the hosts come and go, and the
-/// number of processes moves between `min_np` and `max_np`. Validated:
-/// `1 <= min_np <= initial_np <= max_np`, every count and duration positive.
+/// Where an elastic job's hosts are found, every `discovery_interval`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostDiscovery {
+    /// `--host-discovery-script`: prints one `host` or `host:slots` per line.
+    Script(PathBuf),
+    /// The Slurm allocation this runs in: its nodes, less those Slurm holds
+    /// down, drained or failing (`sinfo`).
+    Allocation(elastic::slurm::Allocation),
+}
+
+/// An elastic job (`--host-discovery-script`, or `--min-np`/`--max-np`
+/// inside a Slurm allocation): the hosts come and go, and the number of
+/// processes moves between `min_np` and `max_np`. Validated: `1 <= min_np
+/// <= initial_np <= max_np`, every count and duration positive.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ElasticConfig {
-    /// Run every `discovery_interval`; prints one `host` or `host:slots` per
-    /// line. `None`: the workers register by themselves (`elasticrun serve`).
-    pub discovery_script: Option<PathBuf>,
+    /// `None`: the workers register by themselves (`elasticrun serve`).
+    pub discovery: Option<HostDiscovery>,
     /// `--min-np`; default `-np`.
     pub min_np: usize,
     /// `--max-np`; `None` = no cap.
@@ -198,9 +208,9 @@ pub struct JobConfig {
     /// (`--max-restarts`); with an elastic job's options, the job runs by
     /// restarts.
     pub max_restarts: u32,
-    /// The Slurm job this runs as a job inside of (`--slurm`, or detected):
-    /// its workers are steps started with `srun`.
-    pub slurm: Option<String>,
+    /// The Slurm allocation this runs as a job inside of (`--slurm`, or
+    /// detected): its workers are steps started with `srun`.
+    pub slurm: Option<elastic::slurm::Allocation>,
     /// `None`: as many processes as the hosts have slots. In an elastic job,
     /// the initial target (`Some(initial_np)`).
     pub np: Option<usize>,

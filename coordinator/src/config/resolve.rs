@@ -13,7 +13,7 @@ use super::file::{ConfigFile, FileType};
 use super::options::{self as opt, Opt, When};
 use super::parse::segment_bytes;
 use super::{
-    AutotuneConfig, ConfigError, ElasticConfig, HostSpec, JobConfig, LogLevel,
+    AutotuneConfig, ConfigError, ElasticConfig, HostDiscovery, HostSpec, JobConfig, LogLevel,
     MIN_HEARTBEAT_TIMEOUT, Source, Sourced, StallCheck, Timeline, Tuning,
 };
 use elastic::hosts::parse_host_list;
@@ -181,15 +181,30 @@ pub fn resolve(
     let network_interface = l.pick(&opt::NETWORK_INTERFACE)?;
     let ssh_port = l.pick(&opt::SSH_PORT)?;
     let ssh_identity_file = l.pick(&opt::SSH_IDENTITY_FILE)?;
-    let (hosts, elastic) = match hosts(&l)? {
+    let given = hosts(&l)?;
+    let slurm = allocation(&l, &given, cli.serve)?;
+    let (hosts, elastic) = match (given, &slurm) {
         _ if cli.serve => (HostSpec::Localhost, elastic(&l, Some(None), np.value)?),
-        Hosts::Static(spec) => (spec, elastic(&l, None, np.value)?),
-        Hosts::Discovered(script) => (
-            HostSpec::Localhost,
-            elastic(&l, Some(Some(script)), np.value)?,
+        (Hosts::Static(HostSpec::Localhost), Some(a)) if elastic_asked(&l)? => {
+            let found = HostDiscovery::Allocation(a.clone());
+            (
+                HostSpec::Localhost,
+                elastic(&l, Some(Some(found)), np.value)?,
+            )
+        }
+        (Hosts::Static(HostSpec::Localhost), Some(a)) => (
+            HostSpec::List(a.hosts.clone()),
+            elastic(&l, None, np.value)?,
         ),
+        (Hosts::Static(spec), _) => (spec, elastic(&l, None, np.value)?),
+        (Hosts::Discovered(script), _) => {
+            let found = HostDiscovery::Script(script);
+            (
+                HostSpec::Localhost,
+                elastic(&l, Some(Some(found)), np.value)?,
+            )
+        }
     };
-    let (hosts, slurm) = slurm(&l, hosts, elastic.is_some() || cli.serve)?;
     if let Some(names) = &network_interface.value
         && names.contains(',')
     {
@@ -249,36 +264,38 @@ pub fn resolve(
     })
 }
 
-/// A Slurm allocation this runs in, used (`--slurm`, or no hosts given and
-/// `SLURM_JOB_ID` set, unless `--no-slurm`): its hosts, and its job id.
-fn slurm(
+/// The Slurm allocation this runs in, used (`--slurm`, or no hosts given
+/// and `SLURM_JOB_ID` set, unless `--no-slurm`): its workers are steps, and
+/// without hosts given its nodes are the hosts.
+fn allocation(
     l: &Layers<'_>,
-    hosts: HostSpec,
-    elastic: bool,
-) -> Result<(HostSpec, Option<String>), ConfigError> {
-    let forced = l.pick(&opt::SLURM)?.value;
-    if l.pick(&opt::NO_SLURM)?.value || !(forced || hosts == HostSpec::Localhost) {
-        return Ok((hosts, None));
+    given: &Hosts,
+    serve: bool,
+) -> Result<Option<elastic::slurm::Allocation>, ConfigError> {
+    let forced = l.pick(&opt::SLURM)?;
+    let none_given = matches!(given, Hosts::Static(HostSpec::Localhost));
+    if serve && forced.value {
+        let given = forced.source;
+        return Err(invalid(opt::SLURM.flag, Refusal::SlurmServe { given }));
     }
-    let found = elastic::slurm::Allocation::from_env(|k| (l.env)(k));
-    let alloc = match found {
-        Ok(Some(a)) => a,
-        Ok(None) if forced => return Err(invalid(opt::SLURM.flag, Refusal::NoAllocation)),
-        Ok(None) => return Ok((hosts, None)),
-        Err(e) => return Err(invalid(opt::SLURM.flag, Refusal::Allocation(e))),
-    };
-    if elastic {
-        if forced {
-            return Err(invalid(opt::SLURM.flag, Refusal::SlurmElastic));
-        }
-        return Ok((hosts, None));
+    if serve || l.pick(&opt::NO_SLURM)?.value || !(forced.value || none_given) {
+        return Ok(None);
     }
-    let spec = if hosts == HostSpec::Localhost {
-        HostSpec::List(alloc.hosts)
-    } else {
-        hosts
-    };
-    Ok((spec, Some(alloc.job_id)))
+    match elastic::slurm::Allocation::from_env(|k| (l.env)(k)) {
+        Ok(Some(a)) => Ok(Some(a)),
+        Ok(None) if forced.value => Err(invalid(opt::SLURM.flag, Refusal::NoAllocation)),
+        Ok(None) => Ok(None),
+        Err(e) => Err(invalid(opt::SLURM.flag, Refusal::Allocation(e))),
+    }
+}
+
+/// Whether an elastic job is asked for without a discovery script
+/// (`--min-np` or `--max-np` given): inside an allocation, its nodes are
+/// the hosts.
+fn elastic_asked(l: &Layers<'_>) -> Result<bool, ConfigError> {
+    let min = l.pick(&opt::MIN_NP)?.source;
+    let max = l.pick(&opt::MAX_NP)?.source;
+    Ok(min != Source::Default || max != Source::Default)
 }
 
 /// Where the workers' hosts come from.
@@ -337,14 +354,13 @@ struct ElasticGiven {
     discovery_timeout: Sourced<f64>,
 }
 
-/// The elastic options: `Some` with a discovery `script`, validated against
-/// `np` (`-np`, the initial target); without one, any of them given is an error.
-/// An elastic job's options: `script` is `None` for a job that is not
-/// elastic, `Some(None)` for `elasticrun serve` (workers register by
-/// themselves), `Some(Some(path))` for a discovery script.
+/// An elastic job's options, validated against `np` (`-np`, the initial
+/// target): `script` is `None` for a job that is not elastic (any of them
+/// given is an error), `Some(None)` for `elasticrun serve` (workers
+/// register by themselves), `Some(Some(how))` for hosts discovered.
 fn elastic(
     l: &Layers<'_>,
-    script: Option<Option<PathBuf>>,
+    script: Option<Option<HostDiscovery>>,
     np: Option<usize>,
 ) -> Result<Option<ElasticConfig>, ConfigError> {
     let l = Layers {
@@ -407,7 +423,7 @@ fn elastic(
 
 /// An elastic job's options, checked against each other and `np`.
 fn check_elastic(
-    discovery_script: Option<PathBuf>,
+    discovery: Option<HostDiscovery>,
     g: ElasticGiven,
     np: Option<usize>,
 ) -> Result<ElasticConfig, ConfigError> {
@@ -470,7 +486,7 @@ fn check_elastic(
     };
     let seconds = |o: &Opt<f64>, v: &Sourced<f64>| positive_seconds(o.flag, v.value);
     Ok(ElasticConfig {
-        discovery_script,
+        discovery,
         min_np,
         max_np,
         initial_np,

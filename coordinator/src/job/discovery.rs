@@ -1,31 +1,35 @@
-//! Runs the host discovery script every interval and hands each good result
-//! to the driver. A run that fails, times out or prints garbage keeps the
-//! last good host set (the driver hears nothing) and is logged with the
-//! reason, once per distinct reason in a row so that a flapping script does
-//! not flood the log; an empty host list is told once too. Nothing the
-//! script starts outlives elasticrun (see `GUARD`).
+//! Runs the host discovery script (or asks Slurm which of the allocation's
+//! nodes are usable) every interval and hands each good result to the
+//! driver. A run that fails, times out or prints garbage keeps the last good
+//! host set (the driver hears nothing) and is logged with the reason, once
+//! per distinct reason in a row so that a flapping script does not flood the
+//! log; an empty host list is told once too. Nothing the script starts
+//! outlives elasticrun (see `GUARD`).
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use elastic::discovery::parse_discovered;
 use elastic::hosts::HostSlots;
 use elastic::membership::SlotId;
+use elastic::slurm::Allocation;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::Say;
+use crate::config::HostDiscovery;
 
 /// Most bytes of script output read; more is garbage.
 const MAX_OUTPUT: u64 = 1 << 20;
 
 #[derive(Clone, Debug)]
 pub struct Discovery {
-    /// A shell command line (`/bin/sh -c`).
-    pub script: PathBuf,
+    /// The script (a shell command line, run by `/bin/sh -c`), or the
+    /// allocation.
+    pub source: HostDiscovery,
     pub interval: Duration,
     pub timeout: Duration,
     pub slots_per_host: usize,
@@ -50,13 +54,45 @@ exit "$rc""#;
 /// read and dropped, so a chatty script never blocks).
 const MAX_STDERR: usize = 4096;
 
-/// Runs the script once: its host set, or why there is none.
+/// Runs the discovery once: its host set, or why there is none.
 pub async fn discover_once(d: &Discovery) -> Result<Vec<HostSlots>, String> {
+    match &d.source {
+        HostDiscovery::Script(script) => run_script(script, d).await,
+        HostDiscovery::Allocation(a) => usable_nodes(a, d.timeout).await,
+    }
+}
+
+/// The allocation's nodes that Slurm does not hold unusable: `sinfo -h -N
+/// -n NODELIST -o '%N %t'` (each node's state) read by
+/// [`elastic::slurm::usable`].
+async fn usable_nodes(a: &Allocation, timeout: Duration) -> Result<Vec<HostSlots>, String> {
+    let run = Command::new("sinfo")
+        .args(["-h", "-N", "-n", &a.nodelist, "-o", "%N %t"])
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = match tokio::time::timeout(timeout, run).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => return Err(format!("cannot run sinfo: {e}")),
+        Err(_) => return Err(format!("sinfo gave no answer within {timeout:?}")),
+    };
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("sinfo failed ({}): {}", out.status, err.trim()));
+    }
+    Ok(elastic::slurm::usable(
+        &a.hosts,
+        &String::from_utf8_lossy(&out.stdout),
+    ))
+}
+
+/// Runs the script once.
+async fn run_script(script: &Path, d: &Discovery) -> Result<Vec<HostSlots>, String> {
     let mut child = Command::new("/bin/sh")
         .arg("-c")
         .arg(GUARD)
         .arg("sh")
-        .arg(d.script.as_os_str())
+        .arg(script.as_os_str())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -259,7 +295,7 @@ mod tests {
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         Discovery {
-            script: path,
+            source: HostDiscovery::Script(path),
             interval: Duration::from_millis(10),
             timeout: Duration::from_secs(2),
             slots_per_host: 2,
@@ -286,13 +322,15 @@ mod tests {
         let e = discover_once(&slow).await.unwrap_err();
         assert!(e.contains("no answer"), "{e}");
         let missing = Discovery {
-            script: dir.join("nope.sh"),
+            source: HostDiscovery::Script(dir.join("nope.sh")),
             ..ok.clone()
         };
         let e = discover_once(&missing).await.unwrap_err();
         assert!(e.contains("127") && e.contains("nope.sh"), "{e}");
         let with_args = Discovery {
-            script: format!("{} extra-arg", ok.script.display()).into(),
+            source: HostDiscovery::Script(
+                format!("{} extra-arg", dir.join("ok.sh").display()).into(),
+            ),
             ..ok
         };
         assert_eq!(discover_once(&with_args).await.unwrap().len(), 2);

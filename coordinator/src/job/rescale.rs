@@ -54,11 +54,11 @@ pub(crate) fn world(discovered: &[HostSlots], min_np: usize, max_np: usize) -> O
 /// or is stopped.
 pub(crate) async fn run(cfg: JobConfig, e: ElasticConfig) -> Result<Ending, JobError> {
     let say = super::Say::stderr(cfg.output_timestamps);
-    let Some(script) = e.discovery_script.clone() else {
+    let Some(source) = e.discovery.clone() else {
         return Err(JobError::NoDiscoveryScript);
     };
     let discovery = Discovery {
-        script,
+        source,
         interval: e.discovery_interval,
         timeout: e.discovery_timeout,
         slots_per_host: e.slots_per_host,

@@ -97,7 +97,7 @@ fn check_files(cfg: &JobConfig, rank0_here: bool) -> Result<(), JobError> {
 
 async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
     if let Some(e) = &cfg.elastic {
-        let Some(script) = e.discovery_script.clone() else {
+        let Some(source) = e.discovery.clone() else {
             return Err(JobError::NoDiscoveryScript);
         };
         check_files(cfg, false)?;
@@ -105,7 +105,7 @@ async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
             policy: policy(cfg, e),
             bind: bind_address(cfg)?,
             hosts: Hosts::Script(Discovery {
-                script,
+                source,
                 interval: e.discovery_interval,
                 timeout: e.discovery_timeout,
                 slots_per_host: e.slots_per_host,

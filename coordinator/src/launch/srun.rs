@@ -21,7 +21,7 @@ use super::ssh::remote_script;
 /// `SLURM_CPUS_PER_TASK`, when given), unbound.
 pub fn command(
     host: &str,
-    cpus_per_task: Option<&str>,
+    cpus_per_task: Option<u32>,
     cwd: &Path,
     command: &[OsString],
 ) -> Vec<OsString> {
@@ -41,7 +41,7 @@ pub fn command(
     .map(OsString::from)
     .collect();
     argv.push(format!("--nodelist={host}").into());
-    if let Some(n) = cpus_per_task.filter(|n| n.parse::<u32>().is_ok_and(|n| n > 0)) {
+    if let Some(n) = cpus_per_task.filter(|&n| n > 0) {
         argv.push(format!("--cpus-per-task={n}").into());
     }
     argv.push("sh".into());
@@ -58,7 +58,7 @@ mod tests {
 
     #[test]
     fn one_task_on_the_host_with_the_worker_script() {
-        let argv = command("n01", Some("4"), Path::new("/w"), &["./train".into()]);
+        let argv = command("n01", Some(4), Path::new("/w"), &["./train".into()]);
         let text: Vec<String> = argv
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
@@ -80,7 +80,7 @@ mod tests {
             "{}",
             text[n - 1]
         );
-        let bare = command("n01", Some("x"), Path::new("/w"), &["t".into()]);
+        let bare = command("n01", None, Path::new("/w"), &["t".into()]);
         assert!(
             !bare
                 .iter()

@@ -130,12 +130,9 @@ pub async fn start_one(
             all.retain(|(k, _)| !k.starts_with("SLURM_"));
         }
         all.append(&mut env);
-        let argv = match cfg.slurm {
+        let argv = match &cfg.slurm {
             // A step of the allocation, on this host too.
-            Some(_) => {
-                let cpus = std::env::var("SLURM_CPUS_PER_TASK").ok();
-                super::srun::command(host, cpus.as_deref(), &cwd, &cfg.command)
-            }
+            Some(a) => super::srun::command(host, a.cpus_per_task, &cwd, &cfg.command),
             None => ssh::command(host, &ssh_opts, &cwd, &cfg.command),
         };
         (argv, Some(ssh::stdin_text(&secret.to_hex(), &all)))

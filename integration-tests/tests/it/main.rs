@@ -29,6 +29,7 @@ mod plain_programs;
 mod quic;
 mod restarts;
 mod slurm;
+mod slurm_elastic;
 mod ssh;
 mod stall;
 mod synthetic_benchmark;

@@ -1,0 +1,121 @@
+//! Elastic jobs inside a real Slurm allocation, with no discovery script:
+//! `--min-np`/`--max-np` make the allocation's nodes the hosts (less those
+//! Slurm holds unusable), and every worker, replacements included, is a
+//! step started with `srun`.
+
+use std::time::Duration;
+
+use integration_tests::elastic::{Train, check_done, final_world_sizes, generations, steps};
+use integration_tests::slurm::Slurm;
+use integration_tests::{env_of, start, wait_for};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const JOB: Duration = Duration::from_secs(120);
+
+/// 100 steps of about 30 ms: room to kill a worker mid-run and see its
+/// replacement train.
+const SHORT: Train = Train {
+    epochs: 10,
+    samples: 640,
+    step_delay_ms: 20,
+    commit_every: 4,
+};
+
+/// The `train` processes of Slurm job `job` on this machine, with their
+/// step ids: found through `/proc`, as they are slurmstepd's children and
+/// not elasticrun's.
+fn trains_of(job: &str) -> Vec<(i32, String)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "train")
+        })
+        .filter(|&p| env_of(p, "SLURM_JOB_ID").as_deref() == Some(job))
+        .filter_map(|p| Some((p, env_of(p, "SLURM_STEP_ID")?)))
+        .collect()
+}
+
+#[test]
+fn a_worker_killed_in_an_elastic_allocation_is_replaced_by_a_new_step() {
+    let Some(slurm) = Slurm::start("elastic-kill") else {
+        return;
+    };
+    let mut c = slurm.command("salloc");
+    // Three tasks on a node of fewer cores: --overcommit.
+    c.args(["-N1", "-n3", "--overcommit", "--quiet"])
+        .arg(integration_tests::elasticrun())
+        .args([
+            "--min-np",
+            "2",
+            "--max-np",
+            "3",
+            "--replacement-wait",
+            "30",
+            "--discovery-interval",
+            "0.2",
+        ])
+        .args(SHORT.args());
+    let run = start(c);
+    let job = wait_for("the Slurm job", Duration::from_secs(30), || {
+        let out = slurm
+            .command("squeue")
+            .args(["-h", "-o", "%i"])
+            .output()
+            .ok()?;
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        (!id.is_empty()).then_some(id)
+    });
+    let first = wait_for(
+        "three workers, each a step",
+        Duration::from_secs(60),
+        || {
+            let w = trains_of(&job);
+            (w.len() == 3).then_some(w)
+        },
+    );
+    wait_for("step 15", Duration::from_secs(60), || {
+        steps(&run.stdout_so_far())
+            .iter()
+            .find(|s| s.step >= 15)
+            .map(|_| ())
+    });
+    let victim = first[1].0;
+    kill(Pid::from_raw(victim), Signal::SIGKILL).expect("kill a worker");
+    let (pid, step) = wait_for(
+        "the replacement, a new step",
+        Duration::from_secs(60),
+        || {
+            trains_of(&job)
+                .into_iter()
+                .find(|(_, s)| first.iter().all(|(_, f)| f != s))
+        },
+    );
+    eprintln!(
+        "worker {victim} (step {}) replaced by {pid} (step {step})",
+        first[1].1
+    );
+    let run = run.finish(JOB);
+    if run.status.code() != Some(0) {
+        eprintln!("slurm's logs:\n{}", slurm.logs());
+    }
+    run.expect_code(0);
+    assert!(
+        generations(&run.stderr).len() >= 2,
+        "no new generation:\n{}",
+        run.stderr
+    );
+    // The job ran on three ranks at every step it kept: an undisturbed
+    // run's weights.
+    let sizes = final_world_sizes(&run.stdout);
+    assert!(sizes.iter().all(|&n| n == 3), "{sizes:?}\n{}", run.stderr);
+    let state = check_done(&run, 3, SHORT.expected_steps());
+    assert_eq!(state, SHORT.undisturbed_state(3), "{}", run.stderr);
+    assert!(
+        trains_of(&job).is_empty(),
+        "workers outlived the job: {:?}",
+        trains_of(&job)
+    );
+}
