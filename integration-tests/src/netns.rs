@@ -161,12 +161,22 @@ pub fn write_atomically(path: &Path, text: &str) {
 }
 
 impl Cluster {
-    /// Makes namespaces `er<pid><tag>br` (the bridge), `...c` (the
+    /// Makes namespaces `er<pid><tag>br` (the bridge), `...co` (the
     /// coordinator, `10.NET.1`) and `...a`, `...b`, ... (`hosts` hosts,
     /// `10.NET.2` up), with an sshd on [`SSH_PORT`] in each host. `tag` is
     /// `s` and a number, unique within the test binary. `Err` (why) when this
     /// cannot work here: not root, OpenSSH missing, or `ip netns add` fails.
     pub fn create(tag: &str, net: (u8, u8), hosts: usize) -> Result<Cluster, String> {
+        Self::make(tag, net, hosts, true)
+    }
+
+    /// Like [`Cluster::create`], without the sshds: for hosts whose
+    /// processes start some other way (a Slurm node daemon in each).
+    pub fn create_bare(tag: &str, net: (u8, u8), hosts: usize) -> Result<Cluster, String> {
+        Self::make(tag, net, hosts, false)
+    }
+
+    fn make(tag: &str, net: (u8, u8), hosts: usize, sshd: bool) -> Result<Cluster, String> {
         assert!(
             tag.strip_prefix('s')
                 .is_some_and(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())),
@@ -178,7 +188,9 @@ impl Cluster {
         if uid.ok() != Some(0) {
             return Err("not root (network namespaces need it)".into());
         }
-        openssh_available()?;
+        if sshd {
+            openssh_available()?;
+        }
         remove_stale();
         let prefix = format!("{PREFIX}{}{tag}", std::process::id());
         let dir = std::env::temp_dir().join(format!("elasticrun-{prefix}"));
@@ -201,7 +213,11 @@ impl Cluster {
         ip(&["netns", "add", &first]).map_err(|e| format!("cannot make a namespace: {e}"))?;
         c.created.push(first);
         c.network();
-        c.start_sshds();
+        if sshd {
+            c.start_sshds();
+        } else {
+            std::fs::create_dir_all(&c.dir).expect("scratch dir");
+        }
         Ok(c)
     }
 
@@ -209,9 +225,15 @@ impl Cluster {
         format!("{}br", self.prefix)
     }
 
-    /// The coordinator's namespace, where elasticrun runs.
+    /// The coordinator's namespace, where elasticrun runs (`co`: apart from
+    /// the hosts' letters).
     pub fn coordinator_ns(&self) -> String {
-        format!("{}c", self.prefix)
+        format!("{}co", self.prefix)
+    }
+
+    /// How many hosts there are.
+    pub fn hosts(&self) -> usize {
+        self.hosts
     }
 
     /// Host `i`'s namespace.
@@ -239,15 +261,19 @@ impl Cluster {
         v
     }
 
-    /// The bridge, and a veth from it to every other namespace: `vc` to the
+    /// The bridge, and a veth from it to every other namespace: `vco` to the
     /// coordinator's `eth0`, `va`, `vb`, ... to the hosts'.
     fn network(&mut self) {
         let br = self.bridge_ns();
-        let mut ends = vec![(self.coordinator_ns(), 'c', format!("{}.1/24", self.net))];
+        let mut ends = vec![(
+            self.coordinator_ns(),
+            "vco".to_owned(),
+            format!("{}.1/24", self.net),
+        )];
         ends.extend((0..self.hosts).map(|i| {
             (
                 self.host_ns(i),
-                Self::letter(i),
+                format!("v{}", Self::letter(i)),
                 format!("{}/24", self.host(i)),
             )
         }));
@@ -260,15 +286,14 @@ impl Cluster {
         }
         must(ip(&["-n", &br, "link", "add", BRIDGE, "type", "bridge"]));
         must(ip(&["-n", &br, "link", "set", BRIDGE, "up"]));
-        for (ns, letter, addr) in &ends {
-            let veth = format!("v{letter}");
+        for (ns, veth, addr) in &ends {
             // Made directly in the two namespaces: nothing appears in ours.
             must(ip(&[
-                "link", "add", &veth, "netns", &br, "type", "veth", "peer", "name", "eth0",
-                "netns", ns,
+                "link", "add", veth, "netns", &br, "type", "veth", "peer", "name", "eth0", "netns",
+                ns,
             ]));
-            must(ip(&["-n", &br, "link", "set", &veth, "master", BRIDGE]));
-            must(ip(&["-n", &br, "link", "set", &veth, "up"]));
+            must(ip(&["-n", &br, "link", "set", veth, "master", BRIDGE]));
+            must(ip(&["-n", &br, "link", "set", veth, "up"]));
             must(ip(&["-n", ns, "addr", "add", addr, "dev", "eth0"]));
             must(ip(&["-n", ns, "link", "set", "eth0", "up"]));
         }

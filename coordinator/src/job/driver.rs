@@ -330,7 +330,11 @@ impl Driver {
                 } else {
                     format!("rank {} on {} {how}", live.id, slot.host)
                 };
-                cmds.extend(self.core.failed(now, &slot, &why));
+                if live.process.host_lost() {
+                    cmds.extend(self.core.host_lost(now, &slot, &why));
+                } else {
+                    cmds.extend(self.core.failed(now, &slot, &why));
+                }
             }
         }
         cmds.extend(self.poll_links_ended(now));

@@ -146,6 +146,13 @@ pub trait Started: Send + std::fmt::Debug {
         std::os::unix::process::ExitStatusExt::signal(&status).is_some()
     }
 
+    /// Whether it ended because its host is gone (srun said the node under
+    /// its step failed): the host is left out until discovery lists it
+    /// again.
+    fn host_lost(&self) -> bool {
+        false
+    }
+
     /// When [`Started::poll`] may change its answer with no news from the
     /// launcher ([`Launcher::exit_news`]): a worker that counts as gone once
     /// it has not shown up for a while. `None` (the default): never.

@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio::task::JoinHandle;
@@ -62,6 +63,7 @@ pub fn spawn_forward(
     stream: Stream,
     timestamps: bool,
     file: Option<PathBuf>,
+    tap: Option<Arc<dyn Tap>>,
 ) -> JoinHandle<std::io::Result<()>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
@@ -69,8 +71,18 @@ pub fn spawn_forward(
         .stack_size(FORWARDER_STACK)
         .spawn(move || {
             let ended = blocking(from).and_then(|from| {
-                forward(from, rank, stream, timestamps, file, &mut Terminal(stream))
+                let mut terminal = Terminal(stream);
+                match &tap {
+                    Some(t) => {
+                        let tapped = Tapped::new(from, t.as_ref());
+                        forward(tapped, rank, stream, timestamps, file, &mut terminal)
+                    }
+                    None => forward(from, rank, stream, timestamps, file, &mut terminal),
+                }
             });
+            if let Some(t) = &tap {
+                t.ended();
+            }
             let _ = tx.send(ended);
         });
     tokio::spawn(async move {
@@ -78,6 +90,54 @@ pub fn spawn_forward(
         rx.await
             .unwrap_or_else(|_| Err(std::io::Error::other("the output thread ended early")))
     })
+}
+
+/// Shown the start of every line a worker's stream carries, and told when
+/// the stream has ended (read to its end, or failed).
+pub trait Tap: Send + Sync + std::fmt::Debug {
+    /// The first [`TAP_HEAD`] bytes (or fewer) of a line.
+    fn line(&self, head: &[u8]);
+    fn ended(&self);
+}
+
+/// How much of each line a [`Tap`] sees.
+pub const TAP_HEAD: usize = 80;
+
+/// A reader that passes everything through and shows a [`Tap`] the start
+/// of each line.
+struct Tapped<'a, R> {
+    inner: R,
+    tap: &'a dyn Tap,
+    head: Vec<u8>,
+}
+
+impl<'a, R: Read> Tapped<'a, R> {
+    fn new(inner: R, tap: &'a dyn Tap) -> Self {
+        Tapped {
+            inner,
+            tap,
+            head: Vec::with_capacity(TAP_HEAD),
+        }
+    }
+}
+
+impl<R: Read> Read for Tapped<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !self.head.is_empty() {
+            self.tap.line(&self.head);
+            self.head.clear();
+        }
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                self.tap.line(&self.head);
+                self.head.clear();
+            } else if self.head.len() < TAP_HEAD {
+                self.head.push(b);
+            }
+        }
+        Ok(n)
+    }
 }
 
 /// The stack of a forwarding thread: it holds a read buffer on the heap and

@@ -3,6 +3,7 @@
 //! the [`Started`] handle of the process launcher.
 
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -13,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use super::launcher::Started;
+use super::srun::StepWatch;
 
 /// A started worker.
 #[derive(Debug)]
@@ -25,7 +27,19 @@ pub struct WorkerProcess {
     stdin: Option<ChildStdin>,
     remote: bool,
     pub status: Option<ExitStatus>,
+    /// A Slurm step's: whether srun said its node failed.
+    step: Option<Arc<StepWatch>>,
+    /// When srun was seen to exit 0 while its stderr was still being read.
+    exit_pending: Option<tokio::time::Instant>,
 }
+
+/// How long srun's exit 0 waits for its stderr to be read to the end (where
+/// a node failure would be said) before it counts as the task's success.
+const STEP_SETTLE: Duration = Duration::from_secs(1);
+/// How soon an exit held for [`STEP_SETTLE`] is looked at again.
+const STEP_RECHECK: Duration = Duration::from_millis(10);
+/// The status of a step whose node failed (srun's own exit 0 says nothing).
+const NODE_LOST_CODE: i32 = 1;
 
 #[derive(Debug)]
 pub struct Pipes {
@@ -46,6 +60,8 @@ pub struct Spec<'a> {
     /// workers: the secret and the environment); `None` gives the worker no
     /// standard input.
     pub stdin_line: Option<String>,
+    /// A Slurm step's watch on srun's stderr.
+    pub step: Option<Arc<StepWatch>>,
 }
 
 /// How long ssh that would not take its standard input gets to exit and
@@ -119,6 +135,8 @@ pub async fn spawn(spec: Spec<'_>) -> Result<(WorkerProcess, Pipes), SpawnError>
         stdin,
         remote,
         status: None,
+        step: spec.step,
+        exit_pending: None,
     };
     Ok((p, Pipes { stdout, stderr }))
 }
@@ -177,15 +195,43 @@ impl WorkerProcess {
 impl Started for WorkerProcess {
     /// Records the exit status if the process has ended.
     fn poll(&mut self) -> std::io::Result<Option<ExitStatus>> {
-        if self.status.is_none() {
-            self.status = self.child.try_wait()?;
+        if self.status.is_some() {
+            return Ok(self.status);
         }
+        let Some(st) = self.child.try_wait()? else {
+            return Ok(None);
+        };
+        self.status = match &self.step {
+            Some(w) if st.success() => {
+                let now = tokio::time::Instant::now();
+                let since = *self.exit_pending.get_or_insert(now);
+                if !w.ended() && now.duration_since(since) < STEP_SETTLE {
+                    return Ok(None);
+                }
+                let lost = std::os::unix::process::ExitStatusExt::from_raw(NODE_LOST_CODE << 8);
+                Some(if w.node_lost() { lost } else { st })
+            }
+            _ => Some(st),
+        };
         Ok(self.status)
+    }
+
+    fn host_lost(&self) -> bool {
+        self.step.as_ref().is_some_and(|w| w.node_lost())
+    }
+
+    fn check_by(&self) -> Option<tokio::time::Instant> {
+        self.exit_pending
+            .filter(|_| self.status.is_none())
+            .map(|_| tokio::time::Instant::now() + STEP_RECHECK)
     }
 
     /// "exited with code 3", "was killed by signal 9 (SIGKILL)", or for a
     /// remote worker what ssh's exit code says.
     fn how(&self, status: ExitStatus) -> String {
+        if self.step.as_ref().is_some_and(|w| w.node_lost()) {
+            return "lost its node (srun: node failure)".to_owned();
+        }
         match (self.remote, status.code()) {
             (true, Some(code)) => super::ssh::describe_code(code),
             _ => describe(status),

@@ -7,13 +7,56 @@
 //! `scancel` and the allocation's end stop them, and its accounting counts
 //! them.
 //!
-//! Pure: the argument vector is built here and run by [`super::process`].
+//! srun exits 0 when the node under a step fails (it has no status from
+//! the step's task), as when the task succeeds: a [`StepWatch`] reads the
+//! line srun says it with on its stderr, so that such a worker counts as
+//! failed (its node lost), not finished.
+//!
+//! The argument vector is built here and run by [`super::process`].
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::output::Tap;
 use super::ssh::remote_script;
+
+/// What srun writes when the node under a step fails (Slurm's
+/// `srun: error: Node failure on NODE`).
+const NODE_FAILURE: &[u8] = b"srun: error: Node failure on ";
+
+/// A step's srun's stderr, watched for the news of its node's failure.
+#[derive(Debug, Default)]
+pub struct StepWatch {
+    lost: AtomicBool,
+    ended: AtomicBool,
+}
+
+impl StepWatch {
+    /// Whether srun said the step's node failed.
+    pub fn node_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Whether srun's stderr has been read to its end (after srun exits:
+    /// whatever it said is known).
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+}
+
+impl Tap for StepWatch {
+    fn line(&self, head: &[u8]) {
+        if head.starts_with(NODE_FAILURE) {
+            self.lost.store(true, Ordering::Release);
+        }
+    }
+
+    fn ended(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+}
 
 /// `srun ... --nodelist HOST sh -c '...'`: one task on `host`, sharing the
 /// allocation's resources with the other steps (`--overlap`), its CPUs
@@ -55,6 +98,17 @@ pub fn command(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_watch_hears_of_a_node_failure_only() {
+        let w = StepWatch::default();
+        w.line(b"srun: error: n2: task 0: Exited with exit code 3");
+        w.line(b"[worker] srun: error: Node failure on n2");
+        assert!(!w.node_lost() && !w.ended());
+        w.line(b"srun: error: Node failure on n2");
+        Tap::ended(&w);
+        assert!(w.node_lost() && w.ended());
+    }
 
     #[test]
     fn one_task_on_the_host_with_the_worker_script() {

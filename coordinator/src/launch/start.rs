@@ -22,6 +22,7 @@ use super::launcher::{EXIT_POLL, LaunchError, Launcher, Started};
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
 use super::program_env::{Restart, StaticLayout, omp_threads, program_env};
+use super::srun::StepWatch;
 use super::ssh::{self, SshOptions};
 use crate::config::JobConfig;
 use crate::job::{STOP_GRACE, Say};
@@ -137,12 +138,14 @@ pub async fn start_one(
         };
         (argv, Some(ssh::stdin_text(&secret.to_hex(), &all)))
     };
+    let step = cfg.slurm.as_ref().map(|_| Arc::new(StepWatch::default()));
     let spec = Spec {
         rank: one.label,
         host,
         argv: &argv,
         env: &env,
         stdin_line,
+        step: step.clone(),
     };
     let (w, pipes) = process::spawn(spec).await.map_err(|e| StartError {
         rank: one.label,
@@ -172,9 +175,10 @@ pub async fn start_one(
         fd(pipes.stderr.into_owned_fd())?,
     );
     let label = one.label;
+    let tap = step.map(|w| w as Arc<dyn output::Tap>);
     let forwarders = vec![
-        output::spawn_forward(out, label, Stream::Stdout, ts, file(Stream::Stdout)),
-        output::spawn_forward(err, label, Stream::Stderr, ts, file(Stream::Stderr)),
+        output::spawn_forward(out, label, Stream::Stdout, ts, file(Stream::Stdout), None),
+        output::spawn_forward(err, label, Stream::Stderr, ts, file(Stream::Stderr), tap),
     ];
     Ok((w, forwarders))
 }

@@ -322,6 +322,22 @@ impl Membership {
         out
     }
 
+    /// The worker on `slot` failed because its host is gone (a Slurm node
+    /// failure): the host is left out at once, as if discovery had stopped
+    /// listing it, so that no replacement is placed there; discovery's next
+    /// host set decides again.
+    pub fn host_lost(&mut self, now: Duration, slot: &SlotId, why: &str) -> Vec<Command> {
+        if self.host_slots.remove(&slot.host).is_some() {
+            self.hosts.retain(|h| h.host != slot.host);
+            self.slot_sets = None;
+        }
+        let mut out = self.failed(now, slot, why);
+        if !matches!(self.phase, Phase::Done) {
+            self.hosts_changed(now, &mut out);
+        }
+        out
+    }
+
     /// The worker on `slot` could not be started (the launcher failed):
     /// a failure of that worker, and its slot is not started again for a
     /// while, longer after each such failure in a row

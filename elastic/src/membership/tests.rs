@@ -329,3 +329,30 @@ fn without_hot_spares_no_worker_waits_unplaced() {
     let out = m.discovered(s(3), &hosts(&[("a", 3)]));
     assert!(out.is_empty(), "max_np 2 reached: {out:?}");
 }
+
+#[test]
+fn a_lost_host_gets_no_replacement_and_a_spare_host_takes_its_slots() {
+    // a and b train (max 2), c is spare.
+    let mut m = Membership::new(Policy::new(1, 2, 2));
+    let out = m.discovered(s(0), &hosts(&[("a", 1), ("b", 1), ("c", 1)]));
+    assert_eq!(
+        out,
+        vec![Command::Spawn(slot("a", 0)), Command::Spawn(slot("b", 0))]
+    );
+    m.registered(s(1), &slot("a", 0));
+    m.registered(s(1), &slot("b", 0));
+    assert_eq!(m.generation(), Generation(1));
+    let out = m.host_lost(s(2), &slot("b", 0), "lost its node");
+    assert!(
+        out.contains(&Command::Spawn(slot("c", 0))),
+        "the spare host's slot: {out:?}"
+    );
+    assert!(
+        !out.iter()
+            .any(|c| matches!(c, Command::Spawn(x) if x.host == "b")),
+        "nothing on the lost host: {out:?}"
+    );
+    // Discovery listing it again brings it back as a candidate.
+    m.discovered(s(3), &hosts(&[("a", 1), ("b", 1), ("c", 1)]));
+    assert!(m.failed(s(4), &slot("zz", 0), "x").is_empty());
+}

@@ -6,6 +6,8 @@
 use std::time::Duration;
 
 use integration_tests::elastic::{Train, check_done, final_world_sizes, generations, steps};
+use integration_tests::needs::Need;
+use integration_tests::netns::Cluster;
 use integration_tests::slurm::Slurm;
 use integration_tests::{env_of, start, wait_for};
 use nix::sys::signal::{Signal, kill};
@@ -22,10 +24,11 @@ const SHORT: Train = Train {
     commit_every: 4,
 };
 
-/// The `train` processes of Slurm job `job` on this machine, with their
-/// step ids: found through `/proc`, as they are slurmstepd's children and
-/// not elasticrun's.
-fn trains_of(job: &str) -> Vec<(i32, String)> {
+/// The `train` processes of `slurm`'s job `job` on this machine, with
+/// their step ids: found through `/proc`, as they are slurmstepd's children
+/// and not elasticrun's (another test's Slurm numbers its jobs from 1 too).
+fn trains_of(slurm: &Slurm, job: &str) -> Vec<(i32, String)> {
+    let conf = slurm.conf().to_str().expect("a UTF-8 path");
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -34,6 +37,7 @@ fn trains_of(job: &str) -> Vec<(i32, String)> {
             std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "train")
         })
         .filter(|&p| env_of(p, "SLURM_JOB_ID").as_deref() == Some(job))
+        .filter(|&p| env_of(p, "SLURM_CONF").as_deref() == Some(conf))
         .filter_map(|p| Some((p, env_of(p, "SLURM_STEP_ID")?)))
         .collect()
 }
@@ -72,7 +76,7 @@ fn a_worker_killed_in_an_elastic_allocation_is_replaced_by_a_new_step() {
         "three workers, each a step",
         Duration::from_secs(60),
         || {
-            let w = trains_of(&job);
+            let w = trains_of(&slurm, &job);
             (w.len() == 3).then_some(w)
         },
     );
@@ -88,7 +92,7 @@ fn a_worker_killed_in_an_elastic_allocation_is_replaced_by_a_new_step() {
         "the replacement, a new step",
         Duration::from_secs(60),
         || {
-            trains_of(&job)
+            trains_of(&slurm, &job)
                 .into_iter()
                 .find(|(_, s)| first.iter().all(|(_, f)| f != s))
         },
@@ -114,8 +118,99 @@ fn a_worker_killed_in_an_elastic_allocation_is_replaced_by_a_new_step() {
     let state = check_done(&run, 3, SHORT.expected_steps());
     assert_eq!(state, SHORT.undisturbed_state(3), "{}", run.stderr);
     assert!(
-        trains_of(&job).is_empty(),
+        trains_of(&slurm, &job).is_empty(),
         "workers outlived the job: {:?}",
-        trains_of(&job)
+        trains_of(&slurm, &job)
     );
+}
+
+/// 200 steps of about 45 ms: a job that outlasts a node's failure.
+const LONGER: Train = Train {
+    epochs: 20,
+    samples: 640,
+    step_delay_ms: 30,
+    commit_every: 4,
+};
+
+/// The hosts of `elasticrun: generation G: N workers (h1:2, h2:2)` lines.
+fn generation_hosts(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("elasticrun: generation ") && l.contains(" workers ("))
+        .filter_map(|l| {
+            Some(
+                l.split_once(" workers (")?
+                    .1
+                    .trim_end_matches(')')
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_node_set_down_is_left_out_and_a_spare_node_takes_its_place() {
+    let Some(cluster) = Need::NetworkNamespaces.or_skip(Cluster::create_bare("s31", (234, 1), 3))
+    else {
+        return;
+    };
+    let Some(slurm) = Slurm::start_on("nodes", &cluster) else {
+        return;
+    };
+    assert_eq!(slurm.nodes(), ["n1", "n2", "n3"]);
+    let mut c = slurm.command("salloc");
+    // Two tasks a node on three nodes; --max-np 4 leaves one node spare.
+    // --no-kill: a node's failure does not end the allocation.
+    c.args(["-N3", "-n6", "--overcommit", "--no-kill", "--quiet"])
+        .arg(integration_tests::elasticrun())
+        .args([
+            "--min-np",
+            "2",
+            "--max-np",
+            "4",
+            "--network-interface",
+            "eth0",
+            "--replacement-wait",
+            "30",
+            "--discovery-interval",
+            "0.2",
+        ])
+        .args(LONGER.args());
+    let run = start(c);
+    wait_for("step 20 on four ranks", Duration::from_secs(60), || {
+        steps(&run.stdout_so_far())
+            .iter()
+            .find(|s| s.step >= 20 && s.world_size == 4)
+            .map(|_| ())
+    });
+    let first = generation_hosts(&run.stderr_so_far());
+    assert_eq!(first, ["n1:2, n2:2"], "{}", run.stderr_so_far());
+    let out = slurm
+        .command("scontrol")
+        .args([
+            "update",
+            "nodename=n2",
+            "state=down",
+            "reason=elasticrun-test",
+        ])
+        .output()
+        .expect("scontrol");
+    assert!(out.status.success(), "{out:?}");
+    let run = run.finish(JOB);
+    if run.status.code() != Some(0) {
+        eprintln!("slurm's logs:\n{}", slurm.logs());
+    }
+    run.expect_code(0);
+    eprintln!("{}", run.stderr);
+    let all = generation_hosts(&run.stderr);
+    let last = all.last().expect("a generation");
+    assert!(
+        last.contains("n3:2") && !last.contains("n2"),
+        "{all:?}\n{}",
+        run.stderr
+    );
+    let sizes = final_world_sizes(&run.stdout);
+    assert!(sizes.iter().all(|&n| n == 4), "{sizes:?}\n{}", run.stderr);
+    let state = check_done(&run, 4, LONGER.expected_steps());
+    assert_eq!(state, LONGER.undisturbed_state(4), "{}", run.stderr);
 }

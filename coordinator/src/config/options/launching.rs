@@ -103,7 +103,8 @@ pub(in super::super) const SLURM: Opt<bool> = Opt {
             LAUNCHING,
             Switch,
             "Run as a job inside this Slurm allocation (salloc, sbatch): hosts and slots from the \
-             allocation, every worker a step started with srun, never ssh [default: when \
+             allocation (with --min-np/--max-np, an elastic job on its nodes that Slurm holds \
+             usable), every worker a step started with srun, never ssh [default: when \
              SLURM_JOB_ID is set and no hosts are given].",
         )
     },
