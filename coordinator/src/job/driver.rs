@@ -16,6 +16,7 @@ use elastic::membership::{Command, Membership, OnFailure, SlotId};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::Outside;
 use super::discovery::{HostFeed, Offer};
 use super::journal::Journal;
 use super::links::{LinkEvent, LinkEventKind, Links};
@@ -106,7 +107,10 @@ impl Driver {
             let cmds = tokio::select! {
                 () = sleep_until(due) => Vec::new(),
                 () = self.launcher.exit_news() => Vec::new(),
-                ending = stops.next(&self.say) => return ending,
+                outside = stops.next(&self.say) => match outside {
+                    Outside::End(ending) => return ending,
+                    Outside::PassOn(sig) => self.pass_on(sig),
+                },
                 Some(offer) = discovered.next() => self.offer(offer),
                 Some(a) = arrivals.next() => self.arrive(a),
                 Some(e) = events.recv() => self.link_event(e),
@@ -123,6 +127,30 @@ impl Driver {
             }
             self.say_waiting();
         }
+    }
+
+    /// Passes `sig` (SIGUSR1, SIGUSR2) on to every worker, and says to how
+    /// many.
+    fn pass_on(&mut self, sig: nix::sys::signal::Signal) -> Vec<Command> {
+        let (mut passed, mut not) = (0, 0);
+        for live in self.workers.processes() {
+            if live.pass_on(sig) {
+                passed += 1;
+            } else {
+                not += 1;
+            }
+        }
+        let unreachable = if not > 0 {
+            format!(
+                " ({not} cannot be signalled from here: over ssh, or not started by elasticrun)"
+            )
+        } else {
+            String::new()
+        };
+        self.say.line(format_args!(
+            "{sig} passed on to {passed} workers{unreachable}"
+        ));
+        Vec::new()
     }
 
     /// Hosts or slots from discovery, for the core.

@@ -232,10 +232,14 @@ pub(crate) fn data_token() -> Result<u64, JobError> {
     ))
 }
 
-/// SIGINT and SIGTERM to elasticrun, which end the job.
+/// SIGINT and SIGTERM to elasticrun, which end the job; and SIGUSR1 and
+/// SIGUSR2, which it passes on to the workers (Slurm's warning signal,
+/// `sbatch --signal=B:USR1@60`, that the time is nearly up).
 pub struct Stops {
     /// `None`: nothing stops the job from outside (an in-process cluster).
     signals: Option<(Signal, Signal)>,
+    /// SIGUSR1 and SIGUSR2, passed on.
+    passed: Option<(Signal, Signal)>,
     /// Resolves, with why, once this coordinator may no longer lead the job
     /// (`elasticrun serve`: its lease may have lapsed).
     lapse: Option<futures::future::BoxFuture<'static, String>>,
@@ -263,6 +267,13 @@ impl Stops {
         ) {
             (Ok(int), Ok(term)) => Some(Stops {
                 signals: Some((int, term)),
+                passed: match (
+                    signal(SignalKind::user_defined1()),
+                    signal(SignalKind::user_defined2()),
+                ) {
+                    (Ok(u1), Ok(u2)) => Some((u1, u2)),
+                    _ => None,
+                },
                 lapse: None,
                 rescale: None,
             }),
@@ -277,6 +288,7 @@ impl Stops {
     pub fn never() -> Stops {
         Stops {
             signals: None,
+            passed: None,
             lapse: None,
             rescale: None,
         }
@@ -298,12 +310,24 @@ impl Stops {
         self
     }
 
-    /// The next of the two signals, said, as the job's ending.
-    pub(crate) async fn next(&mut self, say: &Say) -> Ending {
+    /// The next signal to pass on, or the next of the two that end the
+    /// job, said, as the job's ending.
+    pub(crate) async fn next(&mut self, say: &Say) -> Outside {
+        let passed = async {
+            use nix::sys::signal::Signal as Sig;
+            match &mut self.passed {
+                Some((u1, u2)) => tokio::select! {
+                    _ = u1.recv() => Sig::SIGUSR1,
+                    _ = u2.recv() => Sig::SIGUSR2,
+                },
+                None => std::future::pending().await,
+            }
+        };
         let Stops {
             signals,
             lapse,
             rescale,
+            ..
         } = self;
         // A coordinator that may step down (serve) leaves the workers be.
         let after = if lapse.is_some() {
@@ -333,17 +357,18 @@ impl Stops {
             }
         };
         tokio::select! {
+            sig = passed => Outside::PassOn(sig),
             how = rescale => {
                 say.line(format_args!(
                     "hosts changed: {how}; stopping every worker to start again at the new size"
                 ));
-                Ending::Rescaled
+                Outside::End(Ending::Rescaled)
             }
             why = lapse => {
                 say.line(format_args!(
                     "no longer leading the job ({why}); stepping down, the workers keep training"
                 ));
-                Ending::SteppedDown
+                Outside::End(Ending::SteppedDown)
             }
             ending = signal => {
                 if ending == Ending::Interrupted {
@@ -351,10 +376,18 @@ impl Stops {
                 } else {
                     say.line(format_args!("terminated; {after}"));
                 }
-                ending
+                Outside::End(ending)
             }
         }
     }
+}
+
+/// What came to the job from outside.
+pub(crate) enum Outside {
+    /// It ends so.
+    End(Ending),
+    /// A signal for the workers.
+    PassOn(nix::sys::signal::Signal),
 }
 
 /// The wall clock a job's epoch and age are read from (the job's durable

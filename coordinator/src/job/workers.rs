@@ -93,6 +93,11 @@ impl Workers {
         self.live.iter()
     }
 
+    /// Every running worker's process.
+    pub(super) fn processes(&mut self) -> impl Iterator<Item = &mut Box<dyn Started>> {
+        self.live.values_mut().map(|l| &mut l.process)
+    }
+
     /// Starts a worker on `slot` through `launcher`.
     pub(super) async fn spawn(
         &mut self,

@@ -160,6 +160,14 @@ pub trait Started: Send + std::fmt::Debug {
         None
     }
 
+    /// Passes `sig` on to it (its process group; through srun to a Slurm
+    /// step's processes). Whether it could: a worker over ssh cannot be
+    /// signalled.
+    fn pass_on(&mut self, sig: nix::sys::signal::Signal) -> bool {
+        let _ = sig;
+        false
+    }
+
     /// Asks it to stop (SIGTERM to a process).
     fn terminate(&mut self);
 

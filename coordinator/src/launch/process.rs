@@ -245,6 +245,22 @@ impl Started for WorkerProcess {
         }
     }
 
+    fn pass_on(&mut self, sig: Signal) -> bool {
+        match (self.remote, &self.step) {
+            // srun passes it to every process of the step.
+            (true, Some(_)) => self
+                .child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .is_some_and(|pid| nix::sys::signal::kill(Pid::from_raw(pid), sig).is_ok()),
+            (true, None) => false,
+            (false, _) => {
+                self.signal(sig);
+                true
+            }
+        }
+    }
+
     /// SIGTERM to a local worker's process group; a remote one is stopped by
     /// its host when ssh's standard input closes.
     fn terminate(&mut self) {

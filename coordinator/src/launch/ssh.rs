@@ -129,16 +129,22 @@ fn script_text() -> String {
     // `setsid`; a background job's standard input would be /dev/null, so the
     // watcher reads ssh's through fd 3. When it ends, the worker's group is
     // stopped (the group may not exist yet if setsid has not run: then the pid).
+    // SIGUSR1 and SIGUSR2 (Slurm's warning signal, which reaches every
+    // process of a step) are the program's alone: the script catches them
+    // with a handler that does nothing (the program, exec'd, gets the
+    // default back) and waits again, the watcher ignores them.
     format!(
         "IFS= read -r {secret} || exit 255; export {secret}; \
          IFS= read -r n || exit 255; e=; \
          while [ \"$n\" -gt 0 ]; do IFS= read -r l || exit 255; e=\"$e$l\n\"; n=$((n-1)); done; \
          eval \"$e\"; unset e l n; \
-         cd {cwd} || exit 255; exec 3<&0; \
+         cd {cwd} || exit 255; exec 3<&0; trap : USR1 USR2; \
          setsid {program} </dev/null & pid=$!; \
-         {{ while read -r _; do :; done; kill -TERM -$pid 2>/dev/null || kill -TERM $pid 2>/dev/null; \
+         {{ trap '' USR1 USR2; while read -r _; do :; done; \
+         kill -TERM -$pid 2>/dev/null || kill -TERM $pid 2>/dev/null; \
          sleep {REMOTE_GRACE_SECS}; kill -KILL -$pid 2>/dev/null; }} <&3 & watch=$!; \
-         exec 3<&-; wait $pid; rc=$?; kill -KILL $watch 2>/dev/null; exit $rc",
+         exec 3<&-; while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done; \
+         kill -KILL $watch 2>/dev/null; exit $rc",
         secret = control::env::SECRET,
         cwd = CWD,
         program = PROGRAM,

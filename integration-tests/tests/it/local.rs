@@ -423,3 +423,34 @@ fn the_workers_runtime_logs_at_elasticruns_level() {
     let (lines, all) = engine_lines(None);
     assert!(lines.is_empty(), "debug lines at the default level:\n{all}");
 }
+
+#[test]
+fn sigusr1_to_elasticrun_reaches_every_worker_and_the_job_goes_on() {
+    let program = r#"trap 'n=$((n+1)); echo "rank $RANK got USR1"' USR1
+n=0; echo "rank $RANK ready"
+while [ "$n" -lt 2 ]; do sleep 0.05; done
+echo "rank $RANK done""#;
+    let run = launch(&["-np", "2", "sh", "-c", program]);
+    let count = |what: &str| {
+        run.stdout_so_far()
+            .lines()
+            .filter(|l| l.ends_with(what))
+            .count()
+    };
+    for n in 1..=2 {
+        integration_tests::wait_for("every worker ready", JOB, || {
+            (count(" ready") == 2).then_some(())
+        });
+        kill(Pid::from_raw(run.pid()), Signal::SIGUSR1).expect("signal elasticrun");
+        integration_tests::wait_for(&format!("warning {n} at every worker"), JOB, || {
+            (count(" got USR1") == 2 * n).then_some(())
+        });
+    }
+    let run = run.finish(JOB);
+    run.expect_code(0);
+    assert!(
+        run.stderr.contains("SIGUSR1 passed on to 2 workers"),
+        "{}",
+        run.stderr
+    );
+}

@@ -29,6 +29,7 @@ mod plain_programs;
 mod quic;
 mod restarts;
 mod slurm;
+mod slurm_batch;
 mod slurm_elastic;
 mod ssh;
 mod stall;

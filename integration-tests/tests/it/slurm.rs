@@ -161,3 +161,72 @@ echo "drained: $("$1" | tr '\n' ' ')""#,
         run.stderr
     );
 }
+
+/// Counts SIGUSR1s and ends after the second.
+const TWO_WARNINGS: &str = r#"trap 'n=$((n+1)); echo "rank $RANK got USR1"' USR1
+n=0; echo "rank $RANK ready"
+while [ "$n" -lt 2 ]; do sleep 0.05; done
+echo "rank $RANK done""#;
+
+#[test]
+fn the_warning_signal_reaches_the_workers_from_slurm_and_through_elasticrun() {
+    let Some(slurm) = Slurm::start("signal") else {
+        return;
+    };
+    let run = salloc(&slurm, &["sh", "-c", TWO_WARNINGS]);
+    let count = |run: &integration_tests::Running, what: &str| {
+        run.stdout_so_far()
+            .lines()
+            .filter(|l| l.ends_with(what))
+            .count()
+    };
+    wait_for("both workers ready", Duration::from_secs(60), || {
+        (count(&run, " ready") == 2).then_some(())
+    });
+    // sbatch --signal=USR1@T: Slurm signals every step's processes; the
+    // step's script must survive it and leave it to the program.
+    let jobs = slurm
+        .command("squeue")
+        .args(["-h", "-o", "%i"])
+        .output()
+        .expect("squeue");
+    let job = String::from_utf8_lossy(&jobs.stdout).trim().to_owned();
+    let out = slurm
+        .command("scancel")
+        .args(["--signal=USR1", &job])
+        .output()
+        .expect("scancel");
+    assert!(out.status.success(), "{out:?}");
+    wait_for(
+        "both workers warned by Slurm",
+        Duration::from_secs(30),
+        || (count(&run, " got USR1") == 2).then_some(()),
+    );
+    // sbatch --signal=B:USR1@T: only elasticrun is signalled; it passes the
+    // signal on through srun.
+    let elasticrun = integration_tests::descendants(run.pid())
+        .into_iter()
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .is_ok_and(|c| c.trim() == "elasticrun")
+        })
+        .expect("elasticrun under salloc");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(elasticrun),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .expect("signal elasticrun");
+    let run = finished(&slurm, run);
+    run.expect_code(0);
+    assert_eq!(count_lines(&run.stdout, " got USR1"), 4, "{}", run.stdout);
+    assert_eq!(count_lines(&run.stdout, " done"), 2, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("SIGUSR1 passed on to 2 workers"),
+        "{}",
+        run.stderr
+    );
+}
+
+fn count_lines(text: &str, end: &str) -> usize {
+    text.lines().filter(|l| l.ends_with(end)).count()
+}
