@@ -27,7 +27,7 @@ const SHORT: Train = Train {
 /// The `train` processes of `slurm`'s job `job` on this machine, with
 /// their step ids: found through `/proc`, as they are slurmstepd's children
 /// and not elasticrun's (another test's Slurm numbers its jobs from 1 too).
-fn trains_of(slurm: &Slurm, job: &str) -> Vec<(i32, String)> {
+fn trains_of(slurm: &Slurm, job: Option<&str>) -> Vec<(i32, String)> {
     let conf = slurm.conf().to_str().expect("a UTF-8 path");
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -36,7 +36,7 @@ fn trains_of(slurm: &Slurm, job: &str) -> Vec<(i32, String)> {
         .filter(|p| {
             std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "train")
         })
-        .filter(|&p| env_of(p, "SLURM_JOB_ID").as_deref() == Some(job))
+        .filter(|&p| job.is_none() || env_of(p, "SLURM_JOB_ID").as_deref() == job)
         .filter(|&p| env_of(p, "SLURM_CONF").as_deref() == Some(conf))
         .filter_map(|p| Some((p, env_of(p, "SLURM_STEP_ID")?)))
         .collect()
@@ -76,7 +76,7 @@ fn a_worker_killed_in_an_elastic_allocation_is_replaced_by_a_new_step() {
         "three workers, each a step",
         Duration::from_secs(60),
         || {
-            let w = trains_of(&slurm, &job);
+            let w = trains_of(&slurm, Some(&job));
             (w.len() == 3).then_some(w)
         },
     );
@@ -92,7 +92,7 @@ fn a_worker_killed_in_an_elastic_allocation_is_replaced_by_a_new_step() {
         "the replacement, a new step",
         Duration::from_secs(60),
         || {
-            trains_of(&slurm, &job)
+            trains_of(&slurm, Some(&job))
                 .into_iter()
                 .find(|(_, s)| first.iter().all(|(_, f)| f != s))
         },
@@ -118,9 +118,9 @@ fn a_worker_killed_in_an_elastic_allocation_is_replaced_by_a_new_step() {
     let state = check_done(&run, 3, SHORT.expected_steps());
     assert_eq!(state, SHORT.undisturbed_state(3), "{}", run.stderr);
     assert!(
-        trains_of(&slurm, &job).is_empty(),
+        trains_of(&slurm, Some(&job)).is_empty(),
         "workers outlived the job: {:?}",
-        trains_of(&slurm, &job)
+        trains_of(&slurm, Some(&job))
     );
 }
 
@@ -211,6 +211,11 @@ fn a_node_set_down_is_left_out_and_a_spare_node_takes_its_place() {
     );
     let sizes = final_world_sizes(&run.stdout);
     assert!(sizes.iter().all(|&n| n == 4), "{sizes:?}\n{}", run.stderr);
+    wait_for(
+        "no worker left on any node",
+        Duration::from_secs(30),
+        || trains_of(&slurm, None).is_empty().then_some(()),
+    );
     let state = check_done(&run, 4, LONGER.expected_steps());
     assert_eq!(state, LONGER.undisturbed_state(4), "{}", run.stderr);
 }
