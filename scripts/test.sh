@@ -17,9 +17,11 @@
 #   the Kubernetes API schema offline (integration-tests/tests/it/kubernetes_manifests.rs).
 #   slurm-wlm, munge: a real Slurm (munged, slurmctld, slurmd started by the
 #   tests on this machine) for jobs inside an allocation (integration-tests/tests/it/slurm.rs).
+#   prometheus (with promtool): a real Prometheus scraping a job's metrics
+#   (integration-tests/tests/it/metrics.rs).
 # Once installed they must work: ELASTICRUN_REQUIRE_SSHD,
-# ELASTICRUN_REQUIRE_NETNS, ELASTICRUN_REQUIRE_ETCD and
-# ELASTICRUN_REQUIRE_SLURM turn a test's
+# ELASTICRUN_REQUIRE_NETNS, ELASTICRUN_REQUIRE_ETCD,
+# ELASTICRUN_REQUIRE_SLURM and ELASTICRUN_REQUIRE_PROMETHEUS turn a test's
 # "skipped: ..." for lack of them into a failure that says what is missing
 # (integration-tests/src/needs.rs). A plain
 # `cargo test --workspace` skips those tests instead, one line each.
@@ -36,6 +38,7 @@ command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v srun >/dev/null || missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || missing+=(munge)
+command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -59,6 +62,7 @@ export ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE=1
 export ELASTICRUN_REQUIRE_NETNS=1
 export ELASTICRUN_REQUIRE_ETCD=1
 export ELASTICRUN_REQUIRE_SLURM=1
+export ELASTICRUN_REQUIRE_PROMETHEUS=1
 # pip may put console scripts in ~/.local/bin.
 export PATH="$PATH:$HOME/.local/bin"
 # A clean build (CI's) gains nothing from incremental compilation's caches

@@ -16,6 +16,7 @@ pub mod etcd;
 pub mod needs;
 pub mod netns;
 pub mod pods;
+pub mod prometheus;
 pub mod slurm;
 pub mod sshd;
 

@@ -4,7 +4,8 @@
 //!
 //! Each [`Need`] has a variable (`ELASTICRUN_REQUIRE_NETNS`,
 //! `ELASTICRUN_REQUIRE_SSHD`, `ELASTICRUN_REQUIRE_ETCD`,
-//! `ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE`, `ELASTICRUN_REQUIRE_SLURM`); `scripts/test.sh`
+//! `ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE`, `ELASTICRUN_REQUIRE_SLURM`,
+//! `ELASTICRUN_REQUIRE_PROMETHEUS`); `scripts/test.sh`
 //! (which `.ci/run` runs) sets them all, so that in CI a test that
 //! cannot get what it needs fails, naming what is missing, instead of passing
 //! after "skipping".
@@ -25,6 +26,9 @@ pub enum Need {
     /// `munged`, `slurmctld`, `slurmd` and Slurm's commands (munge,
     /// slurm-wlm): jobs inside a real Slurm allocation.
     Slurm,
+    /// `prometheus` and `promtool` (prometheus): a real Prometheus scraping
+    /// a job's metrics.
+    Prometheus,
 }
 
 impl Need {
@@ -37,6 +41,7 @@ impl Need {
             Need::Etcd => "ELASTICRUN_REQUIRE_ETCD",
             Need::KubernetesValidate => "ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE",
             Need::Slurm => "ELASTICRUN_REQUIRE_SLURM",
+            Need::Prometheus => "ELASTICRUN_REQUIRE_PROMETHEUS",
         }
     }
 

@@ -88,6 +88,11 @@ pub enum Refusal {
     #[error("{0}")]
     Allocation(elastic::slurm::SlurmError),
     #[error(
+        "{} is not an address and port (HOST:PORT, e.g. 127.0.0.1:9400 or [::]:9400)",
+        control::Quoted(text)
+    )]
+    NotAnAddress { text: String },
+    #[error(
         "elasticrun serve runs in pods that start by themselves; starting workers through srun is elasticrun's (it was given {given})"
     )]
     SlurmServe { given: Source },

@@ -208,6 +208,8 @@ pub struct JobConfig {
     /// (`--max-restarts`); with an elastic job's options, the job runs by
     /// restarts.
     pub max_restarts: u32,
+    /// Where the job's Prometheus metrics are served (`--metrics-address`).
+    pub metrics_address: Option<std::net::SocketAddr>,
     /// The Slurm allocation this runs as a job inside of (`--slurm`, or
     /// detected): its workers are steps started with `srun`.
     pub slurm: Option<elastic::slurm::Allocation>,

@@ -232,8 +232,17 @@ pub fn resolve(
         let asked = transport.name();
         return Err(invalid(opt::TRANSPORT.flag, Refusal::TcpAnd { asked }));
     }
+    let metrics_address = match l.pick(&opt::METRICS_ADDRESS)?.value {
+        None => None,
+        Some(text) => Some(
+            text.trim()
+                .parse()
+                .map_err(|_| invalid(opt::METRICS_ADDRESS.flag, Refusal::NotAnAddress { text }))?,
+        ),
+    };
     Ok(JobConfig {
         command: cli.command.clone(),
+        metrics_address,
         max_restarts: max_restarts.value,
         slurm,
         np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),

@@ -11,6 +11,7 @@ use super::driver::Driver;
 use super::say::count;
 use crate::job::Ending;
 use crate::launch::address::{is_this_machine, source_address_towards};
+use crate::metrics::{JobState, ResetCause};
 use crate::stall::Inspector;
 
 impl Driver {
@@ -42,7 +43,11 @@ impl Driver {
         }
         match cmd {
             Command::Spawn(slot) => {
-                if let Err(why) = self.workers.spawn(self.launcher.as_mut(), &slot).await {
+                let started = self.workers.spawn(self.launcher.as_mut(), &slot).await;
+                if started.is_ok() {
+                    self.metrics.worker_started();
+                }
+                if let Err(why) = started {
                     let now = self.now();
                     let (cmds, in_a_row) = self.core.start_failed(now, &slot, &why);
                     // Said once, then again every tenth time: the core
@@ -67,12 +72,14 @@ impl Driver {
             }
             Command::Reset { generation } => {
                 self.recovery.begin(Instant::now(), true);
+                self.metrics.reset(ResetCause::Failure);
                 let m = CoordinatorMsg::Reset { generation };
                 self.workers.tell_all(&m);
                 self.links.announced = Some(m);
             }
             Command::HostsUpdated { generation } => {
                 self.recovery.begin(Instant::now(), false);
+                self.metrics.reset(ResetCause::HostsChanged);
                 self.say.line(format_args!(
                     "hosts changed; workers move to generation {generation} at their next commit"
                 ));
@@ -88,21 +95,17 @@ impl Driver {
                 let reason = format!("{slot} has no place in the new generation");
                 self.workers.tell(&slot, CoordinatorMsg::Leave { reason });
             }
-            Command::Blacklisted { host, until } => match until {
-                Some(t) => self.say.line(format_args!(
-                    "host {host} is blacklisted for {:.0} s (its workers keep failing)",
-                    t.saturating_sub(self.now()).as_secs_f64()
-                )),
-                None => self.say.line(format_args!(
-                    "host {host} is blacklisted for the rest of the job (its workers keep failing)"
-                )),
-            },
+            Command::Blacklisted { host, until } => {
+                self.metrics.blacklisted(true);
+                self.say_blacklisted(&host, until);
+            }
             Command::Spare { slot } => {
                 self.say.line(format_args!(
                     "worker on {slot} waits as a hot spare (--hot-spares)"
                 ));
             }
             Command::Readmitted { host } => {
+                self.metrics.blacklisted(false);
                 self.say
                     .line(format_args!("host {host} is back from the blacklist"));
             }
@@ -111,14 +114,30 @@ impl Driver {
                  elasticrun's runtime; supervising its processes until they exit",
                 elastic::membership::fmt_secs(after)
             )),
-            Command::Finish => self.ending = Some(Ending::Success),
+            Command::Finish => {
+                self.metrics.set_state(JobState::Succeeded);
+                self.ending = Some(Ending::Success);
+            }
             Command::Fail(f) => {
+                self.metrics.set_state(JobState::Failed);
                 self.launcher.job_failing();
                 self.say.line(format_args!("{f}; stopping every worker"));
                 self.ending = Some(Ending::Failed);
             }
         }
         Vec::new()
+    }
+
+    fn say_blacklisted(&self, host: &str, until: Option<std::time::Duration>) {
+        match until {
+            Some(t) => self.say.line(format_args!(
+                "host {host} is blacklisted for {:.0} s (its workers keep failing)",
+                t.saturating_sub(self.now()).as_secs_f64()
+            )),
+            None => self.say.line(format_args!(
+                "host {host} is blacklisted for the rest of the job (its workers keep failing)"
+            )),
+        }
     }
 
     fn assign(&mut self, generation: Generation, ranks: &[SlotId]) -> Vec<Command> {
@@ -149,6 +168,10 @@ impl Driver {
         } else {
             tracing::debug!(workers = ranks.len(), %summary, "every worker registered");
         }
+        if !self.recovery.is_open() {
+            self.metrics.set_state(JobState::Training);
+        }
+        self.metrics.generation(generation.0, ranks.len());
         self.recovery.assigned(generation, ranks);
         self.links.announced = None;
         self.links.assigned.clear();

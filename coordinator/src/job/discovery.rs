@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use super::Say;
 use crate::config::HostDiscovery;
+use crate::metrics::JobMetrics;
 
 /// Most bytes of script output read; more is garbage.
 const MAX_OUTPUT: u64 = 1 << 20;
@@ -184,9 +185,9 @@ impl HostFeed {
 
     /// The script's good results, every interval; its failures are said
     /// on `say`.
-    pub fn script(d: Discovery, say: Say) -> HostFeed {
+    pub fn script(d: Discovery, say: Say, metrics: JobMetrics) -> HostFeed {
         let (tx, mut feed) = Self::channel();
-        feed.task = Some(tokio::spawn(watch(d, tx, say)));
+        feed.task = Some(tokio::spawn(watch(d, tx, say, metrics)));
         feed
     }
 
@@ -248,14 +249,16 @@ enum Last {
 /// Runs the script every interval for as long as `to` is open, sending each
 /// good host set. A failure is told once per distinct reason in a row, and so
 /// is an empty host list (the job pauses on it).
-pub async fn watch(d: Discovery, to: mpsc::Sender<Vec<HostSlots>>, say: Say) {
+pub async fn watch(d: Discovery, to: mpsc::Sender<Vec<HostSlots>>, say: Say, metrics: JobMetrics) {
     let mut tick = tokio::time::interval(d.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last = Last::Nothing;
     let mut had_hosts = false;
     loop {
         tick.tick().await;
-        let now = match discover_once(&d).await {
+        let found = discover_once(&d).await;
+        metrics.discovery(found.is_err());
+        let now = match found {
             Ok(hosts) => {
                 let empty = hosts.is_empty();
                 if to.send(hosts).await.is_err() {

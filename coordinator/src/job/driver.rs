@@ -28,6 +28,7 @@ use crate::config::JobConfig;
 use crate::job::{Ending, JobError, Stops};
 use crate::launch::Launcher;
 use crate::launch::address::{first_interface, interface_address};
+use crate::metrics::JobMetrics;
 use crate::server::{Arrival, Arrivals};
 use crate::stall::{Inspector, StallConfig, StallEvent};
 
@@ -67,6 +68,8 @@ pub(super) struct Driver {
     pub(super) recovery: Recovery,
     /// Whether a host set has come from discovery yet.
     pub(super) discovered: bool,
+    /// What the job shows at `/metrics`.
+    pub(super) metrics: JobMetrics,
 }
 
 /// Where the coordinator listens: the `--network-interface` address, or
@@ -122,6 +125,7 @@ impl Driver {
             more.extend(self.core.tick(self.now()));
             more.extend(self.poll_stalls());
             self.carry_out(more).await;
+            self.metrics.set_workers(self.workers.len());
             if let Some(ending) = self.ending {
                 return ending;
             }
@@ -317,6 +321,10 @@ impl Driver {
                     .recovery
                     .running(at, &e.slot, generation, step, reached)
                 {
+                    let back = r
+                        .reached
+                        .map_or(0, |reached| reached.saturating_sub(r.step));
+                    self.metrics.recovered(r.took, r.step, back);
                     self.say.line(r);
                 }
                 Vec::new()
@@ -350,6 +358,15 @@ impl Driver {
             } else if st.success() {
                 cmds.extend(self.core.finished(now, &slot));
             } else {
+                let first_sign = [
+                    live.exited.map(|(at, _)| at),
+                    live.link_ended.as_ref().map(|(at, _)| *at),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
+                self.metrics
+                    .worker_failed(first_sign.map(|at| at.elapsed()));
                 let how = live.process.how(st);
                 let why = if self.replaces_failed() {
                     let why = format!("worker {} on {slot} {how}", live.id);
@@ -390,8 +407,11 @@ impl Driver {
                 cmds.extend(self.core.finished(now, &slot));
                 continue;
             }
+            let first_sign = self.workers.get(&slot).and_then(|l| l.link_ended.as_ref());
+            let after = first_sign.map(|(at, _)| at.elapsed());
             self.workers.retire(&slot);
             if !leaving {
+                self.metrics.worker_failed(after);
                 let why = if self.replaces_failed() {
                     let why = format!("worker on {slot}: {why}");
                     self.say.line(&why);
@@ -434,6 +454,7 @@ impl Driver {
         let now = self.now();
         let mut cmds = Vec::new();
         for (slot, why) in stalled {
+            self.metrics.worker_failed(None);
             self.workers.retire(&slot);
             cmds.extend(self.core.failed(now, &slot, &why));
         }

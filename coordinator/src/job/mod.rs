@@ -30,7 +30,7 @@ mod workers;
 
 pub use say::Say;
 pub use setup::{Seams, run, run_on};
-pub(crate) use setup::{drive_elastic, policy as policy_of};
+pub(crate) use setup::{drive_elastic, policy as policy_of, serve_metrics};
 
 use std::time::{Duration, SystemTime};
 
@@ -46,6 +46,8 @@ pub(crate) const STOP_GRACE: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::http::ListenError),
     #[error(
         "-np is needed when no hosts are given: give -np N, or hosts with -H or \
          --hostfile (their slots then make the number)"

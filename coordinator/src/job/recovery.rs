@@ -59,6 +59,11 @@ pub(super) struct Recovered {
 }
 
 impl Recovery {
+    /// Whether a recovery is under way.
+    pub(super) fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
     /// A `Reset` (`failure`) or `HostsUpdated` was sent at `at`.
     pub(super) fn begin(&mut self, at: Instant, failure: bool) {
         match &mut self.open {

@@ -63,6 +63,7 @@ pub(crate) async fn run(cfg: JobConfig, e: ElasticConfig) -> Result<Ending, JobE
         timeout: e.discovery_timeout,
         slots_per_host: e.slots_per_host,
     };
+    let (metrics, _server) = super::setup::serve_metrics(&cfg, &say).await?;
     let max_np = e.max_np.unwrap_or(usize::MAX);
     let max = cfg.max_restarts;
     let (mut count, mut failed_at) = (0, None);
@@ -84,7 +85,8 @@ pub(crate) async fn run(cfg: JobConfig, e: ElasticConfig) -> Result<Ending, JobE
             max,
             failed_at,
         };
-        let (ending, failing) = super::setup::run_once(start, restart, Some(watch)).await?;
+        let (ending, failing) =
+            super::setup::run_once(start, restart, Some(watch), metrics.clone()).await?;
         failed_at = failing;
         match ending {
             Ending::Rescaled => failed_at = Some(Instant::now()),

@@ -33,6 +33,7 @@ use crate::launch::output;
 use crate::launch::program_env::{self, Restart, StaticLayout};
 use crate::launch::start::ProcessLauncher;
 use crate::layout::place;
+use crate::metrics::JobMetrics;
 use crate::server::{Arrivals, Server};
 use crate::stall::StallConfig;
 use crate::store::{MemoryStore, Revision, Store};
@@ -138,10 +139,10 @@ async fn setup(cfg: &JobConfig) -> Result<Setup, JobError> {
 
 /// Feeds the driver its host sets: the static list once, or the discovery
 /// script's results (its failures said on `say`).
-fn feed(hosts: Hosts, say: Say) -> HostFeed {
+fn feed(hosts: Hosts, say: Say, metrics: &JobMetrics) -> HostFeed {
     match hosts {
         Hosts::Fixed(list) => HostFeed::fixed(list),
-        Hosts::Script(d) => HostFeed::script(d, say),
+        Hosts::Script(d) => HostFeed::script(d, say, metrics.clone()),
     }
 }
 
@@ -195,6 +196,33 @@ pub struct Seams {
     pub say: Say,
     /// The job's certificate authority, derived from its secret.
     pub ca: Arc<JobCa>,
+    /// What the job shows at `/metrics`.
+    pub metrics: JobMetrics,
+}
+
+/// The job's metrics, served at `--metrics-address` (said, with the port a
+/// port 0 got) until the returned guard drops.
+pub(crate) async fn serve_metrics(
+    cfg: &JobConfig,
+    say: &Say,
+) -> Result<(JobMetrics, Option<MetricsServer>), JobError> {
+    let metrics = JobMetrics::new();
+    let Some(addr) = cfg.metrics_address else {
+        return Ok((metrics, None));
+    };
+    let (at, task) = crate::metrics::http::serve(addr, metrics.clone()).await?;
+    say.line(format_args!("metrics at http://{at}/metrics"));
+    Ok((metrics, Some(MetricsServer(task))))
+}
+
+/// The metrics server's task, stopped when this drops.
+#[derive(Debug)]
+pub(crate) struct MetricsServer(tokio::task::JoinHandle<()>);
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Runs the job described by `cfg` until it ends; a static job whose
@@ -206,6 +234,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         return super::rescale::run(cfg, e).await;
     }
     let say = Say::stderr(cfg.output_timestamps);
+    let (metrics, _server) = serve_metrics(&cfg, &say).await?;
     let max = cfg.max_restarts;
     let mut count = 0;
     let mut failed_at = None;
@@ -215,7 +244,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
             max,
             failed_at,
         };
-        let (ending, failing) = run_once(cfg.clone(), restart, None).await?;
+        let (ending, failing) = run_once(cfg.clone(), restart, None, metrics.clone()).await?;
         failed_at = failing;
         if ending != Ending::Failed || max == 0 {
             return Ok(ending);
@@ -239,6 +268,7 @@ pub(super) async fn run_once(
     cfg: JobConfig,
     restart: Restart,
     rescale: Option<futures::future::BoxFuture<'static, String>>,
+    metrics: JobMetrics,
 ) -> Result<(Ending, Option<Instant>), JobError> {
     let Setup {
         policy,
@@ -268,12 +298,13 @@ pub(super) async fn run_once(
     let seams = Seams {
         launcher: Box::new(launcher),
         arrivals: server.into_arrivals(),
-        hosts: feed(hosts, say.clone()),
+        hosts: feed(hosts, say.clone(), &metrics),
         store: Box::new(MemoryStore::new()),
         clock: WallClock::System,
         stops,
         say,
         ca,
+        metrics,
     };
     let ending = drive(policy, knobs, silence, seams).await?;
     let failed_at = failing.lock().ok().and_then(|at| *at);
@@ -321,7 +352,10 @@ async fn drive(
         stops,
         say,
         ca,
+        metrics,
     } = seams;
+    let cap = (policy.max_np != usize::MAX).then_some(policy.max_np);
+    metrics.set_bounds(policy.min_np, cap);
     let data_token = data_token()?;
     let (events_tx, events_rx) = mpsc::channel(1024);
     let Resumed {
@@ -348,6 +382,7 @@ async fn drive(
         waiting: Waiting::default(),
         recovery: Recovery::default(),
         discovered: false,
+        metrics,
     };
     let ending = driver
         .run(&mut arrivals, &mut hosts, events_rx, stops)

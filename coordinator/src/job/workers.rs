@@ -89,6 +89,11 @@ impl Workers {
         self.live.remove(slot)
     }
 
+    /// How many workers run.
+    pub(super) fn len(&self) -> usize {
+        self.live.len()
+    }
+
     pub(super) fn iter(&self) -> impl Iterator<Item = (&SlotId, &Live)> {
         self.live.iter()
     }

@@ -93,9 +93,12 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
     let secret = read_secret(&serve.secret_file)?;
     let ca = crate::job::job_ca(&secret)?;
     let tls = crate::job::control_tls(cfg.transport, &ca)?;
+    let say = Say::stderr(cfg.output_timestamps);
+    let (metrics, _server) = crate::job::serve_metrics(&cfg, &say).await?;
     let mut replica = Replica {
         transport: cfg.transport,
-        say: Say::stderr(cfg.output_timestamps),
+        say,
+        metrics,
         secret,
         ca,
         tls,
@@ -120,6 +123,8 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
 /// One replica of `elasticrun serve`, between its terms.
 struct Replica {
     say: Say,
+    /// What the job shows at `/metrics`, across terms.
+    metrics: crate::metrics::JobMetrics,
     secret: Secret,
     /// The job's certificate authority, derived from the secret.
     ca: Arc<JobCa>,
@@ -287,6 +292,7 @@ impl Replica {
             stops: stops.or_lapse(lease.lapse(margin(lease.ttl())).boxed()),
             say: self.say.clone(),
             ca: self.ca.clone(),
+            metrics: self.metrics.clone(),
         };
         let ending =
             crate::job::drive_elastic(self.policy.clone(), self.knobs.clone(), self.silence, seams)

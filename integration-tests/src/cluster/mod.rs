@@ -217,6 +217,7 @@ impl Cluster {
             stops: Stops::never(),
             say,
             ca: coordinator::job::job_ca(&self.inner.secret).expect("the job's CA"),
+            metrics: coordinator::metrics::JobMetrics::new(),
         };
         let cfg = cfg.clone();
         let task = tokio::spawn(async move { coordinator::job::run_on(&cfg, seams).await });

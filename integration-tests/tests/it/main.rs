@@ -23,6 +23,7 @@ mod hierarchical;
 mod hostile;
 mod kubernetes_manifests;
 mod local;
+mod metrics;
 mod mixed_hosts;
 mod output_files;
 mod plain_programs;

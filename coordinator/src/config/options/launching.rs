@@ -267,3 +267,16 @@ pub(in super::super) const LOG_WITHOUT_TIMESTAMP: Opt<bool> = Opt {
     yaml: key("logging.hide_timestamp"),
     default: false,
 };
+
+pub(in super::super) const METRICS_ADDRESS: Opt<Option<String>> = Opt {
+    flag: "metrics-address",
+    arg: arg(
+        LOGGING,
+        Value("HOST:PORT"),
+        "Serve the job's Prometheus metrics at http://HOST:PORT/metrics (port 0: any free \
+         port, said at start) [default: off].",
+    ),
+    env: &[var("ELASTICRUN_METRICS_ADDRESS", some_text)],
+    yaml: key("logging.metrics_address"),
+    default: None,
+};

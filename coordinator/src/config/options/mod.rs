@@ -319,6 +319,7 @@ pub(super) static ALL: &[&dyn Declared] = &[
     &PREFIX_OUTPUT_WITH_TIMESTAMP,
     &LOG_LEVEL,
     &LOG_WITHOUT_TIMESTAMP,
+    &METRICS_ADDRESS,
 ];
 
 /// The table's entry for `flag`.

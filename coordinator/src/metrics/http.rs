@@ -1,0 +1,95 @@
+//! `/metrics` over HTTP (hyper's HTTP/1 server): `GET /metrics` is the
+//! exposition, anything else a 404. Each connection has 10 s to send its
+//! request head and 30 s in all, so a client that dials and says nothing
+//! holds nothing for long; the server runs until its task is aborted (the
+//! job ends).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use super::JobMetrics;
+
+/// How long a connection may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may stay open in all.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why the metrics address could not be listened on.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen for metrics on {addr}: {source}")]
+pub struct ListenError {
+    pub addr: SocketAddr,
+    source: std::io::Error,
+}
+
+/// Listens on `addr` and serves `metrics` until the handle is aborted;
+/// with the address it listens on (port 0 picks one).
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: JobMetrics,
+) -> Result<(SocketAddr, JoinHandle<()>), ListenError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ListenError { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| ListenError { addr, source })?;
+    let task = tokio::spawn(accept(listener, metrics));
+    Ok((local, task))
+}
+
+async fn accept(listener: TcpListener, metrics: JobMetrics) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // Out of descriptors, say: wait, do not spin.
+                tracing::warn!(%e, "metrics: cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let answer = respond(&metrics, &req);
+                async move { Ok::<_, Infallible>(answer) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Ok(Err(e)) = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await {
+                tracing::debug!(%e, "metrics: a connection ended badly");
+            }
+        });
+    }
+}
+
+fn respond(metrics: &JobMetrics, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let (status, kind, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/metrics") => {
+            (StatusCode::OK, JobMetrics::CONTENT_TYPE, metrics.render())
+        }
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "not found: the metrics are at /metrics\n".to_owned(),
+        ),
+    };
+    let mut answer = Response::new(Full::new(Bytes::from(body)));
+    *answer.status_mut() = status;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(kind) {
+        answer.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    answer
+}

@@ -1,0 +1,329 @@
+//! The job seen from outside: Prometheus metrics of the coordinator, served
+//! at `/metrics` of `--metrics-address` ([`http`]). The families are
+//! registered once; the driver sets them as the job goes (one handle,
+//! cheap to clone, shared with the server), and the exposition is
+//! prometheus-client's (Prometheus's text format 0.0.4): nothing here
+//! formats a line by hand. docs/observability.md lists every metric.
+
+pub mod http;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// What the job is doing.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum JobState {
+    /// Waiting for its first generation.
+    Starting,
+    Training,
+    /// Between a reset and its new generation running.
+    Recovering,
+    Succeeded,
+    Failed,
+}
+
+const STATES: [JobState; 5] = [
+    JobState::Starting,
+    JobState::Training,
+    JobState::Recovering,
+    JobState::Succeeded,
+    JobState::Failed,
+];
+
+/// Why a generation was replaced.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ResetCause {
+    /// A worker failed (exited, lost its connection, went silent, stalled).
+    Failure,
+    /// Discovery's host set changed.
+    HostsChanged,
+}
+
+impl JobState {
+    fn name(self) -> &'static str {
+        match self {
+            JobState::Starting => "starting",
+            JobState::Training => "training",
+            JobState::Recovering => "recovering",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+        }
+    }
+}
+
+impl EncodeLabelValue for JobState {
+    fn encode(&self, e: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        e.write_str(self.name())
+    }
+}
+
+impl EncodeLabelValue for ResetCause {
+    fn encode(&self, e: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        e.write_str(match self {
+            ResetCause::Failure => "failure",
+            ResetCause::HostsChanged => "hosts_changed",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: JobState,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabel {
+    cause: ResetCause,
+}
+
+/// Buckets of the time histograms: 5 ms to about 80 s, doubling.
+fn time_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.005, 2.0, 15)
+}
+
+#[derive(Debug)]
+struct Families {
+    registry: Registry,
+    state: Family<StateLabel, Gauge>,
+    generation: Gauge,
+    world_size: Gauge,
+    min_np: Gauge,
+    max_np: Gauge,
+    workers_running: Gauge,
+    worker_starts: Counter,
+    worker_failures: Counter,
+    resets: Family<CauseLabel, Counter>,
+    recovery: Histogram,
+    fault_detection: Histogram,
+    rolled_back: Counter,
+    committed_step: Gauge,
+    blacklisted: Gauge,
+    discovery_runs: Counter,
+    discovery_failures: Counter,
+}
+
+/// The job's metrics: a handle shared by the driver and the server.
+#[derive(Clone, Debug)]
+pub struct JobMetrics(Arc<Families>);
+
+impl Default for JobMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl JobMetrics {
+    /// Every family registered, the job starting.
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("elasticrun");
+        let f = Families {
+            state: Family::default(),
+            generation: Gauge::default(),
+            world_size: Gauge::default(),
+            min_np: Gauge::default(),
+            max_np: Gauge::default(),
+            workers_running: Gauge::default(),
+            worker_starts: Counter::default(),
+            worker_failures: Counter::default(),
+            resets: Family::default(),
+            recovery: Histogram::new(time_buckets()),
+            fault_detection: Histogram::new(time_buckets()),
+            rolled_back: Counter::default(),
+            committed_step: Gauge::default(),
+            blacklisted: Gauge::default(),
+            discovery_runs: Counter::default(),
+            discovery_failures: Counter::default(),
+            registry: Registry::default(),
+        };
+        r.register(
+            "job_state",
+            "The job's state: 1 for the one it is in, 0 for the others",
+            f.state.clone(),
+        );
+        r.register(
+            "generation",
+            "The job's generation (each reset starts a new one)",
+            f.generation.clone(),
+        );
+        r.register(
+            "world_size",
+            "Ranks in the current generation",
+            f.world_size.clone(),
+        );
+        r.register(
+            "min_np",
+            "The fewest ranks the job trains with (--min-np; -np for a static job)",
+            f.min_np.clone(),
+        );
+        r.register(
+            "max_np",
+            "The most ranks the job trains with (--max-np; -1: no cap)",
+            f.max_np.clone(),
+        );
+        r.register(
+            "workers_running",
+            "Worker processes running",
+            f.workers_running.clone(),
+        );
+        r.register(
+            "worker_starts",
+            "Worker processes started",
+            f.worker_starts.clone(),
+        );
+        r.register(
+            "worker_failures",
+            "Workers that failed (exited non-zero, were killed, lost their connection, went \
+             silent, stalled)",
+            f.worker_failures.clone(),
+        );
+        r.register("resets", "Resets, by cause", f.resets.clone());
+        r.register_with_unit(
+            "recovery",
+            "From a reset to every rank of the new generation training",
+            Unit::Seconds,
+            f.recovery.clone(),
+        );
+        r.register_with_unit(
+            "fault_detection",
+            "From a worker's first sign of failure (its exit, its connection closing) to \
+             elasticrun acting on it",
+            Unit::Seconds,
+            f.fault_detection.clone(),
+        );
+        r.register(
+            "rolled_back_steps",
+            "Optimizer steps rolled back by recoveries (trained, not committed)",
+            f.rolled_back.clone(),
+        );
+        r.register(
+            "committed_step",
+            "The step the current generation went on from (its last commit)",
+            f.committed_step.clone(),
+        );
+        r.register(
+            "blacklisted_hosts",
+            "Hosts left out because their workers keep failing",
+            f.blacklisted.clone(),
+        );
+        r.register(
+            "discovery_runs",
+            "Host discovery runs",
+            f.discovery_runs.clone(),
+        );
+        r.register(
+            "discovery_failures",
+            "Host discovery runs that failed, timed out or printed garbage",
+            f.discovery_failures.clone(),
+        );
+        let metrics = JobMetrics(Arc::new(Families { registry: r, ..f }));
+        metrics.set_state(JobState::Starting);
+        for cause in [ResetCause::Failure, ResetCause::HostsChanged] {
+            // Each cause shown from the start, at 0.
+            metrics
+                .0
+                .resets
+                .get_or_create(&CauseLabel { cause })
+                .inc_by(0);
+        }
+        metrics
+    }
+
+    /// The exposition, in Prometheus's text format 0.0.4.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.0.registry);
+        out
+    }
+
+    /// The Content-Type of [`JobMetrics::render`]'s text.
+    pub const CONTENT_TYPE: &'static str = "text/plain; version=0.0.4; charset=utf-8";
+
+    pub fn set_state(&self, now: JobState) {
+        for s in STATES {
+            self.0
+                .state
+                .get_or_create(&StateLabel { state: s })
+                .set(i64::from(s == now));
+        }
+    }
+
+    pub fn set_bounds(&self, min_np: usize, max_np: Option<usize>) {
+        self.0.min_np.set(clamp(min_np));
+        self.0.max_np.set(max_np.map_or(-1, clamp));
+    }
+
+    /// A generation assigned with `world_size` ranks.
+    pub fn generation(&self, generation: u64, world_size: usize) {
+        self.0
+            .generation
+            .set(i64::try_from(generation).unwrap_or(i64::MAX));
+        self.0.world_size.set(clamp(world_size));
+    }
+
+    pub fn worker_started(&self) {
+        self.0.worker_starts.inc();
+    }
+
+    /// How many worker processes run now.
+    pub fn set_workers(&self, running: usize) {
+        self.0.workers_running.set(clamp(running));
+    }
+
+    /// A worker failed, acted on `detected_after` its first sign (when
+    /// known: a stall has none).
+    pub fn worker_failed(&self, detected_after: Option<Duration>) {
+        self.0.worker_failures.inc();
+        if let Some(after) = detected_after {
+            self.0.fault_detection.observe(after.as_secs_f64());
+        }
+    }
+
+    pub fn reset(&self, cause: ResetCause) {
+        self.0.resets.get_or_create(&CauseLabel { cause }).inc();
+        self.set_state(JobState::Recovering);
+    }
+
+    /// A recovery ended: the new generation trains from `step`, having
+    /// rolled back `rolled_back` steps, `took` after the reset.
+    pub fn recovered(&self, took: Duration, step: u64, rolled_back: u64) {
+        self.0.recovery.observe(took.as_secs_f64());
+        self.0.rolled_back.inc_by(rolled_back);
+        self.0
+            .committed_step
+            .set(i64::try_from(step).unwrap_or(i64::MAX));
+        self.set_state(JobState::Training);
+    }
+
+    pub fn blacklisted(&self, more: bool) {
+        if more {
+            self.0.blacklisted.inc();
+        } else {
+            self.0.blacklisted.dec();
+        }
+    }
+
+    /// A discovery run, and whether it failed.
+    pub fn discovery(&self, failed: bool) {
+        self.0.discovery_runs.inc();
+        if failed {
+            self.0.discovery_failures.inc();
+        }
+    }
+}
+
+fn clamp(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,105 @@
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use super::*;
+
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.split_once(' ').is_some_and(|(n, _)| n == name))
+        .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+}
+
+#[test]
+fn the_exposition_follows_the_job() {
+    let m = JobMetrics::new();
+    m.set_bounds(2, None);
+    let text = m.render();
+    assert_eq!(
+        sample(&text, r#"elasticrun_job_state{state="starting"}"#),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "elasticrun_max_np"), Some(-1.0));
+    m.generation(1, 4);
+    m.set_state(JobState::Training);
+    m.worker_failed(Some(Duration::from_millis(30)));
+    m.reset(ResetCause::Failure);
+    m.recovered(Duration::from_millis(80), 12, 3);
+    m.blacklisted(true);
+    m.discovery(false);
+    m.discovery(true);
+    let text = m.render();
+    for (name, want) in [
+        (r#"elasticrun_job_state{state="training"}"#, 1.0),
+        (r#"elasticrun_job_state{state="recovering"}"#, 0.0),
+        ("elasticrun_generation", 1.0),
+        ("elasticrun_world_size", 4.0),
+        (r#"elasticrun_resets_total{cause="failure"}"#, 1.0),
+        ("elasticrun_recovery_seconds_count", 1.0),
+        ("elasticrun_fault_detection_seconds_count", 1.0),
+        ("elasticrun_rolled_back_steps_total", 3.0),
+        ("elasticrun_committed_step", 12.0),
+        ("elasticrun_blacklisted_hosts", 1.0),
+        ("elasticrun_discovery_runs_total", 2.0),
+        ("elasticrun_discovery_failures_total", 1.0),
+        ("elasticrun_worker_failures_total", 1.0),
+    ] {
+        assert_eq!(sample(&text, name), Some(want), "{name}:\n{text}");
+    }
+    assert!(
+        text.contains("# TYPE elasticrun_recovery_seconds histogram"),
+        "{text}"
+    );
+}
+
+/// One request over a plain socket: the status line and the body.
+fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn the_server_answers_metrics_and_nothing_else() {
+    let m = JobMetrics::new();
+    m.generation(7, 2);
+    let (addr, task) = http::serve("127.0.0.1:0".parse().unwrap(), m.clone())
+        .await
+        .unwrap();
+    let (status, body) = tokio::task::spawn_blocking(move || get(addr, "/metrics"))
+        .await
+        .unwrap();
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(sample(&body, "elasticrun_generation"), Some(7.0), "{body}");
+    let (status, _) = tokio::task::spawn_blocking(move || get(addr, "/"))
+        .await
+        .unwrap();
+    assert!(status.contains("404"), "{status}");
+    // Garbage instead of a request: the connection is refused politely and
+    // the server goes on.
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"\x00\x01garbage\r\n\r\n").unwrap();
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    })
+    .await
+    .unwrap();
+    let (status, _) = tokio::task::spawn_blocking(move || get(addr, "/metrics"))
+        .await
+        .unwrap();
+    assert!(status.contains("200"), "{status}");
+    task.abort();
+}
