@@ -389,6 +389,9 @@ async fn drive(
         .await;
     // No more discovery runs while the workers stop.
     drop(hosts);
+    if driver.replaces_failed() {
+        driver.say.line(driver.metrics.goodput_summary());
+    }
     driver.wind_down(ending).await;
     drop(arrivals);
     Ok(ending)

@@ -5,10 +5,14 @@
 //! prometheus-client's (Prometheus's text format 0.0.4): nothing here
 //! formats a line by hand. docs/observability.md lists every metric.
 
+pub mod goodput;
 pub mod http;
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use goodput::{Goodput, PARTS, Part};
 
 use std::fmt::Write as _;
 
@@ -81,6 +85,11 @@ struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartLabel {
+    part: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CauseLabel {
     cause: ResetCause,
 }
@@ -109,6 +118,9 @@ struct Families {
     blacklisted: Gauge,
     discovery_runs: Counter,
     discovery_failures: Counter,
+    time: Family<PartLabel, Gauge<f64, AtomicU64>>,
+    goodput_ratio: Gauge<f64, AtomicU64>,
+    goodput: Mutex<Goodput>,
 }
 
 /// The job's metrics: a handle shared by the driver and the server.
@@ -142,6 +154,9 @@ impl JobMetrics {
             blacklisted: Gauge::default(),
             discovery_runs: Counter::default(),
             discovery_failures: Counter::default(),
+            time: Family::default(),
+            goodput_ratio: Gauge::default(),
+            goodput: Mutex::new(Goodput::new(tokio::time::Instant::now())),
             registry: Registry::default(),
         };
         r.register(
@@ -224,6 +239,18 @@ impl JobMetrics {
             "Host discovery runs that failed, timed out or printed garbage",
             f.discovery_failures.clone(),
         );
+        r.register_with_unit(
+            "time",
+            "The job's wall time by part: training, startup, recovery, rolled_back (training \
+             that a failure undid, moved out of training once known)",
+            Unit::Seconds,
+            f.time.clone(),
+        );
+        r.register(
+            "goodput_ratio",
+            "Training time over the job's wall time",
+            f.goodput_ratio.clone(),
+        );
         let metrics = JobMetrics(Arc::new(Families { registry: r, ..f }));
         metrics.set_state(JobState::Starting);
         for cause in [ResetCause::Failure, ResetCause::HostsChanged] {
@@ -239,6 +266,7 @@ impl JobMetrics {
 
     /// The exposition, in Prometheus's text format 0.0.4.
     pub fn render(&self) -> String {
+        self.update_time();
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.0.registry);
@@ -248,7 +276,50 @@ impl JobMetrics {
     /// The Content-Type of [`JobMetrics::render`]'s text.
     pub const CONTENT_TYPE: &'static str = "text/plain; version=0.0.4; charset=utf-8";
 
+    fn goodput(&self) -> std::sync::MutexGuard<'_, Goodput> {
+        self.0
+            .goodput
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The time gauges, as of now.
+    fn update_time(&self) {
+        let mut g = self.goodput();
+        g.flush(tokio::time::Instant::now());
+        for part in PARTS {
+            let label = PartLabel { part: part.name() };
+            self.0
+                .time
+                .get_or_create(&label)
+                .set(g.total(part).as_secs_f64());
+        }
+        let wall = g.wall().as_secs_f64();
+        if wall > 0.0 {
+            self.0
+                .goodput_ratio
+                .set(g.total(Part::Training).as_secs_f64() / wall);
+        }
+    }
+
+    /// The goodput line said at the end of an elastic job.
+    pub fn goodput_summary(&self) -> String {
+        let mut g = self.goodput();
+        g.flush(tokio::time::Instant::now());
+        g.summary()
+    }
+
     pub fn set_state(&self, now: JobState) {
+        let at = tokio::time::Instant::now();
+        match now {
+            JobState::Starting => {}
+            JobState::Training => {
+                let step = u64::try_from(self.0.committed_step.get()).unwrap_or(0);
+                self.goodput().training(at, step);
+            }
+            JobState::Recovering => self.goodput().recovering(at),
+            JobState::Succeeded | JobState::Failed => self.goodput().end(at),
+        }
         for s in STATES {
             self.0
                 .state
@@ -298,6 +369,7 @@ impl JobMetrics {
     pub fn recovered(&self, took: Duration, step: u64, rolled_back: u64) {
         self.0.recovery.observe(took.as_secs_f64());
         self.0.rolled_back.inc_by(rolled_back);
+        self.goodput().rolled_back(step, rolled_back);
         self.0
             .committed_step
             .set(i64::try_from(step).unwrap_or(i64::MAX));

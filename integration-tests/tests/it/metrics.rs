@@ -81,9 +81,30 @@ fn prometheus_sees_a_reset_a_recovery_and_the_world_size_move() {
         v >= 2.0
     });
     seen(r#"elasticrun_job_state{state="training"}"#, &|v| v == 1.0);
+    seen(r#"elasticrun_time_seconds{part="recovery"}"#, &|v| v > 0.0);
+    seen(r#"elasticrun_time_seconds{part="startup"}"#, &|v| v > 0.0);
+    seen("elasticrun_goodput_ratio", &|v| v > 0.0 && v < 1.0);
     if std::env::var_os("ELASTIC_TEST_SHOW").is_some() {
         eprintln!("{}", prom.log());
     }
     let run = job.finish(Duration::from_secs(120));
     run.expect_code(0);
+    // The goodput line at the end: the parts add up to the wall time.
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("elasticrun: goodput "))
+        .unwrap_or_else(|| panic!("no goodput line:\n{}", run.stderr));
+    let numbers: Vec<f64> = line
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    // share, training, wall, start-up, recovery, rolled back
+    let [share, training, wall, startup, recovery, rolled] = numbers[..] else {
+        panic!("{line}");
+    };
+    assert!(training > 0.0 && recovery > 0.0 && startup > 0.0, "{line}");
+    let sum = training + startup + recovery + rolled;
+    assert!((sum - wall).abs() <= 0.05, "{line}");
+    assert!((share - 100.0 * training / wall).abs() <= 1.0, "{line}");
 }
