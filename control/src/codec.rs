@@ -151,6 +151,7 @@ mod tests {
     fn round_trip_across_partial_input() {
         let msg = WorkerMsg::Heartbeat {
             generation: crate::Generation(7),
+            steps: 0,
             pending: PendingReport::default(),
         };
         let mut wire = BytesMut::new();
@@ -177,6 +178,7 @@ mod tests {
             PendingReport::bounded(names.iter().map(|n| (n.as_str(), std::time::Duration::MAX)));
         let msg = WorkerMsg::Heartbeat {
             generation: crate::Generation(u64::MAX),
+            steps: 0,
             pending,
         };
         let mut wire = BytesMut::new();
@@ -203,6 +205,7 @@ mod tests {
             .encode(
                 WorkerMsg::Heartbeat {
                     generation: crate::Generation(1),
+                    steps: 0,
                     pending: PendingReport::default(),
                 },
                 &mut one,
@@ -235,6 +238,7 @@ mod tests {
     fn heartbeat(g: u64) -> WorkerMsg {
         WorkerMsg::Heartbeat {
             generation: crate::Generation(g),
+            steps: 0,
             pending: PendingReport::default(),
         }
     }

@@ -20,6 +20,7 @@ fn sent() -> Vec<WorkerMsg> {
     (0..4)
         .map(|g| WorkerMsg::Heartbeat {
             generation: Generation(g),
+            steps: 0,
             pending: PendingReport::bounded([("grad.0", std::time::Duration::from_millis(g))]),
         })
         .collect()

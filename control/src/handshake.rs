@@ -129,6 +129,7 @@ mod tests {
         worker
             .send(WorkerMsg::Heartbeat {
                 generation: crate::Generation(2),
+                steps: 0,
                 pending: PendingReport::default(),
             })
             .await
@@ -137,6 +138,7 @@ mod tests {
             coord.next().await.unwrap().unwrap(),
             WorkerMsg::Heartbeat {
                 generation: crate::Generation(2),
+                steps: 0,
                 pending: PendingReport::default(),
             }
         );
@@ -242,6 +244,7 @@ mod tests {
             let _challenge = link.next().await;
             link.send(WorkerMsg::Heartbeat {
                 generation: crate::Generation(0),
+                steps: 0,
                 pending: PendingReport::default(),
             })
             .await

@@ -15,10 +15,13 @@ pub enum WorkerMsg {
     Prove { nonce: Nonce, proof: Proof },
     /// Who this worker is and where its data plane listens.
     Register(Registration),
-    /// Liveness, sent every heartbeat interval, with the tensors waiting on
-    /// this worker (for the coordinator's stall inspector).
+    /// Liveness, sent every heartbeat interval, with the rank's progress and
+    /// the tensors waiting on it (for the coordinator's stall inspector).
     Heartbeat {
         generation: Generation,
+        /// The optimizer steps this rank's training state holds (its
+        /// `Session::steps`): the coordinator's steps per second per rank.
+        steps: u64,
         pending: PendingReport,
     },
     /// Elastic jobs: this worker is done with its generation (a peer failed,

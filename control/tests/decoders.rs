@@ -43,6 +43,7 @@ fn worker_msgs() -> Vec<WorkerMsg> {
         }),
         WorkerMsg::Heartbeat {
             generation: Generation(12),
+            steps: 0,
             pending: PendingReport::bounded(
                 names.iter().map(|n| (*n, Duration::from_millis(1500))),
             ),

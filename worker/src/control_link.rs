@@ -59,6 +59,8 @@ pub struct Shared {
     pub data_addr: Mutex<Option<PeerAddress>>,
     /// Notified once [`WorkerMsg::Finished`] has been written.
     pub finished_sent: tokio::sync::Notify,
+    /// The session's optimizer steps (`Session::steps`), for heartbeats.
+    pub steps: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Shared {
@@ -274,6 +276,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             None => tokio::select! {
                 _ = tick.tick() => WorkerMsg::Heartbeat {
                     generation: Generation(shared.generation.load(Ordering::SeqCst)),
+                    steps: shared.steps.load(Ordering::Relaxed),
                     pending: shared.report(),
                 },
                 Some(m) = out.recv() => m,

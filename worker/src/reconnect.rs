@@ -417,6 +417,7 @@ mod tests {
         assert_eq!(got, CoordinatorMsg::Stop { reason: "x".into() });
         let hb = WorkerMsg::Heartbeat {
             generation: control::Generation(7),
+            steps: 0,
             pending: PendingReport::default(),
         };
         worker.send(hb.clone()).await.unwrap();

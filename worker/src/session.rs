@@ -51,7 +51,7 @@ pub struct Session {
     /// Autotune samples per world size, across generations.
     pub(crate) memory: TuningMemory,
     /// Optimizer steps the training state holds (see [`Session::steps`]).
-    pub(crate) steps: AtomicU64,
+    pub(crate) steps: Arc<AtomicU64>,
     pub(crate) observe: Watcher,
     /// The tasks this session started, stopped when it is dropped.
     tasks: Tasks,
@@ -135,7 +135,7 @@ impl Session {
             names: api::Names::default(),
             link: None,
             memory,
-            steps: AtomicU64::new(0),
+            steps: Arc::new(AtomicU64::new(0)),
             observe: Watcher(Arc::new(())),
             tasks,
         }
@@ -159,6 +159,8 @@ impl Session {
         let (engine, p) = generation::start(&rt, &a, plane, waits, &memory);
         tasks.push(engine.abort_handle());
         let own = a.peers.get(p.place.rank).cloned();
+        // Shared with the control task, which reports it on heartbeats.
+        let steps = Arc::clone(&link.control.shared.steps);
         let s = Session {
             rt,
             engine,
@@ -168,7 +170,7 @@ impl Session {
             names: api::Names::default(),
             link: Some(link),
             memory,
-            steps: AtomicU64::new(0),
+            steps,
             observe,
             tasks,
         };

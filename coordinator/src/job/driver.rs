@@ -296,8 +296,11 @@ impl Driver {
             return Vec::new();
         };
         match e.kind {
-            LinkEventKind::Beat(pending) => {
+            LinkEventKind::Beat { steps, pending } => {
                 let rank = self.core.members().iter().position(|s| *s == e.slot);
+                if let Some(rank) = rank {
+                    self.metrics.rank_steps(rank, steps, Instant::now());
+                }
                 if let (Some(i), Some(rank)) = (self.inspector.as_mut(), rank) {
                     i.handle_report(Instant::now().into_std(), rank, e.slot.clone(), &pending);
                 }

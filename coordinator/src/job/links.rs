@@ -82,7 +82,8 @@ impl Links {
 
 #[derive(Debug)]
 pub enum LinkEventKind {
-    Beat(PendingReport),
+    /// A heartbeat: the rank's optimizer steps, and its pending tensors.
+    Beat { steps: u64, pending: PendingReport },
     Rejoin {
         generation: Generation,
         data_addr: control::PeerAddress,
@@ -144,8 +145,8 @@ async fn run(
                 None => return,
             },
             m = tokio::time::timeout(silence, link.next()) => match m {
-                Ok(Some(Ok(WorkerMsg::Heartbeat { pending, .. }))) => {
-                    send(&events, &slot, id, LinkEventKind::Beat(pending)).await;
+                Ok(Some(Ok(WorkerMsg::Heartbeat { steps, pending, .. }))) => {
+                    send(&events, &slot, id, LinkEventKind::Beat { steps, pending }).await;
                 }
                 Ok(Some(Ok(WorkerMsg::Rejoin { generation, data_addr }))) => {
                     let kind = LinkEventKind::Rejoin { generation, data_addr };

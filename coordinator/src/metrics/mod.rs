@@ -8,7 +8,7 @@
 pub mod goodput;
 pub mod http;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -85,6 +85,11 @@ struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RankLabel {
+    rank: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PartLabel {
     part: &'static str,
 }
@@ -121,6 +126,11 @@ struct Families {
     time: Family<PartLabel, Gauge<f64, AtomicU64>>,
     goodput_ratio: Gauge<f64, AtomicU64>,
     goodput: Mutex<Goodput>,
+    rank_steps: Family<RankLabel, Gauge>,
+    rank_rate: Family<RankLabel, Gauge<f64, AtomicU64>>,
+    /// Each rank's last heartbeat: when, and its steps then.
+    beats: Mutex<std::collections::HashMap<u32, (tokio::time::Instant, u64)>>,
+    world: AtomicU64,
 }
 
 /// The job's metrics: a handle shared by the driver and the server.
@@ -157,6 +167,10 @@ impl JobMetrics {
             time: Family::default(),
             goodput_ratio: Gauge::default(),
             goodput: Mutex::new(Goodput::new(tokio::time::Instant::now())),
+            rank_steps: Family::default(),
+            rank_rate: Family::default(),
+            beats: Mutex::default(),
+            world: AtomicU64::new(0),
             registry: Registry::default(),
         };
         r.register(
@@ -251,6 +265,16 @@ impl JobMetrics {
             "Training time over the job's wall time",
             f.goodput_ratio.clone(),
         );
+        r.register(
+            "rank_steps",
+            "Optimizer steps each rank's training state holds, from its heartbeats",
+            f.rank_steps.clone(),
+        );
+        r.register(
+            "rank_steps_per_second",
+            "Each rank's optimizer steps a second between its last two heartbeats",
+            f.rank_rate.clone(),
+        );
         let metrics = JobMetrics(Arc::new(Families { registry: r, ..f }));
         metrics.set_state(JobState::Starting);
         for cause in [ResetCause::Failure, ResetCause::HostsChanged] {
@@ -333,8 +357,42 @@ impl JobMetrics {
         self.0.max_np.set(max_np.map_or(-1, clamp));
     }
 
+    /// Rank `rank` said, at `at`, that its training state holds `steps`.
+    pub fn rank_steps(&self, rank: usize, steps: u64, at: tokio::time::Instant) {
+        let Ok(rank) = u32::try_from(rank) else {
+            return;
+        };
+        let label = RankLabel { rank };
+        self.0
+            .rank_steps
+            .get_or_create(&label)
+            .set(i64::try_from(steps).unwrap_or(i64::MAX));
+        let mut beats = self.0.beats.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((then, before)) = beats.insert(rank, (at, steps)) {
+            let secs = at.saturating_duration_since(then).as_secs_f64();
+            // A rollback (fewer steps) says nothing of the rate.
+            if secs > 0.0 && steps >= before {
+                let rate = (steps - before) as f64 / secs;
+                self.0.rank_rate.get_or_create(&label).set(rate);
+            }
+        }
+    }
+
     /// A generation assigned with `world_size` ranks.
     pub fn generation(&self, generation: u64, world_size: usize) {
+        let before = self.0.world.swap(world_size as u64, Ordering::Relaxed);
+        // Ranks the new generation does not have are gone from the page;
+        // every rank's rate starts afresh (a rank may be another worker).
+        let mut beats = self.0.beats.lock().unwrap_or_else(PoisonError::into_inner);
+        beats.clear();
+        for rank in world_size as u64..before {
+            let label = RankLabel {
+                rank: u32::try_from(rank).unwrap_or(u32::MAX),
+            };
+            self.0.rank_steps.remove(&label);
+            self.0.rank_rate.remove(&label);
+        }
+        drop(beats);
         self.0
             .generation
             .set(i64::try_from(generation).unwrap_or(i64::MAX));

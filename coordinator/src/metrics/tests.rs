@@ -103,3 +103,43 @@ async fn the_server_answers_metrics_and_nothing_else() {
     assert!(status.contains("200"), "{status}");
     task.abort();
 }
+
+#[test]
+fn each_ranks_steps_and_rate_come_from_its_heartbeats() {
+    let m = JobMetrics::new();
+    let t0 = tokio::time::Instant::now();
+    m.generation(1, 3);
+    m.rank_steps(0, 10, t0);
+    m.rank_steps(2, 10, t0);
+    m.rank_steps(0, 30, t0 + Duration::from_secs(2));
+    m.rank_steps(2, 12, t0 + Duration::from_secs(2));
+    let text = m.render();
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_steps{rank="0"}"#),
+        Some(30.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_steps_per_second{rank="0"}"#),
+        Some(10.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_steps_per_second{rank="2"}"#),
+        Some(1.0),
+        "{text}"
+    );
+    // A rollback is no rate; a smaller generation drops the ranks it lacks.
+    m.rank_steps(0, 25, t0 + Duration::from_secs(3));
+    m.generation(2, 2);
+    let text = m.render();
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_steps_per_second{rank="0"}"#),
+        Some(10.0)
+    );
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_steps{rank="2"}"#),
+        None,
+        "{text}"
+    );
+}

@@ -84,6 +84,13 @@ fn prometheus_sees_a_reset_a_recovery_and_the_world_size_move() {
     seen(r#"elasticrun_time_seconds{part="recovery"}"#, &|v| v > 0.0);
     seen(r#"elasticrun_time_seconds{part="startup"}"#, &|v| v > 0.0);
     seen("elasticrun_goodput_ratio", &|v| v > 0.0 && v < 1.0);
+    // Each rank's progress, from its heartbeats.
+    for rank in 0..3 {
+        seen(
+            &format!("elasticrun_rank_steps_per_second{{rank=\"{rank}\"}}"),
+            &|v| v > 0.0,
+        );
+    }
     if std::env::var_os("ELASTIC_TEST_SHOW").is_some() {
         eprintln!("{}", prom.log());
     }
