@@ -30,11 +30,28 @@ fn names(expr: &str) -> Vec<String> {
 #[test]
 fn every_dashboard_query_names_metrics_that_exist() {
     let exposition = coordinator::metrics::JobMetrics::new().render();
-    let exported: Vec<&str> = exposition
+    // Every sample's name, and every family's (one with labels may have
+    // no sample before the job has ranks), with a histogram's series.
+    let mut exported: Vec<String> = exposition
         .lines()
         .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split(['{', ' ']).next())
+        .filter_map(|l| Some(l.split(['{', ' ']).next()?.to_owned()))
         .collect();
+    for l in exposition.lines() {
+        let Some(rest) = l.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut words = rest.split(' ');
+        let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+            continue;
+        };
+        exported.push(name.to_owned());
+        if kind == "histogram" {
+            for end in ["_bucket", "_sum", "_count"] {
+                exported.push(format!("{name}{end}"));
+            }
+        }
+    }
     let dashboard: serde_json::Value =
         serde_json::from_str(&deploy("grafana/elasticrun.json")).expect("the dashboard is JSON");
     assert_eq!(dashboard["__inputs"][0]["pluginId"], "prometheus");
