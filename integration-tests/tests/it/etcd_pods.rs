@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use integration_tests::Finished;
 use integration_tests::elastic::{
     Train, check_done, check_no_rollback, check_reset_limit_reached,
     check_too_few_for_elastic_timeout, done_lines, steps,
 };
 use integration_tests::etcd::Etcd;
 use integration_tests::pods::{self, PodJob, SERVE, check_first_generation};
+use integration_tests::{Finished, wait_for};
 use nix::sys::signal::Signal;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -179,11 +179,33 @@ fn a_killed_pod_resets_the_others_from_the_last_commit() {
     let Some(etcd) = Etcd::start() else { return };
     let mut job = PodJob::new("pod_killed", etcd);
     let train = long();
-    job.serve(&SERVE);
+    let mut options = SERVE.to_vec();
+    options.extend(["--metrics-address", "127.0.0.1:0"]);
+    job.serve(&options);
     three_pods(&mut job, &train);
     job.wait_for_step(10, LIMIT);
     job.signal_pod(2, Signal::SIGKILL);
     let _ = job.finish_pod(2, LIMIT);
+    // The leader's metrics show the reset and the smaller world.
+    let addr: std::net::SocketAddr = wait_for("the metrics address", LIMIT, || {
+        let said = job.serve_stderr(0);
+        let line = said.lines().find(|l| l.contains("metrics at http://"))?;
+        line.split("http://")
+            .nth(1)?
+            .strip_suffix("/metrics")?
+            .parse()
+            .ok()
+    });
+    wait_for("a reset and two ranks on /metrics", LIMIT, || {
+        let (_, text) = integration_tests::prometheus::get(addr, "/metrics").ok()?;
+        let value = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+                .and_then(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        };
+        let resets = value(r#"elasticrun_resets_total{cause="failure"}"#)?;
+        (resets >= 1.0 && value("elasticrun_world_size")? == 2.0).then_some(())
+    });
     let run = job.finish_pods(LIMIT);
     run.expect_code(0);
     check_done(&run, 2, train.expected_steps());
