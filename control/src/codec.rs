@@ -152,6 +152,8 @@ mod tests {
         let msg = WorkerMsg::Heartbeat {
             generation: crate::Generation(7),
             steps: 0,
+            collective_bytes: 0,
+            collective_wait: std::time::Duration::ZERO,
             pending: PendingReport::default(),
         };
         let mut wire = BytesMut::new();
@@ -179,6 +181,8 @@ mod tests {
         let msg = WorkerMsg::Heartbeat {
             generation: crate::Generation(u64::MAX),
             steps: 0,
+            collective_bytes: 0,
+            collective_wait: std::time::Duration::ZERO,
             pending,
         };
         let mut wire = BytesMut::new();
@@ -206,6 +210,8 @@ mod tests {
                 WorkerMsg::Heartbeat {
                     generation: crate::Generation(1),
                     steps: 0,
+                    collective_bytes: 0,
+                    collective_wait: std::time::Duration::ZERO,
                     pending: PendingReport::default(),
                 },
                 &mut one,
@@ -239,6 +245,8 @@ mod tests {
         WorkerMsg::Heartbeat {
             generation: crate::Generation(g),
             steps: 0,
+            collective_bytes: 0,
+            collective_wait: std::time::Duration::ZERO,
             pending: PendingReport::default(),
         }
     }

@@ -21,6 +21,8 @@ fn sent() -> Vec<WorkerMsg> {
         .map(|g| WorkerMsg::Heartbeat {
             generation: Generation(g),
             steps: 0,
+            collective_bytes: 0,
+            collective_wait: std::time::Duration::ZERO,
             pending: PendingReport::bounded([("grad.0", std::time::Duration::from_millis(g))]),
         })
         .collect()

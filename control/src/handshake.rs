@@ -130,6 +130,8 @@ mod tests {
             .send(WorkerMsg::Heartbeat {
                 generation: crate::Generation(2),
                 steps: 0,
+                collective_bytes: 0,
+                collective_wait: std::time::Duration::ZERO,
                 pending: PendingReport::default(),
             })
             .await
@@ -139,6 +141,8 @@ mod tests {
             WorkerMsg::Heartbeat {
                 generation: crate::Generation(2),
                 steps: 0,
+                collective_bytes: 0,
+                collective_wait: std::time::Duration::ZERO,
                 pending: PendingReport::default(),
             }
         );
@@ -245,6 +249,8 @@ mod tests {
             link.send(WorkerMsg::Heartbeat {
                 generation: crate::Generation(0),
                 steps: 0,
+                collective_bytes: 0,
+                collective_wait: std::time::Duration::ZERO,
                 pending: PendingReport::default(),
             })
             .await

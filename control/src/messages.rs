@@ -22,6 +22,10 @@ pub enum WorkerMsg {
         /// The optimizer steps this rank's training state holds (its
         /// `Session::steps`): the coordinator's steps per second per rank.
         steps: u64,
+        /// Bytes this rank's collectives carried, and how long it waited in
+        /// them after submitting (since the worker started).
+        collective_bytes: u64,
+        collective_wait: Duration,
         pending: PendingReport,
     },
     /// Elastic jobs: this worker is done with its generation (a peer failed,

@@ -44,6 +44,8 @@ fn worker_msgs() -> Vec<WorkerMsg> {
         WorkerMsg::Heartbeat {
             generation: Generation(12),
             steps: 0,
+            collective_bytes: 0,
+            collective_wait: std::time::Duration::ZERO,
             pending: PendingReport::bounded(
                 names.iter().map(|n| (*n, Duration::from_millis(1500))),
             ),

@@ -61,6 +61,8 @@ pub struct Shared {
     pub finished_sent: tokio::sync::Notify,
     /// The session's optimizer steps (`Session::steps`), for heartbeats.
     pub steps: Arc<std::sync::atomic::AtomicU64>,
+    /// What the session's engines moved and waited for, for heartbeats.
+    pub traffic: Arc<crate::engine::Traffic>,
 }
 
 impl Shared {
@@ -277,6 +279,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 _ = tick.tick() => WorkerMsg::Heartbeat {
                     generation: Generation(shared.generation.load(Ordering::SeqCst)),
                     steps: shared.steps.load(Ordering::Relaxed),
+                    collective_bytes: shared.traffic.bytes(),
+                    collective_wait: shared.traffic.wait(),
                     pending: shared.report(),
                 },
                 Some(m) = out.recv() => m,

@@ -25,7 +25,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use crate::data_plane::DataPlane;
-use crate::engine::{Engine, EngineConfig, Planes, TuningMemory};
+use crate::engine::{Engine, EngineConfig, Planes, Traffic, TuningMemory};
 use crate::hierarchy::{self, CollectivePaths};
 use crate::settings::engine_config;
 
@@ -194,13 +194,15 @@ pub(crate) struct Parts {
 /// The place, collective paths and a fresh engine for the generation of
 /// assignment `a` on `plane`, whose operations may each wait `data_timeout`
 /// (GPU ones too) and which busy-waits at most `spin` (`None`: its
-/// default); `memory` keeps the autotune samples across generations.
+/// default); `memory` keeps the autotune samples across generations, and
+/// the engine counts into `traffic`.
 pub(crate) fn start(
     rt: &tokio::runtime::Handle,
     a: &Assignment,
     plane: DataPlane,
     (data_timeout, spin): (Duration, Option<Duration>),
     memory: &TuningMemory,
+    traffic: &Arc<Traffic>,
 ) -> (Engine, Parts) {
     let place = Place {
         rank: a.rank as usize,
@@ -217,6 +219,7 @@ pub(crate) fn start(
     let cfg = EngineConfig {
         device_timeout: data_timeout,
         settle_quiet: spin.map_or(base.settle_quiet, |s| s.min(base.settle_quiet)),
+        traffic: Arc::clone(traffic),
         ..base
     };
     let breaker = plane.breaker();

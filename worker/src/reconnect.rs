@@ -418,6 +418,8 @@ mod tests {
         let hb = WorkerMsg::Heartbeat {
             generation: control::Generation(7),
             steps: 0,
+            collective_bytes: 0,
+            collective_wait: std::time::Duration::ZERO,
             pending: PendingReport::default(),
         };
         worker.send(hb.clone()).await.unwrap();

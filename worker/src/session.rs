@@ -156,7 +156,8 @@ impl Session {
         } = entered;
         let memory = TuningMemory::default();
         let waits = (link.data_timeout, link.spin);
-        let (engine, p) = generation::start(&rt, &a, plane, waits, &memory);
+        let traffic = Arc::clone(&link.control.shared.traffic);
+        let (engine, p) = generation::start(&rt, &a, plane, waits, &memory, &traffic);
         tasks.push(engine.abort_handle());
         let own = a.peers.get(p.place.rank).cloned();
         // Shared with the control task, which reports it on heartbeats.
@@ -192,7 +193,12 @@ impl Session {
             .map_or((EngineConfig::default().device_timeout, None), |l| {
                 (l.data_timeout, l.spin)
             });
-        let (engine, p) = generation::start(&self.rt, &a, plane, waits, &self.memory);
+        let traffic = self
+            .link
+            .as_ref()
+            .map(|l| Arc::clone(&l.control.shared.traffic))
+            .unwrap_or_default();
+        let (engine, p) = generation::start(&self.rt, &a, plane, waits, &self.memory, &traffic);
         self.tasks.push(engine.abort_handle());
         let own = a.peers.get(p.place.rank).cloned();
         let old = std::mem::replace(&mut self.engine, engine);

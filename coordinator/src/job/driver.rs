@@ -296,10 +296,10 @@ impl Driver {
             return Vec::new();
         };
         match e.kind {
-            LinkEventKind::Beat { steps, pending } => {
+            LinkEventKind::Beat { progress, pending } => {
                 let rank = self.core.members().iter().position(|s| *s == e.slot);
                 if let Some(rank) = rank {
-                    self.metrics.rank_steps(rank, steps, Instant::now());
+                    self.metrics.rank_progress(rank, progress, Instant::now());
                 }
                 if let (Some(i), Some(rank)) = (self.inspector.as_mut(), rank) {
                     i.handle_report(Instant::now().into_std(), rank, e.slot.clone(), &pending);

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::workers::Live;
+use crate::metrics::Progress;
 use crate::server::{Arrival, HANDSHAKE_TIMEOUT, Link};
 
 /// The workers' control connections as the driver sees them: how each is
@@ -82,8 +83,11 @@ impl Links {
 
 #[derive(Debug)]
 pub enum LinkEventKind {
-    /// A heartbeat: the rank's optimizer steps, and its pending tensors.
-    Beat { steps: u64, pending: PendingReport },
+    /// A heartbeat: the rank's progress, and its pending tensors.
+    Beat {
+        progress: Progress,
+        pending: PendingReport,
+    },
     Rejoin {
         generation: Generation,
         data_addr: control::PeerAddress,
@@ -145,8 +149,19 @@ async fn run(
                 None => return,
             },
             m = tokio::time::timeout(silence, link.next()) => match m {
-                Ok(Some(Ok(WorkerMsg::Heartbeat { steps, pending, .. }))) => {
-                    send(&events, &slot, id, LinkEventKind::Beat { steps, pending }).await;
+                Ok(Some(Ok(WorkerMsg::Heartbeat {
+                    steps,
+                    collective_bytes,
+                    collective_wait,
+                    pending,
+                    ..
+                }))) => {
+                    let progress = Progress {
+                        steps,
+                        collective_bytes,
+                        collective_wait,
+                    };
+                    send(&events, &slot, id, LinkEventKind::Beat { progress, pending }).await;
                 }
                 Ok(Some(Ok(WorkerMsg::Rejoin { generation, data_addr }))) => {
                     let kind = LinkEventKind::Rejoin { generation, data_addr };

@@ -23,6 +23,18 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+/// A rank's progress as its heartbeat tells it: counts since its worker
+/// started.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Progress {
+    /// Optimizer steps its training state holds.
+    pub steps: u64,
+    /// Bytes its collectives carried.
+    pub collective_bytes: u64,
+    /// How long it waited in collectives after submitting.
+    pub collective_wait: Duration,
+}
+
 /// What the job is doing.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum JobState {
@@ -128,8 +140,10 @@ struct Families {
     goodput: Mutex<Goodput>,
     rank_steps: Family<RankLabel, Gauge>,
     rank_rate: Family<RankLabel, Gauge<f64, AtomicU64>>,
-    /// Each rank's last heartbeat: when, and its steps then.
-    beats: Mutex<std::collections::HashMap<u32, (tokio::time::Instant, u64)>>,
+    rank_bytes: Family<RankLabel, Gauge<f64, AtomicU64>>,
+    rank_wait: Family<RankLabel, Gauge<f64, AtomicU64>>,
+    /// Each rank's last heartbeat: when, and its progress then.
+    beats: Mutex<std::collections::HashMap<u32, (tokio::time::Instant, Progress)>>,
     world: AtomicU64,
 }
 
@@ -169,6 +183,8 @@ impl JobMetrics {
             goodput: Mutex::new(Goodput::new(tokio::time::Instant::now())),
             rank_steps: Family::default(),
             rank_rate: Family::default(),
+            rank_bytes: Family::default(),
+            rank_wait: Family::default(),
             beats: Mutex::default(),
             world: AtomicU64::new(0),
             registry: Registry::default(),
@@ -275,6 +291,17 @@ impl JobMetrics {
             "Each rank's optimizer steps a second between its last two heartbeats",
             f.rank_rate.clone(),
         );
+        r.register(
+            "rank_collective_bytes_per_second",
+            "Bytes each rank's collectives carried a second, between its last two heartbeats",
+            f.rank_bytes.clone(),
+        );
+        r.register(
+            "rank_collective_wait_ratio",
+            "The share of the time between its last two heartbeats each rank waited in \
+             collectives after submitting (a rank that keeps the others waiting waits least)",
+            f.rank_wait.clone(),
+        );
         let metrics = JobMetrics(Arc::new(Families { registry: r, ..f }));
         metrics.set_state(JobState::Starting);
         for cause in [ResetCause::Failure, ResetCause::HostsChanged] {
@@ -357,8 +384,8 @@ impl JobMetrics {
         self.0.max_np.set(max_np.map_or(-1, clamp));
     }
 
-    /// Rank `rank` said, at `at`, that its training state holds `steps`.
-    pub fn rank_steps(&self, rank: usize, steps: u64, at: tokio::time::Instant) {
+    /// Rank `rank` said, at `at`, how far it got (a heartbeat).
+    pub fn rank_progress(&self, rank: usize, now: Progress, at: tokio::time::Instant) {
         let Ok(rank) = u32::try_from(rank) else {
             return;
         };
@@ -366,15 +393,27 @@ impl JobMetrics {
         self.0
             .rank_steps
             .get_or_create(&label)
-            .set(i64::try_from(steps).unwrap_or(i64::MAX));
+            .set(i64::try_from(now.steps).unwrap_or(i64::MAX));
         let mut beats = self.0.beats.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((then, before)) = beats.insert(rank, (at, steps)) {
-            let secs = at.saturating_duration_since(then).as_secs_f64();
-            // A rollback (fewer steps) says nothing of the rate.
-            if secs > 0.0 && steps >= before {
-                let rate = (steps - before) as f64 / secs;
-                self.0.rank_rate.get_or_create(&label).set(rate);
-            }
+        let Some((then, before)) = beats.insert(rank, (at, now)) else {
+            return;
+        };
+        let secs = at.saturating_duration_since(then).as_secs_f64();
+        if secs <= 0.0 {
+            return;
+        }
+        // A rollback (fewer steps) says nothing of the rate.
+        if now.steps >= before.steps {
+            let rate = (now.steps - before.steps) as f64 / secs;
+            self.0.rank_rate.get_or_create(&label).set(rate);
+        }
+        if now.collective_bytes >= before.collective_bytes {
+            let rate = (now.collective_bytes - before.collective_bytes) as f64 / secs;
+            self.0.rank_bytes.get_or_create(&label).set(rate);
+        }
+        if let Some(waited) = now.collective_wait.checked_sub(before.collective_wait) {
+            let share = waited.as_secs_f64() / secs;
+            self.0.rank_wait.get_or_create(&label).set(share);
         }
     }
 
@@ -391,6 +430,8 @@ impl JobMetrics {
             };
             self.0.rank_steps.remove(&label);
             self.0.rank_rate.remove(&label);
+            self.0.rank_bytes.remove(&label);
+            self.0.rank_wait.remove(&label);
         }
         drop(beats);
         self.0

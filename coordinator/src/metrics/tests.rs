@@ -104,15 +104,25 @@ async fn the_server_answers_metrics_and_nothing_else() {
     task.abort();
 }
 
+/// A heartbeat's progress at `n` steps: 1,000 bytes and 10 ms of waiting
+/// a step.
+fn steps(n: u64) -> Progress {
+    Progress {
+        steps: n,
+        collective_bytes: n * 1000,
+        collective_wait: Duration::from_millis(n * 10),
+    }
+}
+
 #[test]
 fn each_ranks_steps_and_rate_come_from_its_heartbeats() {
     let m = JobMetrics::new();
     let t0 = tokio::time::Instant::now();
     m.generation(1, 3);
-    m.rank_steps(0, 10, t0);
-    m.rank_steps(2, 10, t0);
-    m.rank_steps(0, 30, t0 + Duration::from_secs(2));
-    m.rank_steps(2, 12, t0 + Duration::from_secs(2));
+    m.rank_progress(0, steps(10), t0);
+    m.rank_progress(2, steps(10), t0);
+    m.rank_progress(0, steps(30), t0 + Duration::from_secs(2));
+    m.rank_progress(2, steps(12), t0 + Duration::from_secs(2));
     let text = m.render();
     assert_eq!(
         sample(&text, r#"elasticrun_rank_steps{rank="0"}"#),
@@ -129,8 +139,21 @@ fn each_ranks_steps_and_rate_come_from_its_heartbeats() {
         Some(1.0),
         "{text}"
     );
+    assert_eq!(
+        sample(
+            &text,
+            r#"elasticrun_rank_collective_bytes_per_second{rank="0"}"#
+        ),
+        Some(10_000.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_collective_wait_ratio{rank="0"}"#),
+        Some(0.1),
+        "{text}"
+    );
     // A rollback is no rate; a smaller generation drops the ranks it lacks.
-    m.rank_steps(0, 25, t0 + Duration::from_secs(3));
+    m.rank_progress(0, steps(25), t0 + Duration::from_secs(3));
     m.generation(2, 2);
     let text = m.render();
     assert_eq!(

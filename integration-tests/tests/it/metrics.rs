@@ -86,10 +86,15 @@ fn prometheus_sees_a_reset_a_recovery_and_the_world_size_move() {
     seen("elasticrun_goodput_ratio", &|v| v > 0.0 && v < 1.0);
     // Each rank's progress, from its heartbeats.
     for rank in 0..3 {
-        seen(
-            &format!("elasticrun_rank_steps_per_second{{rank=\"{rank}\"}}"),
-            &|v| v > 0.0,
-        );
+        for name in [
+            "rank_steps_per_second",
+            "rank_collective_bytes_per_second",
+            "rank_collective_wait_ratio",
+        ] {
+            seen(&format!("elasticrun_{name}{{rank=\"{rank}\"}}"), &|v| {
+                v > 0.0
+            });
+        }
     }
     if std::env::var_os("ELASTIC_TEST_SHOW").is_some() {
         eprintln!("{}", prom.log());

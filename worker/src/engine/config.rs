@@ -1,6 +1,7 @@
 //! [`EngineConfig`]: what an engine runs with, from the job's knobs.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use collectives::{Collectives, Hierarchy, Host};
@@ -31,6 +32,44 @@ pub struct EngineConfig {
     /// taken as complete, the engine yielding and looking again meanwhile
     /// (`ELASTICRUN_SPIN_US` caps it; 0: a few yields only). Default 50 µs.
     pub settle_quiet: Duration,
+    /// Where the engine counts what its collectives moved and how long
+    /// this rank waited in them (one per worker, across generations; the
+    /// heartbeats report it).
+    pub traffic: Arc<Traffic>,
+}
+
+/// What a worker's engines moved and waited for: bytes of the tensors their
+/// collectives carried on this rank, and the time from this rank's last
+/// submission of a group to the group's end (a rank that keeps the others
+/// waiting waits least).
+#[derive(Debug, Default)]
+pub struct Traffic {
+    bytes: AtomicU64,
+    wait_nanos: AtomicU64,
+}
+
+/// The same counters, not equal counts: configs compare equal when they
+/// count into one place.
+impl PartialEq for Traffic {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Traffic {
+    pub fn add(&self, bytes: u64, wait: Duration) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let nanos = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        self.wait_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn wait(&self) -> Duration {
+        Duration::from_nanos(self.wait_nanos.load(Ordering::Relaxed))
+    }
 }
 
 impl Default for EngineConfig {
@@ -44,6 +83,7 @@ impl Default for EngineConfig {
             hierarchy: None,
             device_timeout: Duration::from_secs(60),
             settle_quiet: Duration::from_micros(50),
+            traffic: Arc::default(),
         }
     }
 }

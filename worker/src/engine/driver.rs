@@ -121,6 +121,8 @@ struct State<D, H> {
     gpu: GpuSide,
     /// Waiting for the engine to sleep with no timer ([`Command::WhenParked`]).
     parked: Vec<std::sync::mpsc::Sender<()>>,
+    /// What this rank's collectives moved and waited for (the heartbeats').
+    traffic: Arc<super::config::Traffic>,
 }
 
 /// Runs the engine until every rank has shut down or the data plane fails;
@@ -354,6 +356,7 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             fusion: FusionBuffer::default(),
             gpu: GpuSide::new(cfg.device_timeout),
             parked: Vec::new(),
+            traffic: Arc::clone(&cfg.traffic),
         };
         if let Some(setup) = cfg.autotune.as_ref().filter(|_| rank == 0) {
             st.start_autotuner(setup, cfg);
@@ -605,6 +608,10 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
         self.stats.collectives += 1;
         self.stats.tensors += group.len() as u64;
         let submitted: Vec<std::time::Instant> = locals.iter().map(|l| l.submitted).collect();
+        let bytes: usize = locals
+            .iter()
+            .map(|l| l.req.elements().saturating_mul(l.req.dtype.size()))
+            .sum();
         let start = std::time::Instant::now();
         let mut marks = FusedPhases::default();
         let active = self.comm.size() - self.joined.len();
@@ -619,8 +626,12 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             };
             exec::run(&self.comm, &group, locals, at, active).await
         };
+        let done = std::time::Instant::now();
+        if let Some(last) = submitted.iter().max() {
+            self.traffic
+                .add(bytes as u64, done.saturating_duration_since(*last));
+        }
         if self.timeline.enabled() {
-            let done = std::time::Instant::now();
             let at = Span {
                 submitted: &submitted,
                 decided,

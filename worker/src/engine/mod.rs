@@ -35,7 +35,7 @@ use collectives::{Communicator, Element, GroupCollectives, Host, ReduceOp, Trans
 use tokio::sync::{mpsc, oneshot};
 
 pub use autotune::{AutotuneSetup, TuningMemory};
-pub use config::EngineConfig;
+pub use config::{EngineConfig, Traffic};
 use driver::Command;
 pub use driver::EngineStats;
 pub use error::{EngineError, Internal, Invalid, Mismatch};
