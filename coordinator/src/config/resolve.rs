@@ -183,28 +183,7 @@ pub fn resolve(
     let ssh_identity_file = l.pick(&opt::SSH_IDENTITY_FILE)?;
     let given = hosts(&l)?;
     let slurm = allocation(&l, &given, cli.serve)?;
-    let (hosts, elastic) = match (given, &slurm) {
-        _ if cli.serve => (HostSpec::Localhost, elastic(&l, Some(None), np.value)?),
-        (Hosts::Static(HostSpec::Localhost), Some(a)) if elastic_asked(&l)? => {
-            let found = HostDiscovery::Allocation(a.clone());
-            (
-                HostSpec::Localhost,
-                elastic(&l, Some(Some(found)), np.value)?,
-            )
-        }
-        (Hosts::Static(HostSpec::Localhost), Some(a)) => (
-            HostSpec::List(a.hosts.clone()),
-            elastic(&l, None, np.value)?,
-        ),
-        (Hosts::Static(spec), _) => (spec, elastic(&l, None, np.value)?),
-        (Hosts::Discovered(script), _) => {
-            let found = HostDiscovery::Script(script);
-            (
-                HostSpec::Localhost,
-                elastic(&l, Some(Some(found)), np.value)?,
-            )
-        }
-    };
+    let (hosts, elastic) = hosts_and_elastic(&l, given, slurm.as_ref(), cli.serve, np.value)?;
     if let Some(names) = &network_interface.value
         && names.contains(',')
     {
@@ -213,18 +192,7 @@ pub fn resolve(
         };
         return Err(invalid(opt::NETWORK_INTERFACE.flag, why));
     }
-    let max_restarts = l.pick(&opt::MAX_RESTARTS)?;
-    if let Some(e) = elastic.as_ref().filter(|_| max_restarts.value > 0)
-        && e.hot_spares > 0
-    {
-        // Spares wait inside the runtime; a job run by restarts starts
-        // every worker anew.
-        let given = max_restarts.source;
-        return Err(invalid(
-            opt::MAX_RESTARTS.flag,
-            Refusal::SparesRestarted { given },
-        ));
-    }
+    let max_restarts = max_restarts(&l, elastic.as_ref())?;
     let data_timeout = l.pick(&opt::GLOO_TIMEOUT_SECONDS)?;
     let tcp_only = l.pick(&opt::TCP)?.value;
     let transport = l.pick(&opt::TRANSPORT)?.value;
@@ -232,18 +200,10 @@ pub fn resolve(
         let asked = transport.name();
         return Err(invalid(opt::TRANSPORT.flag, Refusal::TcpAnd { asked }));
     }
-    let metrics_address = match l.pick(&opt::METRICS_ADDRESS)?.value {
-        None => None,
-        Some(text) => Some(
-            text.trim()
-                .parse()
-                .map_err(|_| invalid(opt::METRICS_ADDRESS.flag, Refusal::NotAnAddress { text }))?,
-        ),
-    };
     Ok(JobConfig {
         command: cli.command.clone(),
-        metrics_address,
-        max_restarts: max_restarts.value,
+        metrics_address: metrics_address(&l)?,
+        max_restarts,
         slurm,
         np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),
         hosts,
@@ -271,6 +231,61 @@ pub fn resolve(
         transport,
         shared_memory: !l.pick(&opt::NO_SHARED_MEMORY)?.value,
     })
+}
+
+/// Where the hosts come from, and the elastic options: `elasticrun serve`
+/// (workers register), hosts given, the allocation's nodes (static, or
+/// discovered with `--min-np`/`--max-np`), or a discovery script.
+fn hosts_and_elastic(
+    l: &Layers<'_>,
+    given: Hosts,
+    slurm: Option<&elastic::slurm::Allocation>,
+    serve: bool,
+    np: Option<usize>,
+) -> Result<(HostSpec, Option<ElasticConfig>), ConfigError> {
+    Ok(match (given, slurm) {
+        _ if serve => (HostSpec::Localhost, elastic(l, Some(None), np)?),
+        (Hosts::Static(HostSpec::Localhost), Some(a)) if elastic_asked(l)? => {
+            let found = HostDiscovery::Allocation(a.clone());
+            (HostSpec::Localhost, elastic(l, Some(Some(found)), np)?)
+        }
+        (Hosts::Static(HostSpec::Localhost), Some(a)) => {
+            (HostSpec::List(a.hosts.clone()), elastic(l, None, np)?)
+        }
+        (Hosts::Static(spec), _) => (spec, elastic(l, None, np)?),
+        (Hosts::Discovered(script), _) => {
+            let found = HostDiscovery::Script(script);
+            (HostSpec::Localhost, elastic(l, Some(Some(found)), np)?)
+        }
+    })
+}
+
+/// `--max-restarts`, refused with hot spares (spares wait inside the
+/// runtime; a job run by restarts starts every worker anew).
+fn max_restarts(l: &Layers<'_>, elastic: Option<&ElasticConfig>) -> Result<u32, ConfigError> {
+    let max_restarts = l.pick(&opt::MAX_RESTARTS)?;
+    if max_restarts.value > 0 && elastic.is_some_and(|e| e.hot_spares > 0) {
+        let given = max_restarts.source;
+        return Err(invalid(
+            opt::MAX_RESTARTS.flag,
+            Refusal::SparesRestarted { given },
+        ));
+    }
+    Ok(max_restarts.value)
+}
+
+/// `--metrics-address`, as an address and port.
+fn metrics_address(l: &Layers<'_>) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    let Some(text) = l.pick(&opt::METRICS_ADDRESS)?.value else {
+        return Ok(None);
+    };
+    match text.trim().parse() {
+        Ok(a) => Ok(Some(a)),
+        Err(_) => Err(invalid(
+            opt::METRICS_ADDRESS.flag,
+            Refusal::NotAnAddress { text },
+        )),
+    }
 }
 
 /// The Slurm allocation this runs in, used (`--slurm`, or no hosts given

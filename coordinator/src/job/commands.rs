@@ -42,50 +42,19 @@ impl Driver {
             return Vec::new();
         }
         match cmd {
-            Command::Spawn(slot) => {
-                let started = self.workers.spawn(self.launcher.as_mut(), &slot).await;
-                if started.is_ok() {
-                    self.metrics.worker_started();
-                }
-                if let Err(why) = started {
-                    let now = self.now();
-                    let (cmds, in_a_row) = self.core.start_failed(now, &slot, &why);
-                    // Said once, then again every tenth time: the core
-                    // retries the slot later and later, not at once.
-                    if self.replaces_failed() && (in_a_row == 1 || in_a_row % 10 == 0) {
-                        let again = match in_a_row {
-                            1 => String::new(),
-                            n => format!(" ({n} tries in a row)"),
-                        };
-                        self.say.line(format_args!(
-                            "cannot start a worker on {slot}{again}: {why}; trying again later"
-                        ));
-                    }
-                    return cmds;
-                }
-            }
+            Command::Spawn(slot) => return self.spawn(&slot).await,
             Command::Stop { slot, why } => {
                 tracing::info!(%slot, %why, "stopping worker");
                 self.workers
                     .tell(&slot, CoordinatorMsg::Stop { reason: why });
                 self.workers.retire(&slot);
             }
-            Command::Reset { generation } => {
-                self.recovery.begin(Instant::now(), true);
-                self.metrics.reset(ResetCause::Failure);
-                let m = CoordinatorMsg::Reset { generation };
-                self.workers.tell_all(&m);
-                self.links.announced = Some(m);
-            }
+            Command::Reset { generation } => self.announce(CoordinatorMsg::Reset { generation }),
             Command::HostsUpdated { generation } => {
-                self.recovery.begin(Instant::now(), false);
-                self.metrics.reset(ResetCause::HostsChanged);
                 self.say.line(format_args!(
                     "hosts changed; workers move to generation {generation} at their next commit"
                 ));
-                let m = CoordinatorMsg::HostsUpdated { generation };
-                self.workers.tell_all(&m);
-                self.links.announced = Some(m);
+                self.announce(CoordinatorMsg::HostsUpdated { generation });
             }
             Command::Assign { generation, ranks } => return self.assign(generation, &ranks),
             Command::Leave { slot } => {
@@ -126,6 +95,43 @@ impl Driver {
             }
         }
         Vec::new()
+    }
+
+    /// Starts a worker on `slot`; a start that failed is a failure of the
+    /// slot, said once and then every tenth time in a row.
+    async fn spawn(&mut self, slot: &SlotId) -> Vec<Command> {
+        let Err(why) = self.workers.spawn(self.launcher.as_mut(), slot).await else {
+            self.metrics.worker_started();
+            return Vec::new();
+        };
+        let now = self.now();
+        let (cmds, in_a_row) = self.core.start_failed(now, slot, &why);
+        // Said once, then again every tenth time: the core retries the slot
+        // later and later, not at once.
+        if self.replaces_failed() && (in_a_row == 1 || in_a_row % 10 == 0) {
+            let again = match in_a_row {
+                1 => String::new(),
+                n => format!(" ({n} tries in a row)"),
+            };
+            self.say.line(format_args!(
+                "cannot start a worker on {slot}{again}: {why}; trying again later"
+            ));
+        }
+        cmds
+    }
+
+    /// A reset (`Reset`: a failure) or a host change (`HostsUpdated`): the
+    /// recovery starts, every worker is told, and so is any that reconnects.
+    fn announce(&mut self, m: CoordinatorMsg) {
+        let failure = matches!(m, CoordinatorMsg::Reset { .. });
+        self.recovery.begin(Instant::now(), failure);
+        self.metrics.reset(if failure {
+            ResetCause::Failure
+        } else {
+            ResetCause::HostsChanged
+        });
+        self.workers.tell_all(&m);
+        self.links.announced = Some(m);
     }
 
     fn say_blacklisted(&self, host: &str, until: Option<std::time::Duration>) {

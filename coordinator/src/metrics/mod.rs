@@ -189,119 +189,9 @@ impl JobMetrics {
             world: AtomicU64::new(0),
             registry: Registry::default(),
         };
-        r.register(
-            "job_state",
-            "The job's state: 1 for the one it is in, 0 for the others",
-            f.state.clone(),
-        );
-        r.register(
-            "generation",
-            "The job's generation (each reset starts a new one)",
-            f.generation.clone(),
-        );
-        r.register(
-            "world_size",
-            "Ranks in the current generation",
-            f.world_size.clone(),
-        );
-        r.register(
-            "min_np",
-            "The fewest ranks the job trains with (--min-np; -np for a static job)",
-            f.min_np.clone(),
-        );
-        r.register(
-            "max_np",
-            "The most ranks the job trains with (--max-np; -1: no cap)",
-            f.max_np.clone(),
-        );
-        r.register(
-            "workers_running",
-            "Worker processes running",
-            f.workers_running.clone(),
-        );
-        r.register(
-            "worker_starts",
-            "Worker processes started",
-            f.worker_starts.clone(),
-        );
-        r.register(
-            "worker_failures",
-            "Workers that failed (exited non-zero, were killed, lost their connection, went \
-             silent, stalled)",
-            f.worker_failures.clone(),
-        );
-        r.register("resets", "Resets, by cause", f.resets.clone());
-        r.register_with_unit(
-            "recovery",
-            "From a reset to every rank of the new generation training",
-            Unit::Seconds,
-            f.recovery.clone(),
-        );
-        r.register_with_unit(
-            "fault_detection",
-            "From a worker's first sign of failure (its exit, its connection closing) to \
-             elasticrun acting on it",
-            Unit::Seconds,
-            f.fault_detection.clone(),
-        );
-        r.register(
-            "rolled_back_steps",
-            "Optimizer steps rolled back by recoveries (trained, not committed)",
-            f.rolled_back.clone(),
-        );
-        r.register(
-            "committed_step",
-            "The step the current generation went on from (its last commit)",
-            f.committed_step.clone(),
-        );
-        r.register(
-            "blacklisted_hosts",
-            "Hosts left out because their workers keep failing",
-            f.blacklisted.clone(),
-        );
-        r.register(
-            "discovery_runs",
-            "Host discovery runs",
-            f.discovery_runs.clone(),
-        );
-        r.register(
-            "discovery_failures",
-            "Host discovery runs that failed, timed out or printed garbage",
-            f.discovery_failures.clone(),
-        );
-        r.register_with_unit(
-            "time",
-            "The job's wall time by part: training, startup, recovery, rolled_back (training \
-             that a failure undid, moved out of training once known)",
-            Unit::Seconds,
-            f.time.clone(),
-        );
-        r.register(
-            "goodput_ratio",
-            "Training time over the job's wall time",
-            f.goodput_ratio.clone(),
-        );
-        r.register(
-            "rank_steps",
-            "Optimizer steps each rank's training state holds, from its heartbeats",
-            f.rank_steps.clone(),
-        );
-        r.register(
-            "rank_steps_per_second",
-            "Each rank's optimizer steps a second between its last two heartbeats",
-            f.rank_rate.clone(),
-        );
-        r.register(
-            "rank_collective_bytes_per_second",
-            "Bytes each rank's collectives carried a second, between its last two heartbeats",
-            f.rank_bytes.clone(),
-        );
-        r.register(
-            "rank_collective_wait_ratio",
-            "The share of the time between its last two heartbeats each rank waited in \
-             collectives after submitting (a rank that keeps the others waiting waits least)",
-            f.rank_wait.clone(),
-        );
+        register_job(&mut r, &f);
+        register_resets(&mut r, &f);
+        register_ranks(&mut r, &f);
         let metrics = JobMetrics(Arc::new(Families { registry: r, ..f }));
         metrics.set_state(JobState::Starting);
         for cause in [ResetCause::Failure, ResetCause::HostsChanged] {
@@ -490,6 +380,131 @@ impl JobMetrics {
             self.0.discovery_failures.inc();
         }
     }
+}
+
+/// The job as a whole: its state, generation, size and workers.
+fn register_job(r: &mut Registry, f: &Families) {
+    r.register(
+        "job_state",
+        "The job's state: 1 for the one it is in, 0 for the others",
+        f.state.clone(),
+    );
+    r.register(
+        "generation",
+        "The job's generation (each reset starts a new one)",
+        f.generation.clone(),
+    );
+    r.register(
+        "world_size",
+        "Ranks in the current generation",
+        f.world_size.clone(),
+    );
+    r.register(
+        "min_np",
+        "The fewest ranks the job trains with (--min-np; -np for a static job)",
+        f.min_np.clone(),
+    );
+    r.register(
+        "max_np",
+        "The most ranks the job trains with (--max-np; -1: no cap)",
+        f.max_np.clone(),
+    );
+    r.register(
+        "workers_running",
+        "Worker processes running",
+        f.workers_running.clone(),
+    );
+    r.register(
+        "worker_starts",
+        "Worker processes started",
+        f.worker_starts.clone(),
+    );
+    r.register(
+        "worker_failures",
+        "Workers that failed (exited non-zero, were killed, lost their connection, went \
+         silent, stalled)",
+        f.worker_failures.clone(),
+    );
+}
+
+/// Resets, recoveries, failures, commits, hosts, discovery and goodput.
+fn register_resets(r: &mut Registry, f: &Families) {
+    r.register("resets", "Resets, by cause", f.resets.clone());
+    r.register_with_unit(
+        "recovery",
+        "From a reset to every rank of the new generation training",
+        Unit::Seconds,
+        f.recovery.clone(),
+    );
+    r.register_with_unit(
+        "fault_detection",
+        "From a worker's first sign of failure (its exit, its connection closing) to \
+         elasticrun acting on it",
+        Unit::Seconds,
+        f.fault_detection.clone(),
+    );
+    r.register(
+        "rolled_back_steps",
+        "Optimizer steps rolled back by recoveries (trained, not committed)",
+        f.rolled_back.clone(),
+    );
+    r.register(
+        "committed_step",
+        "The step the current generation went on from (its last commit)",
+        f.committed_step.clone(),
+    );
+    r.register(
+        "blacklisted_hosts",
+        "Hosts left out because their workers keep failing",
+        f.blacklisted.clone(),
+    );
+    r.register(
+        "discovery_runs",
+        "Host discovery runs",
+        f.discovery_runs.clone(),
+    );
+    r.register(
+        "discovery_failures",
+        "Host discovery runs that failed, timed out or printed garbage",
+        f.discovery_failures.clone(),
+    );
+    r.register_with_unit(
+        "time",
+        "The job's wall time by part: training, startup, recovery, rolled_back (training \
+         that a failure undid, moved out of training once known)",
+        Unit::Seconds,
+        f.time.clone(),
+    );
+    r.register(
+        "goodput_ratio",
+        "Training time over the job's wall time",
+        f.goodput_ratio.clone(),
+    );
+}
+
+/// Each rank, from its heartbeats.
+fn register_ranks(r: &mut Registry, f: &Families) {
+    r.register(
+        "rank_steps",
+        "Optimizer steps each rank's training state holds, from its heartbeats",
+        f.rank_steps.clone(),
+    );
+    r.register(
+        "rank_steps_per_second",
+        "Each rank's optimizer steps a second between its last two heartbeats",
+        f.rank_rate.clone(),
+    );
+    r.register(
+        "rank_collective_bytes_per_second",
+        "Bytes each rank's collectives carried a second, between its last two heartbeats",
+        f.rank_bytes.clone(),
+    );
+    r.register(
+        "rank_collective_wait_ratio",
+        "The share of the time between its last two heartbeats each rank waited in \
+         collectives after submitting (a rank that keeps the others waiting waits least)",
+        f.rank_wait.clone(),
+    );
 }
 
 fn clamp(n: usize) -> i64 {

@@ -84,29 +84,22 @@ fn prometheus_sees_a_reset_a_recovery_and_the_world_size_move() {
     seen(r#"elasticrun_time_seconds{part="recovery"}"#, &|v| v > 0.0);
     seen(r#"elasticrun_time_seconds{part="startup"}"#, &|v| v > 0.0);
     seen("elasticrun_goodput_ratio", &|v| v > 0.0 && v < 1.0);
-    // Each rank's progress, from its heartbeats.
-    for rank in 0..3 {
-        for name in [
-            "rank_steps_per_second",
-            "rank_collective_bytes_per_second",
-            "rank_collective_wait_ratio",
-        ] {
-            seen(&format!("elasticrun_{name}{{rank=\"{rank}\"}}"), &|v| {
-                v > 0.0
-            });
-        }
-    }
+    check_ranks(&prom);
     if std::env::var_os("ELASTIC_TEST_SHOW").is_some() {
         eprintln!("{}", prom.log());
     }
     let run = job.finish(Duration::from_secs(120));
     run.expect_code(0);
-    // The goodput line at the end: the parts add up to the wall time.
-    let line = run
-        .stderr
+    check_goodput_line(&run.stderr);
+}
+
+/// The goodput line at the end of the job: the parts add up to the wall
+/// time, and the share is training's.
+fn check_goodput_line(stderr: &str) {
+    let line = stderr
         .lines()
         .find(|l| l.starts_with("elasticrun: goodput "))
-        .unwrap_or_else(|| panic!("no goodput line:\n{}", run.stderr));
+        .unwrap_or_else(|| panic!("no goodput line:\n{stderr}"));
     let numbers: Vec<f64> = line
         .split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .filter_map(|w| w.parse().ok())
@@ -119,4 +112,20 @@ fn prometheus_sees_a_reset_a_recovery_and_the_world_size_move() {
     let sum = training + startup + recovery + rolled;
     assert!((sum - wall).abs() <= 0.05, "{line}");
     assert!((share - 100.0 * training / wall).abs() <= 1.0, "{line}");
+}
+
+/// Every rank's progress, from its heartbeats, as Prometheus sees it.
+fn check_ranks(prom: &Prometheus) {
+    for rank in 0..3 {
+        for name in [
+            "rank_steps_per_second",
+            "rank_collective_bytes_per_second",
+            "rank_collective_wait_ratio",
+        ] {
+            let q = format!("elasticrun_{name}{{rank=\"{rank}\"}}");
+            wait_for(&format!("Prometheus to show {q} above 0"), LIMIT, || {
+                prom.query(&q).filter(|&v| v > 0.0).map(|_| ())
+            });
+        }
+    }
 }
