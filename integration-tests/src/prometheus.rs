@@ -53,6 +53,29 @@ pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     Ok((code, body))
 }
 
+/// The address in elasticrun's `metrics at http://ADDR/metrics` line, if
+/// `line` is that line.
+pub fn said_address(line: &str) -> Option<SocketAddr> {
+    line.split_once("metrics at http://")?
+        .1
+        .trim_end()
+        .strip_suffix("/metrics")?
+        .parse()
+        .ok()
+}
+
+/// The value of the sample `name` (with its labels, as exposed) in an
+/// exposition.
+pub fn sample(exposition: &str, name: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' '))
+        })
+        .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+}
+
 /// A chunked body's data.
 fn unchunk(mut body: &str) -> String {
     let mut out = String::new();

@@ -255,6 +255,17 @@ impl Slurm {
         c
     }
 
+    /// The id of the job `squeue` lists (the tests' one), if any.
+    pub fn job_id(&self) -> Option<String> {
+        let out = self
+            .command("squeue")
+            .args(["-h", "-o", "%i"])
+            .output()
+            .ok()?;
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        (!id.is_empty()).then_some(id)
+    }
+
     /// What the daemons logged, for a failure's message.
     pub fn logs(&self) -> String {
         let mut files = vec!["slurmctld.log".to_owned()];

@@ -10,6 +10,7 @@ use integration_tests::elastic::{
 };
 use integration_tests::etcd::Etcd;
 use integration_tests::pods::{self, PodJob, SERVE, check_first_generation};
+use integration_tests::prometheus;
 use integration_tests::{Finished, wait_for};
 use nix::sys::signal::Signal;
 
@@ -187,24 +188,15 @@ fn a_killed_pod_resets_the_others_from_the_last_commit() {
     job.signal_pod(2, Signal::SIGKILL);
     let _ = job.finish_pod(2, LIMIT);
     // The leader's metrics show the reset and the smaller world.
-    let addr: std::net::SocketAddr = wait_for("the metrics address", LIMIT, || {
-        let said = job.serve_stderr(0);
-        let line = said.lines().find(|l| l.contains("metrics at http://"))?;
-        line.split("http://")
-            .nth(1)?
-            .strip_suffix("/metrics")?
-            .parse()
-            .ok()
+    let addr = wait_for("the metrics address", LIMIT, || {
+        job.serve_stderr(0)
+            .lines()
+            .find_map(prometheus::said_address)
     });
     wait_for("a reset and two ranks on /metrics", LIMIT, || {
-        let (_, text) = integration_tests::prometheus::get(addr, "/metrics").ok()?;
-        let value = |name: &str| {
-            text.lines()
-                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-                .and_then(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        };
-        let resets = value(r#"elasticrun_resets_total{cause="failure"}"#)?;
-        (resets >= 1.0 && value("elasticrun_world_size")? == 2.0).then_some(())
+        let (_, text) = prometheus::get(addr, "/metrics").ok()?;
+        let resets = prometheus::sample(&text, r#"elasticrun_resets_total{cause="failure"}"#)?;
+        (resets >= 1.0 && prometheus::sample(&text, "elasticrun_world_size")? == 2.0).then_some(())
     });
     let run = job.finish_pods(LIMIT);
     run.expect_code(0);

@@ -4,11 +4,10 @@
 //! recovery histogram's count, and the world size going down and back up;
 //! `promtool check metrics` passes on the exposition.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use integration_tests::elastic::{Job, Scratch, Train};
-use integration_tests::prometheus::{Prometheus, get, promtool_check};
+use integration_tests::prometheus::{Prometheus, get, promtool_check, said_address};
 use integration_tests::wait_for;
 
 /// 600 steps of about 25 ms: long enough for every event and Prometheus's
@@ -43,12 +42,7 @@ fn prometheus_sees_a_reset_a_recovery_and_the_world_size_move() {
         &LONG,
     );
     let line = job.wait_for_stderr("metrics at http://", LIMIT);
-    let addr: SocketAddr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.strip_suffix("/metrics"))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let addr = said_address(&line).unwrap_or_else(|| panic!("no address in {line:?}"));
     let Some(prom) = Prometheus::start("job", addr) else {
         return;
     };

@@ -109,13 +109,7 @@ fn scancel_stops_the_job_and_leaves_no_worker() {
             .collect();
         (pids.len() == 2).then_some(pids)
     });
-    let jobs = slurm
-        .command("squeue")
-        .args(["-h", "-o", "%i"])
-        .output()
-        .expect("squeue");
-    let job = String::from_utf8_lossy(&jobs.stdout).trim().to_owned();
-    assert!(!job.is_empty(), "no job in squeue");
+    let job = slurm.job_id().expect("a job in squeue");
     let out = slurm
         .command("scancel")
         .arg(&job)
@@ -185,12 +179,7 @@ fn the_warning_signal_reaches_the_workers_from_slurm_and_through_elasticrun() {
     });
     // sbatch --signal=USR1@T: Slurm signals every step's processes; the
     // step's script must survive it and leave it to the program.
-    let jobs = slurm
-        .command("squeue")
-        .args(["-h", "-o", "%i"])
-        .output()
-        .expect("squeue");
-    let job = String::from_utf8_lossy(&jobs.stdout).trim().to_owned();
+    let job = slurm.job_id().expect("a job in squeue");
     let out = slurm
         .command("scancel")
         .args(["--signal=USR1", &job])

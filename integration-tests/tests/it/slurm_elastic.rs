@@ -63,15 +63,7 @@ fn a_worker_killed_in_an_elastic_allocation_is_replaced_by_a_new_step() {
         ])
         .args(SHORT.args());
     let run = start(c);
-    let job = wait_for("the Slurm job", Duration::from_secs(30), || {
-        let out = slurm
-            .command("squeue")
-            .args(["-h", "-o", "%i"])
-            .output()
-            .ok()?;
-        let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        (!id.is_empty()).then_some(id)
-    });
+    let job = wait_for("the Slurm job", Duration::from_secs(30), || slurm.job_id());
     let first = wait_for(
         "three workers, each a step",
         Duration::from_secs(60),
