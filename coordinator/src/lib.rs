@@ -15,6 +15,7 @@ pub mod serve;
 pub mod server;
 pub mod stall;
 pub mod store;
+pub mod straggler;
 
 pub use elastic::hosts::{HostSlots, HostsError, parse_host_list, parse_hostfile};
 pub use layout::{LayoutError, Placement, place};

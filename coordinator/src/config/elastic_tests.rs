@@ -387,3 +387,41 @@ fn an_elastic_job_runs_by_restarts_with_max_restarts_but_keeps_no_spares() {
     assert!(why.contains("keeps no hot spares"), "{why}");
     assert!(why.contains("command line"), "{why}");
 }
+
+#[test]
+fn straggler_options_from_every_layer_and_their_refusals() {
+    use crate::straggler::{StragglerAction, StragglerPolicy};
+    let c = run("-np 2 ./t", &[], "").unwrap();
+    assert_eq!(c.stragglers, StragglerPolicy::default());
+    let c = run(
+        "--host-discovery-script d -np 2 --straggler-factor 1.5 --straggler-steps 20 \
+         --straggler-action replace ./t",
+        &[],
+        "",
+    )
+    .unwrap();
+    assert_eq!(
+        c.stragglers,
+        StragglerPolicy {
+            factor: 1.5,
+            steps: 20,
+            action: StragglerAction::Replace
+        }
+    );
+    let env = [("ELASTICRUN_STRAGGLER_STEPS", "7")];
+    let file = "stragglers:\n  factor: 3\n  action: Replace\n";
+    let c = run("--host-discovery-script d -np 2 ./t", &env, file).unwrap();
+    assert_eq!((c.stragglers.factor, c.stragglers.steps), (3.0, 7));
+    assert_eq!(c.stragglers.action, StragglerAction::Replace);
+    let (option, why) = invalid_option(run("-np 2 --straggler-action replace ./t", &[], ""));
+    assert_eq!(option, "straggler-action");
+    assert!(why.contains("only an elastic job"), "{why}");
+    let (option, why) = invalid_option(run("-np 2 --straggler-action kill ./t", &[], ""));
+    assert_eq!(option, "straggler-action");
+    assert!(why.contains("\"kill\" is not a straggler action"), "{why}");
+    let (option, why) = invalid_option(run("-np 2 --straggler-factor 1 ./t", &[], ""));
+    assert_eq!(option, "straggler-factor");
+    assert!(why.contains("not above 1"), "{why}");
+    let (option, _) = invalid_option(run("-np 2 --straggler-steps 0 ./t", &[], ""));
+    assert_eq!(option, "straggler-steps");
+}

@@ -173,6 +173,18 @@ pub enum Refusal {
     OneInterface { interfaces: String },
     #[error("--tcp keeps the data plane on plain TCP, and the {asked} data plane was asked for")]
     TcpAnd { asked: &'static str },
+    #[error(
+        "{} is not a straggler action: expected warn or replace",
+        control::Quoted(text)
+    )]
+    NotAStragglerAction { text: String },
+    #[error("{factor} is not above 1 (a rank is a straggler when slower than the others by it)")]
+    FactorNotAbove1 { factor: f64 },
+    #[error(
+        "only an elastic job can take a straggler out and go on without it; a static job \
+         names stragglers (warn) (replace was given {given})"
+    )]
+    ReplaceInStaticJob { given: Source },
 }
 
 /// One of the layers an option can come from, as a message names it.

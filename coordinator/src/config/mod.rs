@@ -232,6 +232,8 @@ pub struct JobConfig {
     pub tuning: Tuning,
     pub timeline: Option<Timeline>,
     pub stall_check: StallCheck,
+    /// When a rank is named a straggler, and what is done then.
+    pub stragglers: crate::straggler::StragglerPolicy,
     /// `DIR/rank.N/{stdout,stderr}`.
     pub output_dir: Option<PathBuf>,
     pub output_timestamps: bool,

@@ -18,6 +18,8 @@ use super::{
 };
 use elastic::hosts::parse_host_list;
 
+use crate::straggler::{StragglerAction, StragglerPolicy};
+
 /// The three layers, and which of the environment's conditional names count.
 #[derive(Clone, Copy)]
 struct Layers<'a> {
@@ -220,6 +222,7 @@ pub fn resolve(
         autotune: autotune(&l)?,
         timeline: timeline(&l)?,
         stall_check: stall_check(&l)?,
+        stragglers: stragglers(&l, elastic.is_some())?,
         output_dir: l.pick(&opt::OUTPUT_FILENAME)?.value,
         output_timestamps: l.pick(&opt::PREFIX_OUTPUT_WITH_TIMESTAMP)?.value,
         log_level: log_level(&l)?,
@@ -611,6 +614,41 @@ fn timeline(l: &Layers<'_>) -> Result<Option<Timeline>, ConfigError> {
         file,
         mark_cycles: mark_cycles.value,
     }))
+}
+
+/// `--straggler-factor`, `--straggler-steps` and `--straggler-action`
+/// (replace only in an elastic job).
+fn stragglers(l: &Layers<'_>, elastic: bool) -> Result<StragglerPolicy, ConfigError> {
+    let factor = l.pick(&opt::STRAGGLER_FACTOR)?.value;
+    if !(factor.is_finite() && factor > 1.0) {
+        let why = Refusal::FactorNotAbove1 { factor };
+        return Err(invalid(opt::STRAGGLER_FACTOR.flag, why));
+    }
+    let steps = l.pick(&opt::STRAGGLER_STEPS)?.value;
+    if steps == 0 {
+        return Err(invalid(opt::STRAGGLER_STEPS.flag, Refusal::Zero));
+    }
+    let action = l.pick(&opt::STRAGGLER_ACTION)?;
+    let action = match action.value.trim().to_ascii_lowercase().as_str() {
+        "warn" => StragglerAction::Warn,
+        "replace" if elastic => StragglerAction::Replace,
+        "replace" => {
+            let why = Refusal::ReplaceInStaticJob {
+                given: action.source,
+            };
+            return Err(invalid(opt::STRAGGLER_ACTION.flag, why));
+        }
+        _ => {
+            let text = action.value.into_owned();
+            let why = Refusal::NotAStragglerAction { text };
+            return Err(invalid(opt::STRAGGLER_ACTION.flag, why));
+        }
+    };
+    Ok(StragglerPolicy {
+        factor,
+        steps: steps as u64,
+        action,
+    })
 }
 
 fn stall_check(l: &Layers<'_>) -> Result<StallCheck, ConfigError> {

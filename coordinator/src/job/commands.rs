@@ -13,6 +13,7 @@ use crate::job::Ending;
 use crate::launch::address::{is_this_machine, source_address_towards};
 use crate::metrics::{JobState, ResetCause};
 use crate::stall::Inspector;
+use crate::straggler::Detector;
 
 impl Driver {
     /// Carries out `cmds`, and whatever the core answers to what happens
@@ -74,6 +75,7 @@ impl Driver {
                 ));
             }
             Command::Readmitted { host } => {
+                self.host_change = ResetCause::HostsAdded;
                 self.metrics.blacklisted(false);
                 self.say
                     .line(format_args!("host {host} is back from the blacklist"));
@@ -126,9 +128,9 @@ impl Driver {
         let failure = matches!(m, CoordinatorMsg::Reset { .. });
         self.recovery.begin(Instant::now(), failure);
         self.metrics.reset(if failure {
-            ResetCause::Failure
+            self.reset_cause.take().unwrap_or(ResetCause::Failure)
         } else {
-            ResetCause::HostsChanged
+            self.host_change
         });
         self.workers.tell_all(&m);
         self.links.announced = Some(m);
@@ -177,7 +179,8 @@ impl Driver {
         if !self.recovery.is_open() {
             self.metrics.set_state(JobState::Training);
         }
-        self.metrics.generation(generation.0, ranks.len());
+        self.metrics.generation(generation.0, ranks);
+        self.detector = Detector::new(&self.watch.stragglers, ranks.len());
         self.recovery.assigned(generation, ranks);
         self.links.announced = None;
         self.links.assigned.clear();

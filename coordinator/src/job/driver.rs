@@ -12,6 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use control::Knobs;
+use elastic::hosts::HostSlots;
 use elastic::membership::{Command, Membership, OnFailure, SlotId};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -28,9 +29,10 @@ use crate::config::JobConfig;
 use crate::job::{Ending, JobError, Stops};
 use crate::launch::Launcher;
 use crate::launch::address::{first_interface, interface_address};
-use crate::metrics::JobMetrics;
+use crate::metrics::{JobMetrics, ResetCause};
 use crate::server::{Arrival, Arrivals};
 use crate::stall::{Inspector, StallConfig, StallEvent};
+use crate::straggler::{Detector, StragglerPolicy};
 
 /// What every assignment carries besides the ranks: the engine settings,
 /// the data-plane token, and the job's certificate authority (QUIC
@@ -70,6 +72,25 @@ pub(super) struct Driver {
     pub(super) discovered: bool,
     /// What the job shows at `/metrics`.
     pub(super) metrics: JobMetrics,
+    /// How workers are watched: silence, stragglers.
+    pub(super) watch: Watch,
+    /// The current generation's straggler detector.
+    pub(super) detector: Detector,
+    /// What the next reset by failure is counted as (a stall, a
+    /// straggler), when not a plain failure.
+    pub(super) reset_cause: Option<ResetCause>,
+    /// What the last change of hosts was, and the hosts discovery last
+    /// gave.
+    pub(super) host_change: ResetCause,
+    pub(super) hosts_seen: Vec<HostSlots>,
+}
+
+/// How the driver watches its workers.
+#[derive(Clone, Copy, Debug)]
+pub struct Watch {
+    /// A worker silent (no heartbeat) this long has failed.
+    pub silence: Duration,
+    pub stragglers: StragglerPolicy,
 }
 
 /// Where the coordinator listens: the `--network-interface` address, or
@@ -125,6 +146,7 @@ impl Driver {
             more.extend(self.core.tick(self.now()));
             more.extend(self.poll_stalls());
             self.carry_out(more).await;
+            self.reset_cause = None;
             self.metrics.set_workers(self.workers.len());
             if let Some(ending) = self.ending {
                 return ending;
@@ -164,9 +186,14 @@ impl Driver {
         match offer {
             Offer::Hosts(hosts) => {
                 self.launcher.hosts_discovered(&hosts);
+                self.host_change = host_change(&self.hosts_seen, &hosts);
+                self.hosts_seen.clone_from(&hosts);
                 self.core.discovered(now, &hosts)
             }
-            Offer::Slots(slots) => self.core.offered(now, &slots),
+            Offer::Slots(slots) => {
+                self.host_change = ResetCause::HostsAdded;
+                self.core.offered(now, &slots)
+            }
         }
     }
 
@@ -212,6 +239,7 @@ impl Driver {
             return;
         }
         let short = self.core.shortfall();
+        self.metrics.waiting(short.is_some());
         let now = self.now();
         if self.waiting.due(now, short.as_ref())
             && let Some(s) = &short
@@ -297,14 +325,16 @@ impl Driver {
         };
         match e.kind {
             LinkEventKind::Beat { progress, pending } => {
-                let rank = self.core.members().iter().position(|s| *s == e.slot);
-                if let Some(rank) = rank {
-                    self.metrics.rank_progress(rank, progress, Instant::now());
-                }
-                if let (Some(i), Some(rank)) = (self.inspector.as_mut(), rank) {
+                let Some(rank) = self.core.members().iter().position(|s| *s == e.slot) else {
+                    return Vec::new();
+                };
+                if let Some(i) = self.inspector.as_mut() {
                     i.handle_report(Instant::now().into_std(), rank, e.slot.clone(), &pending);
                 }
-                Vec::new()
+                match self.metrics.rank_progress(rank, progress, Instant::now()) {
+                    Some(w) => self.straggling(rank, &e.slot, w),
+                    None => Vec::new(),
+                }
             }
             LinkEventKind::Rejoin {
                 generation,
@@ -379,6 +409,7 @@ impl Driver {
                     format!("rank {} on {} {how}", live.id, slot.host)
                 };
                 if live.process.host_lost() {
+                    self.host_change = ResetCause::HostsRemoved;
                     cmds.extend(self.core.host_lost(now, &slot, &why));
                 } else {
                     cmds.extend(self.core.failed(now, &slot, &why));
@@ -440,6 +471,9 @@ impl Driver {
             match event {
                 StallEvent::Warn(stall) => tracing::warn!("{stall}"),
                 StallEvent::Shutdown(stall) => {
+                    let lasted = stall.tensors.iter().map(|(_, d)| *d).max();
+                    self.metrics.stalled(lasted.unwrap_or_default());
+                    self.reset_cause = Some(ResetCause::Stall);
                     let why = if replaces {
                         self.say.line(format_args!(
                             "{stall}, past the stall shutdown time; replacing the stalled ranks"
@@ -511,6 +545,17 @@ impl Driver {
         if !self.workers.adopt(self.launcher.as_mut(), slot, pid) {
             tracing::warn!(%slot, pid, "a member reconnected but its launcher cannot supervise it");
         }
+    }
+}
+
+/// What going from hosts `before` to `after` is: a removal if any host of
+/// `before` is gone or has fewer slots, else an addition.
+fn host_change(before: &[HostSlots], after: &[HostSlots]) -> ResetCause {
+    let kept = |b: &HostSlots| (after.iter()).any(|a| a.host == b.host && a.slots >= b.slots);
+    if before.iter().all(kept) {
+        ResetCause::HostsAdded
+    } else {
+        ResetCause::HostsRemoved
     }
 }
 

@@ -25,12 +25,14 @@ mod recovery;
 mod rescale;
 mod say;
 mod setup;
+mod stragglers;
 mod waiting;
 mod workers;
 
+pub use driver::Watch;
 pub use say::Say;
 pub use setup::{Seams, run, run_on};
-pub(crate) use setup::{drive_elastic, policy as policy_of, serve_metrics};
+pub(crate) use setup::{drive_elastic, policy as policy_of, serve_metrics, watch};
 
 use std::time::{Duration, SystemTime};
 

@@ -63,7 +63,8 @@ pub(crate) async fn run(cfg: JobConfig, e: ElasticConfig) -> Result<Ending, JobE
         timeout: e.discovery_timeout,
         slots_per_host: e.slots_per_host,
     };
-    let (metrics, _server) = super::setup::serve_metrics(&cfg, &say).await?;
+    let (metrics, _server) =
+        super::setup::serve_metrics(&cfg, &say, crate::metrics::JobMetrics::new()).await?;
     let max_np = e.max_np.unwrap_or(usize::MAX);
     let max = cfg.max_restarts;
     let (mut count, mut failed_at) = (0, None);

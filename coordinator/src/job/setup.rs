@@ -15,6 +15,7 @@ use elastic::hosts::HostSlots;
 use elastic::membership::{BlacklistPolicy, Membership, Policy};
 use tokio::sync::mpsc;
 
+use super::Watch;
 use super::discovery::{Discovery, HostFeed};
 use super::driver::{Driver, Terms, bind_address};
 use super::journal::{Journal, STORE_TIMEOUT};
@@ -33,10 +34,11 @@ use crate::launch::output;
 use crate::launch::program_env::{self, Restart, StaticLayout};
 use crate::launch::start::ProcessLauncher;
 use crate::layout::place;
-use crate::metrics::JobMetrics;
+use crate::metrics::{JobMetrics, ResetCause};
 use crate::server::{Arrivals, Server};
 use crate::stall::StallConfig;
 use crate::store::{MemoryStore, Revision, Store};
+use crate::straggler::Detector;
 
 /// Failures of one host's workers within this window blacklist it...
 const BLACKLIST_WINDOW: Duration = Duration::from_secs(60);
@@ -205,13 +207,15 @@ pub struct Seams {
 pub(crate) async fn serve_metrics(
     cfg: &JobConfig,
     say: &Say,
+    metrics: JobMetrics,
 ) -> Result<(JobMetrics, Option<MetricsServer>), JobError> {
-    let metrics = JobMetrics::new();
     let Some(addr) = cfg.metrics_address else {
         return Ok((metrics, None));
     };
     let (at, task) = crate::metrics::http::serve(addr, metrics.clone()).await?;
-    say.line(format_args!("metrics at http://{at}/metrics"));
+    say.line(format_args!(
+        "metrics at http://{at}/metrics, the status page at http://{at}/"
+    ));
     Ok((metrics, Some(MetricsServer(task))))
 }
 
@@ -234,7 +238,7 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
         return super::rescale::run(cfg, e).await;
     }
     let say = Say::stderr(cfg.output_timestamps);
-    let (metrics, _server) = serve_metrics(&cfg, &say).await?;
+    let (metrics, _server) = serve_metrics(&cfg, &say, JobMetrics::new()).await?;
     let max = cfg.max_restarts;
     let mut count = 0;
     let mut failed_at = None;
@@ -290,7 +294,7 @@ pub(super) async fn run_once(
         stops = stops.or_rescale(r);
     }
     let knobs = knobs(&cfg);
-    let silence = cfg.heartbeat_timeout;
+    let watch = watch(&cfg);
     let launcher = ProcessLauncher::new(cfg, secret, listening)
         .with_layout(layout)
         .with_restart(restart);
@@ -306,7 +310,7 @@ pub(super) async fn run_once(
         ca,
         metrics,
     };
-    let ending = drive(policy, knobs, silence, seams).await?;
+    let ending = drive(policy, knobs, watch, seams).await?;
     let failed_at = failing.lock().ok().and_then(|at| *at);
     Ok((ending, failed_at))
 }
@@ -322,25 +326,33 @@ pub async fn run_on(cfg: &JobConfig, seams: Seams) -> Result<Ending, JobError> {
             Policy::fixed(np, cfg.start_timeout)
         }
     };
-    drive(policy, knobs(cfg), cfg.heartbeat_timeout, seams).await
+    drive(policy, knobs(cfg), watch(cfg), seams).await
 }
 
 /// Runs an elastic job on `seams` with `policy` and `knobs`, a worker
-/// silent for `silence` taken for failed (`elasticrun serve`'s leader, whose
+/// watched as `watch` says (`elasticrun serve`'s leader, whose
 /// seams are etcd's).
 pub(crate) async fn drive_elastic(
     policy: Policy,
     knobs: Knobs,
-    silence: Duration,
+    watch: Watch,
     seams: Seams,
 ) -> Result<Ending, JobError> {
-    drive(policy, knobs, silence, seams).await
+    drive(policy, knobs, watch, seams).await
+}
+
+/// How `cfg`'s workers are watched.
+pub(crate) fn watch(cfg: &JobConfig) -> Watch {
+    Watch {
+        silence: cfg.heartbeat_timeout,
+        stragglers: cfg.stragglers,
+    }
 }
 
 async fn drive(
     policy: Policy,
     knobs: Knobs,
-    silence: Duration,
+    watch: Watch,
     seams: Seams,
 ) -> Result<Ending, JobError> {
     let Seams {
@@ -368,7 +380,7 @@ async fn drive(
         core,
         launcher,
         workers: Workers::default(),
-        links: Links::new(events_tx, silence),
+        links: Links::new(events_tx, watch.silence),
         journal: Journal::new(store, revision, epoch, age),
         stall: StallConfig::from_knobs(&knobs),
         terms: Terms {
@@ -383,6 +395,11 @@ async fn drive(
         recovery: Recovery::default(),
         discovered: false,
         metrics,
+        detector: Detector::new(&watch.stragglers, 0),
+        watch,
+        reset_cause: None,
+        host_change: ResetCause::HostsAdded,
+        hosts_seen: Vec::new(),
     };
     let ending = driver
         .run(&mut arrivals, &mut hosts, events_rx, stops)

@@ -1,10 +1,13 @@
 //! Goodput: the job's wall time split into training and time lost, by
 //! cause: start-up (from elasticrun's start to the first generation
-//! training), recovery (from each reset to the new generation training)
-//! and rolled-back steps (training whose steps a failure undid: the steps
-//! reached but not committed, at the generation's mean step time, moved
-//! from training). Pure: the driver says when the job changes part and
-//! what each recovery rolled back; the clock is passed in.
+//! training), waiting (start-up or recovery while fewer than `--min-np`
+//! slots are there to be had), recovery (from each reset to the new
+//! generation training), rolled-back steps (training whose steps a failure
+//! undid: the steps reached but not committed, at the generation's mean
+//! step time, moved from training) and stalls (training time in which
+//! ranks waited on a rank that never submitted, moved from training when
+//! the stall ends the rank). Pure: the driver says when the job changes
+//! part and what each recovery rolled back; the clock is passed in.
 
 use std::time::Duration;
 
@@ -17,13 +20,17 @@ pub enum Part {
     Training,
     Recovery,
     RolledBack,
+    Waiting,
+    Stall,
 }
 
-pub const PARTS: [Part; 4] = [
+pub const PARTS: [Part; 6] = [
     Part::Startup,
     Part::Training,
     Part::Recovery,
     Part::RolledBack,
+    Part::Waiting,
+    Part::Stall,
 ];
 
 impl Part {
@@ -33,6 +40,8 @@ impl Part {
             Part::Training => "training",
             Part::Recovery => "recovery",
             Part::RolledBack => "rolled_back",
+            Part::Waiting => "waiting",
+            Part::Stall => "stall",
         }
     }
 
@@ -45,10 +54,12 @@ impl Part {
 #[derive(Debug)]
 pub struct Goodput {
     current: Part,
+    /// The part a wait for slots interrupted (start-up or recovery).
+    resume: Part,
     since: Instant,
     /// The job has ended: no more time counts.
     ended: bool,
-    totals: [Duration; 4],
+    totals: [Duration; PARTS.len()],
     /// The current generation's training: when it began, the step it went
     /// on from, and how long it trained before a reset ended it.
     generation: Generation,
@@ -64,9 +75,10 @@ impl Goodput {
     pub fn new(now: Instant) -> Self {
         Goodput {
             current: Part::Startup,
+            resume: Part::Startup,
             since: now,
             ended: false,
-            totals: [Duration::ZERO; 4],
+            totals: [Duration::ZERO; PARTS.len()],
             generation: Generation::default(),
         }
     }
@@ -109,6 +121,33 @@ impl Goodput {
         self.current = Part::Recovery;
     }
 
+    /// Whether the job, starting or recovering, waits for slots (fewer
+    /// than `--min-np` to be had): its time counts as waiting meanwhile.
+    pub fn waiting(&mut self, now: Instant, short: bool) {
+        let next = match (self.current, short) {
+            (Part::Startup | Part::Recovery, true) => Part::Waiting,
+            (Part::Waiting, false) => self.resume,
+            _ => return,
+        };
+        self.flush(now);
+        if next == Part::Waiting {
+            self.resume = self.current;
+        }
+        self.current = next;
+    }
+
+    /// A stall ended a rank: the `lasted` the others waited on it was not
+    /// training (as much as the current generation trained).
+    pub fn stalled(&mut self, now: Instant, lasted: Duration) {
+        self.flush(now);
+        let lost = lasted
+            .min(self.generation.trained)
+            .min(self.totals[Part::Training.index()]);
+        self.generation.trained -= lost;
+        self.totals[Part::Training.index()] -= lost;
+        self.totals[Part::Stall.index()] += lost;
+    }
+
     /// The recovery that ended went on from step `step`, `rolled_back`
     /// steps below the furthest one reached: that much of the last
     /// generation's training, at its mean step time, was lost.
@@ -136,7 +175,7 @@ impl Goodput {
     }
 
     /// `goodput 91.3%: 41.20 s training of 45.10 s (start-up 1.90 s,
-    /// recovery 0.40 s, rolled back 1.60 s)`.
+    /// waiting 0.00 s, recovery 0.40 s, rolled back 1.60 s, stalls 0.00 s)`.
     pub fn summary(&self) -> String {
         let wall = self.wall();
         let share = if wall.is_zero() {
@@ -146,13 +185,15 @@ impl Goodput {
         };
         let s = |p| self.total(p).as_secs_f64();
         format!(
-            "goodput {share:.1}%: {:.2} s training of {:.2} s (start-up {:.2} s, recovery \
-             {:.2} s, rolled back {:.2} s)",
+            "goodput {share:.1}%: {:.2} s training of {:.2} s (start-up {:.2} s, waiting \
+             {:.2} s, recovery {:.2} s, rolled back {:.2} s, stalls {:.2} s)",
             s(Part::Training),
             wall.as_secs_f64(),
             s(Part::Startup),
+            s(Part::Waiting),
             s(Part::Recovery),
             s(Part::RolledBack),
+            s(Part::Stall),
         )
     }
 }
@@ -193,5 +234,39 @@ mod tests {
         g.rolled_back(200, 0);
         g.rolled_back(5, 1);
         assert_eq!(g.total(Part::RolledBack), Duration::from_millis(400));
+    }
+
+    #[test]
+    fn waiting_for_slots_interrupts_start_up_and_recovery_and_stalls_leave_training() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut g = Goodput::new(t0);
+        g.waiting(at(1_000), true);
+        g.waiting(at(1_500), true);
+        g.waiting(at(3_000), false);
+        g.training(at(4_000), 0);
+        // Training does not wait, whatever the shortfall says.
+        g.waiting(at(5_000), true);
+        g.stalled(at(10_000), Duration::from_secs(2));
+        g.recovering(at(10_000));
+        g.waiting(at(10_500), true);
+        g.waiting(at(11_000), false);
+        g.training(at(11_200), 0);
+        g.stalled(at(11_400), Duration::from_secs(60));
+        g.end(at(12_000));
+        let ms = |p| g.total(p).as_millis();
+        assert_eq!(ms(Part::Startup), 2_000);
+        assert_eq!(ms(Part::Waiting), 2_500);
+        assert_eq!(ms(Part::Recovery), 700);
+        // 6 s of training, 2 s of it a stall; then 0.2 s, all of it a
+        // stall however long the stall says it lasted.
+        assert_eq!(ms(Part::Stall), 2_200);
+        assert_eq!(ms(Part::Training), 4_600);
+        assert_eq!(g.wall(), Duration::from_secs(12));
+        let line = g.summary();
+        assert!(
+            line.contains("waiting 2.50 s") && line.contains("stalls 2.20 s"),
+            "{line}"
+        );
     }
 }

@@ -1,8 +1,10 @@
-//! `/metrics` over HTTP (hyper's HTTP/1 server): `GET /metrics` is the
-//! exposition, anything else a 404. Each connection has 10 s to send its
-//! request head and 30 s in all, so a client that dials and says nothing
-//! holds nothing for long; the server runs until its task is aborted (the
-//! job ends).
+//! The job over HTTP (hyper's HTTP/1 server): `GET /metrics` is the
+//! exposition, `/` the status page (one HTML file with its script, served
+//! from the binary: `page.html`), `/status.json` what the page shows;
+//! anything else a 404. Each connection has 10 s to send its request head
+//! and 30 s in all, so a client that dials and says nothing holds nothing
+//! for long; the server runs until its task is aborted (the job ends), and
+//! meanwhile samples the job's goodput every second for the page's chart.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -42,8 +44,25 @@ pub async fn serve(
     let local = listener
         .local_addr()
         .map_err(|source| ListenError { addr, source })?;
-    let task = tokio::spawn(accept(listener, metrics));
+    let sampled = metrics.clone();
+    let task = tokio::spawn(async move {
+        tokio::join!(accept(listener, metrics), sample(sampled));
+    });
     Ok((local, task))
+}
+
+/// The status page.
+const PAGE: &str = include_str!("page.html");
+
+/// Goodput samples for the page's chart, every second (the view keeps
+/// fewer as the job goes on).
+async fn sample(metrics: JobMetrics) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        metrics.sample();
+    }
 }
 
 async fn accept(listener: TcpListener, metrics: JobMetrics) {
@@ -80,10 +99,18 @@ fn respond(metrics: &JobMetrics, req: &Request<Incoming>) -> Response<Full<Bytes
         (&Method::GET | &Method::HEAD, "/metrics") => {
             (StatusCode::OK, JobMetrics::CONTENT_TYPE, metrics.render())
         }
+        (&Method::GET | &Method::HEAD, "/status.json") => {
+            (StatusCode::OK, "application/json", metrics.status_json())
+        }
+        (&Method::GET | &Method::HEAD, "/") => {
+            (StatusCode::OK, "text/html; charset=utf-8", PAGE.to_owned())
+        }
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: the metrics are at /metrics\n".to_owned(),
+            "not found: the status page is at /, its data at /status.json, the metrics at \
+             /metrics\n"
+                .to_owned(),
         ),
     };
     let mut answer = Response::new(Full::new(Bytes::from(body)));

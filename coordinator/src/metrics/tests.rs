@@ -1,7 +1,16 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
+use elastic::membership::SlotId;
+
 use super::*;
+
+/// `n` ranks, two a host: h0 slot 0, h0 slot 1, h1 slot 0, ...
+fn ranks(n: u32) -> Vec<SlotId> {
+    (0..n)
+        .map(|i| SlotId::new(format!("h{}", i / 2), i % 2))
+        .collect()
+}
 
 fn sample(text: &str, name: &str) -> Option<f64> {
     text.lines()
@@ -20,7 +29,7 @@ fn the_exposition_follows_the_job() {
         "{text}"
     );
     assert_eq!(sample(&text, "elasticrun_max_np"), Some(-1.0));
-    m.generation(1, 4);
+    m.generation(1, &ranks(4));
     m.set_state(JobState::Training);
     m.worker_failed(Some(Duration::from_millis(30)));
     m.reset(ResetCause::Failure);
@@ -71,9 +80,9 @@ fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-async fn the_server_answers_metrics_and_nothing_else() {
+async fn the_server_answers_metrics_the_page_and_its_data_and_nothing_else() {
     let m = JobMetrics::new();
-    m.generation(7, 2);
+    m.generation(7, &ranks(2));
     let (addr, task) = http::serve("127.0.0.1:0".parse().unwrap(), m.clone())
         .await
         .unwrap();
@@ -82,7 +91,19 @@ async fn the_server_answers_metrics_and_nothing_else() {
         .unwrap();
     assert!(status.contains("200"), "{status}");
     assert_eq!(sample(&body, "elasticrun_generation"), Some(7.0), "{body}");
-    let (status, _) = tokio::task::spawn_blocking(move || get(addr, "/"))
+    let (status, page) = tokio::task::spawn_blocking(move || get(addr, "/"))
+        .await
+        .unwrap();
+    assert!(status.contains("200"), "{status}");
+    assert!(page.contains("status.json") && page.contains("<table id=\"ranks\">"));
+    let (status, json) = tokio::task::spawn_blocking(move || get(addr, "/status.json"))
+        .await
+        .unwrap();
+    assert!(status.contains("200"), "{status}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["generation"], 7, "{json}");
+    assert_eq!(v["ranks"][1]["host"], "h0", "{json}");
+    let (status, _) = tokio::task::spawn_blocking(move || get(addr, "/nothing-here"))
         .await
         .unwrap();
     assert!(status.contains("404"), "{status}");
@@ -118,7 +139,7 @@ fn steps(n: u64) -> Progress {
 fn each_ranks_steps_and_rate_come_from_its_heartbeats() {
     let m = JobMetrics::new();
     let t0 = tokio::time::Instant::now();
-    m.generation(1, 3);
+    m.generation(1, &ranks(3));
     m.rank_progress(0, steps(10), t0);
     m.rank_progress(2, steps(10), t0);
     m.rank_progress(0, steps(30), t0 + Duration::from_secs(2));
@@ -154,7 +175,7 @@ fn each_ranks_steps_and_rate_come_from_its_heartbeats() {
     );
     // A rollback is no rate; a smaller generation drops the ranks it lacks.
     m.rank_progress(0, steps(25), t0 + Duration::from_secs(3));
-    m.generation(2, 2);
+    m.generation(2, &ranks(2));
     let text = m.render();
     assert_eq!(
         sample(&text, r#"elasticrun_rank_steps_per_second{rank="0"}"#),
@@ -165,4 +186,101 @@ fn each_ranks_steps_and_rate_come_from_its_heartbeats() {
         None,
         "{text}"
     );
+}
+
+#[test]
+fn step_time_outside_collectives_and_stragglers_per_rank() {
+    let m = JobMetrics::new();
+    let t0 = tokio::time::Instant::now();
+    m.generation(1, &ranks(2));
+    assert_eq!(m.rank_progress(0, steps(10), t0), None, "no window yet");
+    // 20 steps in 2 s, 200 ms of it waiting: 90 ms a step outside.
+    let w = m.rank_progress(0, steps(30), t0 + Duration::from_secs(2));
+    assert_eq!(
+        w,
+        Some(crate::straggler::Window {
+            steps: 20,
+            busy: Duration::from_millis(1_800)
+        })
+    );
+    m.straggler(0, true);
+    let text = m.render();
+    let step = sample(&text, r#"elasticrun_rank_step_seconds{rank="0"}"#).unwrap();
+    assert!((step - 0.09).abs() < 1e-9, "{text}");
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_straggler{rank="0"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_straggler{rank="1"}"#),
+        Some(0.0)
+    );
+    assert_eq!(sample(&text, "elasticrun_stragglers_total"), Some(1.0));
+    let v: serde_json::Value = serde_json::from_str(&m.status_json()).unwrap();
+    assert_eq!(v["ranks"][0]["straggler"], true);
+    assert_eq!(v["ranks"][0]["steps"], 30);
+    // A new generation starts with nobody a straggler.
+    m.generation(2, &ranks(2));
+    let text = m.render();
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_straggler{rank="0"}"#),
+        Some(0.0)
+    );
+}
+
+#[test]
+fn resets_by_cause_and_the_history_of_generations() {
+    let m = JobMetrics::new();
+    m.generation(1, &ranks(4));
+    m.set_state(JobState::Training);
+    for (g, cause) in [
+        (2, ResetCause::Stall),
+        (3, ResetCause::HostsRemoved),
+        (4, ResetCause::Straggler),
+    ] {
+        m.reset(cause);
+        m.generation(g, &ranks(3));
+        m.recovered(Duration::from_millis(50), 10 * g, 1);
+    }
+    let text = m.render();
+    for cause in ["stall", "hosts_removed", "straggler"] {
+        let name = format!(r#"elasticrun_resets_total{{cause="{cause}"}}"#);
+        assert_eq!(sample(&text, &name), Some(1.0), "{name}: {text}");
+    }
+    for cause in ["failure", "hosts_added"] {
+        let name = format!(r#"elasticrun_resets_total{{cause="{cause}"}}"#);
+        assert_eq!(sample(&text, &name), Some(0.0), "{name}: {text}");
+    }
+    assert!(
+        !text.contains("etcd"),
+        "no etcd families outside serve: {text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&m.status_json()).unwrap();
+    let causes: Vec<&str> = (v["history"].as_array().unwrap().iter())
+        .map(|g| g["cause"].as_str().unwrap_or("start"))
+        .collect();
+    assert_eq!(causes, ["start", "stall", "hosts_removed", "straggler"]);
+    assert_eq!(v["history"][3]["recovery_seconds"], 0.05);
+    assert_eq!(v["history"][3]["rolled_back_steps"], 1);
+    assert_eq!(v["resets"]["stall"], 1);
+    assert_eq!(v["state"], "training");
+    assert_eq!(v["etcd"], serde_json::Value::Null);
+}
+
+#[test]
+fn serve_shows_its_leadership_and_failovers() {
+    let m = JobMetrics::for_serve();
+    m.etcd(None);
+    let text = m.render();
+    assert_eq!(sample(&text, "elasticrun_etcd_leader"), Some(0.0), "{text}");
+    m.etcd(Some((41, false)));
+    m.etcd(None);
+    m.etcd(Some((57, true)));
+    let text = m.render();
+    assert_eq!(sample(&text, "elasticrun_etcd_leader"), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "elasticrun_etcd_leader_epoch"), Some(57.0));
+    assert_eq!(sample(&text, "elasticrun_etcd_failovers_total"), Some(1.0));
+    let v: serde_json::Value = serde_json::from_str(&m.status_json()).unwrap();
+    assert_eq!(v["etcd"]["failovers"], 1);
+    assert_eq!(v["etcd"]["leader"], true);
 }

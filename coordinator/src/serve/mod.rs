@@ -20,6 +20,7 @@ mod pods;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use control::Secret;
@@ -94,7 +95,8 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
     let ca = crate::job::job_ca(&secret)?;
     let tls = crate::job::control_tls(cfg.transport, &ca)?;
     let say = Say::stderr(cfg.output_timestamps);
-    let (metrics, _server) = crate::job::serve_metrics(&cfg, &say).await?;
+    let (metrics, _server) =
+        crate::job::serve_metrics(&cfg, &say, crate::metrics::JobMetrics::for_serve()).await?;
     let mut replica = Replica {
         transport: cfg.transport,
         say,
@@ -104,7 +106,7 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
         tls,
         policy: crate::job::policy_of(&cfg, e),
         knobs: crate::job::knobs(&cfg),
-        silence: cfg.heartbeat_timeout,
+        watch: crate::job::watch(&cfg),
         keys: Keys::new(&serve.job),
         client,
         advertise,
@@ -135,7 +137,7 @@ struct Replica {
     policy: elastic::membership::Policy,
     knobs: control::Knobs,
     /// A worker silent this long has failed (`--heartbeat-timeout`).
-    silence: std::time::Duration,
+    watch: crate::job::Watch,
     client: etcdjob::Client,
     keys: Keys,
     advertise: IpAddr,
@@ -210,8 +212,12 @@ impl Replica {
         };
         let said = self.say.clone();
         let job = self.serve.job.clone();
+        let other_led = Arc::new(AtomicBool::new(false));
+        let saw = other_led.clone();
+        self.metrics.etcd(None);
         let standing = etcdjob::campaign(&self.client, &self.keys, &lease, &record, move |c| {
             let Campaign::StandingBy { leader } = c;
+            saw.fetch_or(leader.is_some(), Ordering::Relaxed);
             match leader {
                 Some(l) => said.line(format_args!(
                     "standing by: {} at {} leads job {job}",
@@ -233,7 +239,11 @@ impl Replica {
                 return Ok(Some(ending));
             }
         };
-        self.lead(lease, leadership, server, record.addr).await
+        let failover = other_led.load(Ordering::Relaxed);
+        self.metrics.etcd(Some((leadership.epoch, failover)));
+        let over = self.lead(lease, leadership, server, record.addr).await;
+        self.metrics.etcd(None);
+        over
     }
 
     /// Runs the job as its leader.
@@ -295,7 +305,7 @@ impl Replica {
             metrics: self.metrics.clone(),
         };
         let ending =
-            crate::job::drive_elastic(self.policy.clone(), self.knobs.clone(), self.silence, seams)
+            crate::job::drive_elastic(self.policy.clone(), self.knobs.clone(), self.watch, seams)
                 .await?;
         drop(pods);
         self.end_term(ending, lease, &leadership).await

@@ -66,6 +66,23 @@ impl Blacklist {
         Some(until)
     }
 
+    /// Blacklists `host` at `now` whatever its failures (a straggler taken
+    /// out): as its next ban, for the cooldown. `None` if it already is.
+    pub(crate) fn ban(&mut self, now: Duration, host: &str) -> Option<Option<Duration>> {
+        let rec = self.hosts.entry(host.to_owned()).or_default();
+        if rec.banned.is_some() {
+            return None;
+        }
+        rec.failures.clear();
+        rec.bans = rec.bans.saturating_add(1);
+        let until = self
+            .policy
+            .cooldown
+            .map(|(min, max)| now.saturating_add(cooldown(min, max, rec.bans)));
+        rec.banned = Some(until);
+        Some(until)
+    }
+
     pub(crate) fn is_blacklisted(&self, host: &str) -> bool {
         self.hosts.get(host).is_some_and(|r| r.banned.is_some())
     }

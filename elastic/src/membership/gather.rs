@@ -84,12 +84,12 @@ impl Membership {
 
     /// Forgets the failed worker on `slot` (`stop`: why the driver must stop it) and
     /// counts the failure against its host, which may blacklist the host and stop its
-    /// other workers. Returns whether a member was lost.
+    /// other workers (`ban`: blacklists it at once). Returns whether a member was lost.
     pub(super) fn lose(
         &mut self,
         now: Duration,
         slot: &SlotId,
-        stop: Option<String>,
+        (stop, ban): (Option<String>, bool),
         out: &mut Vec<Command>,
     ) -> bool {
         let Some(worker) = self.forget(slot) else {
@@ -107,7 +107,12 @@ impl Membership {
         // would only end the job later: its workers are replaced instead.
         let elsewhere = self.usable_count_without(host);
         let may_ban = elsewhere >= self.policy.min_np;
-        if let Some(until) = self.blacklist.record_failure(now, host, may_ban) {
+        let banned = if ban {
+            self.blacklist.ban(now, host).filter(|_| may_ban)
+        } else {
+            self.blacklist.record_failure(now, host, may_ban)
+        };
+        if let Some(until) = banned {
             out.push(Command::Blacklisted {
                 host: host.clone(),
                 until,

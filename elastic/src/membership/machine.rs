@@ -313,12 +313,30 @@ impl Membership {
             }
             Phase::Finishing => {}
             Phase::Stable | Phase::Gathering(_) => {
-                if self.lose(now, slot, None, &mut out) {
+                if self.lose(now, slot, (None, false), &mut out) {
                     self.member_lost(now, &mut out);
                 }
                 self.settle(now, std::slice::from_ref(slot), &mut out);
             }
         }
+        out
+    }
+
+    /// The member on `slot` is a straggler to take out (`--straggler-action
+    /// replace`): its host is blacklisted at once (for the cooldown; unless
+    /// the other hosts could not run the job, when only the worker is
+    /// replaced), the worker is stopped and the job goes on without it, as
+    /// after a failure. Only a member of an elastic job that trains.
+    pub fn straggler(&mut self, now: Duration, slot: &SlotId, why: &str) -> Vec<Command> {
+        let mut out = Vec::new();
+        let replaces = self.policy.on_failure == OnFailure::Replace;
+        if !replaces || !matches!(self.phase, Phase::Stable) || !self.is_member(slot) {
+            return out;
+        }
+        if self.lose(now, slot, (Some(why.to_owned()), true), &mut out) {
+            self.member_lost(now, &mut out);
+        }
+        self.settle(now, std::slice::from_ref(slot), &mut out);
         out
     }
 

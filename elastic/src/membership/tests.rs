@@ -356,3 +356,49 @@ fn a_lost_host_gets_no_replacement_and_a_spare_host_takes_its_slots() {
     m.discovered(s(3), &hosts(&[("a", 1), ("b", 1), ("c", 1)]));
     assert!(m.failed(s(4), &slot("zz", 0), "x").is_empty());
 }
+
+#[test]
+fn a_straggler_taken_out_blacklists_its_host_at_once_and_the_job_goes_on() {
+    // a:2 and b:2 train (min 2, max 4).
+    let mut m = Membership::new(Policy::new(2, 4, 4));
+    m.discovered(s(0), &hosts(&[("a", 2), ("b", 2)]));
+    for (h, n) in [("a", 0), ("a", 1), ("b", 0), ("b", 1)] {
+        m.registered(s(1), &slot(h, n));
+    }
+    assert_eq!(m.generation(), Generation(1));
+    assert!(
+        m.straggler(s(2), &slot("zz", 0), "slow").is_empty(),
+        "no such member"
+    );
+    let out = m.straggler(s(2), &slot("b", 1), "a straggler");
+    let stopped: Vec<&SlotId> = (out.iter())
+        .filter_map(|c| match c {
+            Command::Stop { slot, .. } => Some(slot),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stopped, [&slot("b", 1), &slot("b", 0)], "{out:?}");
+    assert!(
+        out.contains(&Command::Blacklisted {
+            host: "b".into(),
+            until: None
+        }),
+        "the first straggle bans the host: {out:?}"
+    );
+    assert!(
+        out.iter().any(|c| matches!(c, Command::Reset { .. })),
+        "{out:?}"
+    );
+    assert!(
+        !out.iter()
+            .any(|c| matches!(c, Command::Spawn(x) if x.host == "b"))
+    );
+    // Only a's ranks left: taking one out would leave fewer than min-np on
+    // other hosts, so a is not banned; its worker is replaced.
+    let mut m = started(2);
+    let out = m.straggler(s(2), &slot("a", 0), "slow");
+    assert!(
+        !out.iter().any(|c| matches!(c, Command::Blacklisted { .. })),
+        "{out:?}"
+    );
+}

@@ -40,7 +40,7 @@ impl Membership {
         vacated.extend(self.reattach_timeouts(now));
         let mut lost_member = false;
         for (slot, why) in &vacated {
-            lost_member |= self.lose(now, slot, Some(why.clone()), &mut out);
+            lost_member |= self.lose(now, slot, (Some(why.clone()), false), &mut out);
         }
         if lost_member {
             self.member_lost(now, &mut out);

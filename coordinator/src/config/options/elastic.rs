@@ -2,11 +2,14 @@
 
 use std::path::PathBuf;
 
-use super::super::parse::{count, number, range, some_count, some_path, some_samples};
+use std::borrow::Cow;
+
+use super::super::parse::{count, number, range, some_count, some_path, some_samples, text};
 use super::Form::{Value, Values};
 use super::{Arg, Opt, When, arg, key, var, var_when};
 
 const ELASTIC: &str = "Elastic";
+const STRAGGLERS: &str = "Stragglers";
 
 pub(in super::super) const HOST_DISCOVERY_SCRIPT: Opt<Option<PathBuf>> = Opt {
     flag: "host-discovery-script",
@@ -167,4 +170,43 @@ pub(in super::super) const DISCOVERY_TIMEOUT: Opt<f64> = Opt {
     env: &[var("ELASTICRUN_DISCOVERY_TIMEOUT", number)],
     yaml: key("elastic.discovery_timeout"),
     default: 10.0,
+};
+
+pub(in super::super) const STRAGGLER_FACTOR: Opt<f64> = Opt {
+    flag: "straggler-factor",
+    arg: arg(
+        STRAGGLERS,
+        Value("X"),
+        "A rank whose step time outside collectives stays above X times the other ranks' \
+         median for --straggler-steps steps in a row is a straggler (above 1) [default: 2].",
+    ),
+    env: &[var("ELASTICRUN_STRAGGLER_FACTOR", number)],
+    yaml: key("stragglers.factor"),
+    default: crate::straggler::DEFAULT_FACTOR,
+};
+
+pub(in super::super) const STRAGGLER_STEPS: Opt<usize> = Opt {
+    flag: "straggler-steps",
+    arg: arg(
+        STRAGGLERS,
+        Value("N"),
+        "Steps in a row a rank must be slow for to be named a straggler [default: 50].",
+    ),
+    env: &[var("ELASTICRUN_STRAGGLER_STEPS", count)],
+    yaml: key("stragglers.steps"),
+    default: crate::straggler::DEFAULT_STEPS as usize,
+};
+
+pub(in super::super) const STRAGGLER_ACTION: Opt<Cow<'static, str>> = Opt {
+    flag: "straggler-action",
+    arg: arg(
+        STRAGGLERS,
+        Value("warn|replace"),
+        "What is done with a straggler: warn (named in the log, on /metrics and the status \
+         page) or replace (in an elastic job, also taken out as after a failure, its host \
+         blacklisted for the cooldown) [default: warn].",
+    ),
+    env: &[var("ELASTICRUN_STRAGGLER_ACTION", text)],
+    yaml: key("stragglers.action"),
+    default: Cow::Borrowed("warn"),
 };

@@ -320,6 +320,9 @@ pub(super) static ALL: &[&dyn Declared] = &[
     &LOG_LEVEL,
     &LOG_WITHOUT_TIMESTAMP,
     &METRICS_ADDRESS,
+    &STRAGGLER_FACTOR,
+    &STRAGGLER_STEPS,
+    &STRAGGLER_ACTION,
 ];
 
 /// The table's entry for `flag`.
