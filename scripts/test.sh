@@ -19,9 +19,12 @@
 #   tests on this machine) for jobs inside an allocation (integration-tests/tests/it/slurm.rs).
 #   prometheus (with promtool): a real Prometheus scraping a job's metrics
 #   (integration-tests/tests/it/metrics.rs).
+#   chromium: a real headless browser showing the status page
+#   (integration-tests/tests/it/status_page.rs).
 # Once installed they must work: ELASTICRUN_REQUIRE_SSHD,
 # ELASTICRUN_REQUIRE_NETNS, ELASTICRUN_REQUIRE_ETCD,
-# ELASTICRUN_REQUIRE_SLURM and ELASTICRUN_REQUIRE_PROMETHEUS turn a test's
+# ELASTICRUN_REQUIRE_SLURM, ELASTICRUN_REQUIRE_PROMETHEUS and
+# ELASTICRUN_REQUIRE_CHROMIUM turn a test's
 # "skipped: ..." for lack of them into a failure that says what is missing
 # (integration-tests/src/needs.rs). A plain
 # `cargo test --workspace` skips those tests instead, one line each.
@@ -39,6 +42,7 @@ command -v etcdctl >/dev/null || missing+=(etcd-client)
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v srun >/dev/null || missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || missing+=(munge)
 command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
+command -v chromium >/dev/null || missing+=(chromium)
 if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -63,6 +67,7 @@ export ELASTICRUN_REQUIRE_NETNS=1
 export ELASTICRUN_REQUIRE_ETCD=1
 export ELASTICRUN_REQUIRE_SLURM=1
 export ELASTICRUN_REQUIRE_PROMETHEUS=1
+export ELASTICRUN_REQUIRE_CHROMIUM=1
 # pip may put console scripts in ~/.local/bin.
 export PATH="$PATH:$HOME/.local/bin"
 # A clean build (CI's) gains nothing from incremental compilation's caches

@@ -9,6 +9,7 @@
 //! `cargo build --workspace --bins` first when running this crate alone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+pub mod browser;
 pub mod cluster;
 pub mod collectives_check;
 pub mod elastic;

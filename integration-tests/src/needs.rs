@@ -5,7 +5,7 @@
 //! Each [`Need`] has a variable (`ELASTICRUN_REQUIRE_NETNS`,
 //! `ELASTICRUN_REQUIRE_SSHD`, `ELASTICRUN_REQUIRE_ETCD`,
 //! `ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE`, `ELASTICRUN_REQUIRE_SLURM`,
-//! `ELASTICRUN_REQUIRE_PROMETHEUS`); `scripts/test.sh`
+//! `ELASTICRUN_REQUIRE_PROMETHEUS`, `ELASTICRUN_REQUIRE_CHROMIUM`); `scripts/test.sh`
 //! (which `.ci/run` runs) sets them all, so that in CI a test that
 //! cannot get what it needs fails, naming what is missing, instead of passing
 //! after "skipping".
@@ -29,6 +29,9 @@ pub enum Need {
     /// `prometheus` and `promtool` (prometheus): a real Prometheus scraping
     /// a job's metrics.
     Prometheus,
+    /// `chromium` (Debian's): a real headless browser showing the status
+    /// page.
+    Chromium,
 }
 
 impl Need {
@@ -42,6 +45,7 @@ impl Need {
             Need::KubernetesValidate => "ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE",
             Need::Slurm => "ELASTICRUN_REQUIRE_SLURM",
             Need::Prometheus => "ELASTICRUN_REQUIRE_PROMETHEUS",
+            Need::Chromium => "ELASTICRUN_REQUIRE_CHROMIUM",
         }
     }
 

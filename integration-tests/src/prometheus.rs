@@ -53,13 +53,13 @@ pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     Ok((code, body))
 }
 
-/// The address in elasticrun's `metrics at http://ADDR/metrics` line, if
-/// `line` is that line.
+/// The address in elasticrun's `metrics at http://ADDR/metrics, the
+/// status page at http://ADDR/` line, if `line` is that line.
 pub fn said_address(line: &str) -> Option<SocketAddr> {
     line.split_once("metrics at http://")?
         .1
-        .trim_end()
-        .strip_suffix("/metrics")?
+        .split_once("/metrics")?
+        .0
         .parse()
         .ok()
 }

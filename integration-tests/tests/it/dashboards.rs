@@ -29,15 +29,16 @@ fn names(expr: &str) -> Vec<String> {
 
 #[test]
 fn every_dashboard_query_names_metrics_that_exist() {
-    // A job with a rank that has sent two heartbeats: every family shows.
-    let m = coordinator::metrics::JobMetrics::new();
+    // A job (with elasticrun serve's etcd families) with a rank that has
+    // sent two heartbeats: every family shows.
+    let m = coordinator::metrics::JobMetrics::for_serve();
     let steps = |n: u64| coordinator::metrics::Progress {
         steps: n,
         collective_bytes: n,
         collective_wait: std::time::Duration::from_millis(n),
     };
     let t0 = tokio::time::Instant::now();
-    m.generation(1, 1);
+    m.generation(1, &[elastic::membership::SlotId::new("h", 0)]);
     m.rank_progress(0, steps(1), t0);
     m.rank_progress(0, steps(2), t0 + std::time::Duration::from_secs(1));
     let exposition = m.render();

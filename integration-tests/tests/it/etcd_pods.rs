@@ -70,13 +70,21 @@ fn killing_the_leading_coordinator_resets_nothing_and_loses_no_step() {
     let Some(etcd) = Etcd::start() else { return };
     let mut job = PodJob::new("leader_killed", etcd);
     let train = long();
-    job.serve(&SERVE);
+    let mut options = SERVE.to_vec();
+    options.extend(["--metrics-address", "127.0.0.1:0"]);
+    job.serve(&options);
     let first = job.leader(&[], LIMIT);
-    job.serve(&SERVE);
+    job.serve(&options);
     three_pods(&mut job, &train);
     job.wait_for_step(30, LIMIT);
+    let (_, epoch) = leadership(&job, first, |leader, _| leader == 1.0);
     job.signal_serve(first, Signal::SIGKILL);
     let second = job.leader(&[first], LIMIT);
+    // The new leader's metrics: leading, a later epoch, one failover.
+    leadership(&job, second, |leader, later| leader == 1.0 && later > epoch);
+    let (_, text) = prometheus::get(serve_metrics(&job, second), "/metrics").unwrap();
+    let failovers = prometheus::sample(&text, "elasticrun_etcd_failovers_total");
+    assert_eq!(failovers, Some(1.0), "{text}");
     let run = job.finish_pods(LIMIT);
     undisturbed_and_never_reset(&run, &train);
     assert_eq!(steps(&run.stdout).len() as u64, train.expected_steps());
@@ -85,6 +93,27 @@ fn killing_the_leading_coordinator_resets_nothing_and_loses_no_step() {
         !said.contains("generation 2"),
         "the new leader formed a new generation:\n{said}"
     );
+}
+
+/// Replica `i`'s metrics address, from its stderr.
+fn serve_metrics(job: &PodJob, i: usize) -> std::net::SocketAddr {
+    wait_for("a replica's metrics address", LIMIT, || {
+        job.serve_stderr(i)
+            .lines()
+            .find_map(prometheus::said_address)
+    })
+}
+
+/// Replica `i`'s `elasticrun_etcd_leader` and `_leader_epoch` once `ok`
+/// says they are as expected.
+fn leadership(job: &PodJob, i: usize, ok: impl Fn(f64, f64) -> bool) -> (f64, f64) {
+    let addr = serve_metrics(job, i);
+    wait_for("the replica's leadership on /metrics", LIMIT, || {
+        let (_, text) = prometheus::get(addr, "/metrics").ok()?;
+        let leader = prometheus::sample(&text, "elasticrun_etcd_leader")?;
+        let epoch = prometheus::sample(&text, "elasticrun_etcd_leader_epoch")?;
+        ok(leader, epoch).then_some((leader, epoch))
+    })
 }
 
 /// Pods on the QUIC data plane (`ELASTICRUN_TRANSPORT=quic`) with replicas

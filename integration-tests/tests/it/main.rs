@@ -35,5 +35,7 @@ mod slurm_batch;
 mod slurm_elastic;
 mod ssh;
 mod stall;
+mod status_page;
+mod stragglers;
 mod synthetic_benchmark;
 mod unsafe_policy;

@@ -71,8 +71,11 @@ fn prometheus_sees_a_reset_a_recovery_and_the_world_size_move() {
     job.wait_for_step("a step on 3 ranks again", |s| s.world_size == 3);
     seen("elasticrun_world_size", &|v| v == 3.0);
     seen("min_over_time(elasticrun_world_size[10m])", &|v| v == 2.0);
-    seen(r#"elasticrun_resets_total{cause="hosts_changed"}"#, &|v| {
-        v >= 2.0
+    seen(r#"elasticrun_resets_total{cause="hosts_removed"}"#, &|v| {
+        v >= 1.0
+    });
+    seen(r#"elasticrun_resets_total{cause="hosts_added"}"#, &|v| {
+        v >= 1.0
     });
     seen(r#"elasticrun_job_state{state="training"}"#, &|v| v == 1.0);
     seen(r#"elasticrun_time_seconds{part="recovery"}"#, &|v| v > 0.0);
@@ -98,12 +101,22 @@ fn check_goodput_line(stderr: &str) {
         .split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .filter_map(|w| w.parse().ok())
         .collect();
-    // share, training, wall, start-up, recovery, rolled back
-    let [share, training, wall, startup, recovery, rolled] = numbers[..] else {
+    // share, training, wall, start-up, waiting, recovery, rolled back, stalls
+    let [
+        share,
+        training,
+        wall,
+        startup,
+        waiting,
+        recovery,
+        rolled,
+        stalls,
+    ] = numbers[..]
+    else {
         panic!("{line}");
     };
     assert!(training > 0.0 && recovery > 0.0 && startup > 0.0, "{line}");
-    let sum = training + startup + recovery + rolled;
+    let sum = training + startup + waiting + recovery + rolled + stalls;
     assert!((sum - wall).abs() <= 0.05, "{line}");
     assert!((share - 100.0 * training / wall).abs() <= 1.0, "{line}");
 }
@@ -113,6 +126,7 @@ fn check_ranks(prom: &Prometheus) {
     for rank in 0..3 {
         for name in [
             "rank_steps_per_second",
+            "rank_step_seconds",
             "rank_collective_bytes_per_second",
             "rank_collective_wait_ratio",
         ] {
