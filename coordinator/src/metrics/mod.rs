@@ -1,7 +1,7 @@
 //! The job seen from outside: Prometheus metrics of the coordinator, served
 //! at `/metrics` of `--metrics-address` ([`http`]), and the same job as the
 //! status page at `/` and `/status.json` show it ([`status`]). The
-//! families are registered once ([`families`]); the driver sets them as the
+//! families are registered once (`families.rs`); the driver sets them as the
 //! job goes (one handle, cheap to clone, shared with the server), and the
 //! exposition is prometheus-client's (Prometheus's text format 0.0.4):
 //! nothing here formats a line by hand. docs/observability.md lists every

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""What `--metrics-address` costs, on one machine, release builds.
+
+Throughput (rounds interleaved, same machine state for both): the engine's
+100 x 16 KiB step (synthetic_benchmark, -np 2) and `train`'s steps per second
+(-np 2), each with metrics off and with metrics on while a scraper GETs
+/metrics and /status.json every second; prints the median of each and the
+ratio on/off.
+
+Memory (--memory-minutes M, 0 to skip): an elastic `train` job with metrics
+on, scraped every second, a random worker killed every --kill-every seconds
+(50 resets in 10 minutes by default); elasticrun's resident memory
+(VmRSS) sampled every 5 s: its value after the first minute and its largest
+after that, and the growth between them.
+
+Usage: scripts/bench_metrics_cost.py [--rounds 5] [--memory-minutes 10] [--kill-every 12]
+Build first: cargo build --release --bins"""
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release")
+
+
+def scraper(stderr_path, stop):
+    """GETs /metrics and /status.json every second once the address is said."""
+    addr = None
+    while not stop.is_set() and addr is None:
+        try:
+            with open(stderr_path) as f:
+                for line in f:
+                    if "metrics at http://" in line:
+                        addr = line.split("metrics at http://")[1].split("/metrics")[0]
+        except OSError:
+            pass
+        time.sleep(0.05)
+    while not stop.is_set():
+        for path in ("/metrics", "/status.json"):
+            try:
+                urllib.request.urlopen(f"http://{addr}{path}", timeout=5).read()
+            except OSError:
+                pass
+        stop.wait(1.0)
+
+
+def run(argv, metrics):
+    """Runs argv (an elasticrun command) with or without metrics and a
+    scraper; returns its stdout."""
+    if metrics:
+        argv = argv[:1] + ["--metrics-address", "127.0.0.1:0"] + argv[1:]
+    with tempfile.NamedTemporaryFile("w+", suffix=".err") as err:
+        stop = threading.Event()
+        t = threading.Thread(target=scraper, args=(err.name, stop), daemon=True)
+        if metrics:
+            t.start()
+        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, text=True, check=True).stdout
+        stop.set()
+        return out
+
+
+def engine_rate(metrics):
+    out = run([f"{BIN}/elasticrun", "-np", "2", f"{BIN}/synthetic_benchmark", "--num-tensors", "100",
+               "--tensor-bytes", "16K", "--steps", "400", "--warmup-steps", "10"], metrics)
+    for line in out.splitlines():
+        if '"event":"done"' in line:
+            return json.loads(line.split(":", 1)[1] if line.startswith("[") else line)["steps_per_sec"]
+    raise SystemExit("no done line from synthetic_benchmark")
+
+
+def train_rate(metrics):
+    out = run([f"{BIN}/elasticrun", "-np", "2", f"{BIN}/train", "--epochs", "150", "--log-steps"],
+              metrics)
+    ms = [json.loads(l.split(":", 1)[1])["ms"] for l in out.splitlines()
+          if l.startswith("[0]") and '"event":"step"' in l]
+    return (len(ms) - 1) / ((ms[-1] - ms[0]) / 1000.0)
+
+
+def throughput(rounds):
+    seed = int(time.time())
+    print(f"# throughput: {rounds} rounds, order shuffled with seed {seed}")
+    rng = random.Random(seed)
+    results = {(name, m): [] for name in ("engine 100 x 16 KiB", "train") for m in (False, True)}
+    for r in range(rounds):
+        cases = list(results)
+        rng.shuffle(cases)
+        for name, m in cases:
+            rate = engine_rate(m) if name.startswith("engine") else train_rate(m)
+            results[(name, m)].append(rate)
+        print(f"round {r + 1}: " + ", ".join(f"{n} {'on' if m else 'off'} {v[-1]:.1f}/s"
+                                           for (n, m), v in results.items()), flush=True)
+    print("| workload | metrics off (steps/s, median) | on, scraped every second | on / off |")
+    print("|---|---:|---:|---:|")
+    for name in ("engine 100 x 16 KiB", "train"):
+        off = statistics.median(results[(name, False)])
+        on = statistics.median(results[(name, True)])
+        print(f"| {name} | {off:.1f} | {on:.1f} | {on / off:.3f} |")
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def memory(minutes, kill_every):
+    seed = int(time.time())
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as d:
+        hosts = os.path.join(d, "hosts")
+        with open(hosts, "w") as f:
+            f.write("localhost:3\n")
+        script = os.path.join(d, "discover.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {hosts}\n")
+        os.chmod(script, 0o755)
+        err_path = os.path.join(d, "err")
+        err = open(err_path, "w")
+        argv = [f"{BIN}/elasticrun", "--metrics-address", "127.0.0.1:0", "--host-discovery-script",
+                script, "--min-np", "2", "--max-np", "3", f"{BIN}/train", "--epochs", "100000",
+                "--step-delay-ms", "20"]
+        job = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        stop = threading.Event()
+        threading.Thread(target=scraper, args=(err_path, stop), daemon=True).start()
+        print(f"# memory: {minutes} min, a worker killed every {kill_every} s (seed {seed})")
+        start = time.time()
+        samples, next_kill, kills = [], start + kill_every, 0
+        while time.time() - start < minutes * 60:
+            time.sleep(5)
+            samples.append((time.time() - start, rss_kib(job.pid)))
+            if time.time() >= next_kill:
+                workers = subprocess.run(["pgrep", "-P", str(job.pid)], stdout=subprocess.PIPE,
+                                         text=True).stdout.split()
+                if workers:
+                    os.kill(int(rng.choice(workers)), signal.SIGKILL)
+                    kills += 1
+                next_kill += kill_every
+        stop.set()
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait(timeout=30)
+        resets = sum(1 for l in open(err_path) if "generation" in l and "workers" in l) - 1
+    after_first = [kib for t, kib in samples if t >= 60]
+    print(f"kills: {kills}; generations after the first: {resets} (a kill drops its worker, its replacement joins)")
+    print("seconds, VmRSS KiB: " + ", ".join(f"{t:.0f}:{kib}" for t, kib in samples[::6]))
+    if after_first:
+        at_1min, peak, last = after_first[0], max(after_first), after_first[-1]
+        print(f"| VmRSS at 1 min | largest after | at the end | growth after 1 min |")
+        print(f"|---:|---:|---:|---:|")
+        print(f"| {at_1min} KiB | {peak} KiB | {last} KiB | {100 * (peak - at_1min) / at_1min:+.1f}% |")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--memory-minutes", type=float, default=10)
+    p.add_argument("--kill-every", type=float, default=12)
+    a = p.parse_args()
+    if a.rounds > 0:
+        throughput(a.rounds)
+    if a.memory_minutes > 0:
+        memory(a.memory_minutes, a.kill_every)
+
+
+if __name__ == "__main__":
+    main()
