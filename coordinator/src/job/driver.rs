@@ -147,7 +147,8 @@ impl Driver {
             more.extend(self.poll_stalls());
             self.carry_out(more).await;
             self.reset_cause = None;
-            self.metrics.set_workers(self.workers.len());
+            let by_state = self.core.worker_counts();
+            self.metrics.set_workers(self.workers.len(), by_state);
             if let Some(ending) = self.ending {
                 return ending;
             }

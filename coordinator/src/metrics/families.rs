@@ -17,6 +17,11 @@ pub(super) struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct WorkerStateLabel {
+    pub(super) state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct RankLabel {
     pub(super) rank: u32,
 }
@@ -48,6 +53,7 @@ pub(super) struct Families {
     pub(super) min_np: Gauge,
     pub(super) max_np: Gauge,
     pub(super) workers_running: Gauge,
+    pub(super) workers: Family<WorkerStateLabel, Gauge>,
     pub(super) worker_starts: Counter,
     pub(super) worker_failures: Counter,
     pub(super) resets: Family<CauseLabel, Counter>,
@@ -84,6 +90,7 @@ impl Families {
             min_np: Gauge::default(),
             max_np: Gauge::default(),
             workers_running: Gauge::default(),
+            workers: Family::default(),
             worker_starts: Counter::default(),
             worker_failures: Counter::default(),
             resets: Family::default(),
@@ -178,6 +185,13 @@ fn register_job(r: &mut Registry, f: &Families) {
         "workers_running",
         "Worker processes running",
         f.workers_running.clone(),
+    );
+    r.register(
+        "workers",
+        "The job's workers by state: starting (started, not registered yet), waiting \
+         (registered, waiting for a place: hot spares, joiners), training (in the current \
+         generation)",
+        f.workers.clone(),
     );
     r.register(
         "worker_starts",

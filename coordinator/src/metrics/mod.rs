@@ -273,9 +273,17 @@ impl JobMetrics {
         self.0.f.worker_starts.inc();
     }
 
-    /// How many worker processes run now.
-    pub fn set_workers(&self, running: usize) {
+    /// How many worker processes run now, and the job's workers by state.
+    pub fn set_workers(&self, running: usize, by_state: elastic::membership::WorkerCounts) {
         self.0.f.workers_running.set(clamp(running));
+        for (state, n) in [
+            ("starting", by_state.starting),
+            ("waiting", by_state.waiting),
+            ("training", by_state.members),
+        ] {
+            let label = families::WorkerStateLabel { state };
+            self.0.f.workers.get_or_create(&label).set(clamp(n));
+        }
     }
 
     /// A worker failed, acted on `detected_after` its first sign (when

@@ -35,6 +35,12 @@ fn the_exposition_follows_the_job() {
     m.reset(ResetCause::Failure);
     m.recovered(Duration::from_millis(80), 12, 3);
     m.blacklisted(true);
+    let by_state = elastic::membership::WorkerCounts {
+        starting: 1,
+        waiting: 2,
+        members: 4,
+    };
+    m.set_workers(6, by_state);
     m.discovery(false);
     m.discovery(true);
     let text = m.render();
@@ -49,6 +55,10 @@ fn the_exposition_follows_the_job() {
         ("elasticrun_rolled_back_steps_total", 3.0),
         ("elasticrun_committed_step", 12.0),
         ("elasticrun_blacklisted_hosts", 1.0),
+        ("elasticrun_workers_running", 6.0),
+        (r#"elasticrun_workers{state="starting"}"#, 1.0),
+        (r#"elasticrun_workers{state="waiting"}"#, 2.0),
+        (r#"elasticrun_workers{state="training"}"#, 4.0),
         ("elasticrun_discovery_runs_total", 2.0),
         ("elasticrun_discovery_failures_total", 1.0),
         ("elasticrun_worker_failures_total", 1.0),

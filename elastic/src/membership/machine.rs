@@ -69,6 +69,14 @@ pub(super) enum WorkerState {
     Finished,
 }
 
+/// How many workers are in each state ([`Membership::worker_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerCounts {
+    pub starting: usize,
+    pub waiting: usize,
+    pub members: usize,
+}
+
 #[derive(Debug)]
 pub(super) enum Phase {
     /// Forming generation `next` (the first one too).
@@ -440,6 +448,21 @@ impl Membership {
     /// member that finished stays).
     pub fn members(&self) -> &[SlotId] {
         &self.members
+    }
+
+    /// The job's workers by state: started and not registered yet,
+    /// registered and waiting for a place (hot spares, joiners), in the
+    /// current generation (finished ones included).
+    pub fn worker_counts(&self) -> WorkerCounts {
+        let mut c = WorkerCounts::default();
+        for w in self.workers.values() {
+            match w.state {
+                WorkerState::Spawned { .. } => c.starting += 1,
+                WorkerState::Registered => c.waiting += 1,
+                WorkerState::Member | WorkerState::Finished => c.members += 1,
+            }
+        }
+        c
     }
 
     /// `Finish` or `Fail` was emitted: the job is over.

@@ -103,7 +103,7 @@ use std::time::Duration;
 
 pub use control::Generation;
 
-pub use machine::Membership;
+pub use machine::{Membership, WorkerCounts};
 pub use policy::{
     BlacklistPolicy, DEFAULT_ELASTIC_TIMEOUT, DEFAULT_REJOIN_TIMEOUT, DEFAULT_REPLACEMENT_WAIT,
     DEFAULT_START_TIMEOUT, OnFailure, Policy, PolicyError,

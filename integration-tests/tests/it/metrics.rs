@@ -55,6 +55,7 @@ fn prometheus_sees_a_reset_a_recovery_and_the_world_size_move() {
         });
     };
     seen("elasticrun_world_size", &|v| v == 3.0);
+    seen(r#"elasticrun_workers{state="training"}"#, &|v| v == 3.0);
     // A worker killed: a reset by failure, and a recovery.
     job.wait_for_step_at_least(10);
     let victim = job.wait_for_workers(3)[1].pid;
