@@ -52,57 +52,84 @@ def scraper(stderr_path, stop):
         stop.wait(1.0)
 
 
+def cpu_seconds(pid):
+    """A process's own CPU time (user + system), not its children's."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(argv, metrics):
     """Runs argv (an elasticrun command) with or without metrics and a
-    scraper; returns its stdout."""
+    scraper; returns its stdout and elasticrun's own CPU seconds (read
+    every 100 ms while it runs: the last reading)."""
     if metrics:
         argv = argv[:1] + ["--metrics-address", "127.0.0.1:0"] + argv[1:]
-    with tempfile.NamedTemporaryFile("w+", suffix=".err") as err:
+    with tempfile.NamedTemporaryFile("w+", suffix=".err") as err, \
+            tempfile.NamedTemporaryFile("w+", suffix=".out") as out:
         stop = threading.Event()
         t = threading.Thread(target=scraper, args=(err.name, stop), daemon=True)
         if metrics:
             t.start()
-        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, text=True, check=True).stdout
+        job = subprocess.Popen(argv, stdout=out, stderr=err)
+        cpu = 0.0
+        while job.poll() is None:
+            try:
+                cpu = cpu_seconds(job.pid)
+            except (OSError, IndexError, ValueError):
+                pass
+            time.sleep(0.1)
         stop.set()
-        return out
+        if job.returncode != 0:
+            raise SystemExit(f"{argv} failed: {open(err.name).read()}")
+        out.seek(0)
+        return out.read(), cpu
 
 
 def engine_rate(metrics):
-    out = run([f"{BIN}/elasticrun", "-np", "2", f"{BIN}/synthetic_benchmark", "--num-tensors", "100",
+    out, cpu = run([f"{BIN}/elasticrun", "-np", "2", f"{BIN}/synthetic_benchmark", "--num-tensors", "100",
                "--tensor-bytes", "16K", "--steps", "400", "--warmup-steps", "10"], metrics)
     for line in out.splitlines():
         if '"event":"done"' in line:
-            return json.loads(line.split(":", 1)[1] if line.startswith("[") else line)["steps_per_sec"]
+            done = json.loads(line.split(":", 1)[1] if line.startswith("[") else line)
+            return done["steps_per_sec"], cpu
     raise SystemExit("no done line from synthetic_benchmark")
 
 
 def train_rate(metrics):
-    out = run([f"{BIN}/elasticrun", "-np", "2", f"{BIN}/train", "--epochs", "150", "--log-steps"],
-              metrics)
+    out, cpu = run([f"{BIN}/elasticrun", "-np", "2", f"{BIN}/train", "--epochs", "150",
+                    "--log-steps"], metrics)
     ms = [json.loads(l.split(":", 1)[1])["ms"] for l in out.splitlines()
           if l.startswith("[0]") and '"event":"step"' in l]
-    return (len(ms) - 1) / ((ms[-1] - ms[0]) / 1000.0)
+    return (len(ms) - 1) / ((ms[-1] - ms[0]) / 1000.0), cpu
 
 
 def throughput(rounds):
     seed = int(time.time())
     print(f"# throughput: {rounds} rounds, order shuffled with seed {seed}")
     rng = random.Random(seed)
-    results = {(name, m): [] for name in ("engine 100 x 16 KiB", "train") for m in (False, True)}
+    names = ("engine 100 x 16 KiB", "train")
+    results = {(name, m): [] for name in names for m in (False, True)}
+    cpu = {(name, m): [] for name in names for m in (False, True)}
     for r in range(rounds):
         cases = list(results)
         rng.shuffle(cases)
         for name, m in cases:
-            rate = engine_rate(m) if name.startswith("engine") else train_rate(m)
+            rate, seconds = engine_rate(m) if name.startswith("engine") else train_rate(m)
             results[(name, m)].append(rate)
+            cpu[(name, m)].append(seconds)
         print(f"round {r + 1}: " + ", ".join(f"{n} {'on' if m else 'off'} {v[-1]:.1f}/s"
                                            for (n, m), v in results.items()), flush=True)
-    print("| workload | metrics off (steps/s, median) | on, scraped every second | on / off |")
-    print("|---|---:|---:|---:|")
-    for name in ("engine 100 x 16 KiB", "train"):
-        off = statistics.median(results[(name, False)])
-        on = statistics.median(results[(name, True)])
-        print(f"| {name} | {off:.1f} | {on:.1f} | {on / off:.3f} |")
+    print("| workload | metrics off (steps/s, median) | on, scraped every second | on / off "
+          "(medians) | on / off (median of each round's) | elasticrun's CPU s, off / on (median) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name in names:
+        off, on = results[(name, False)], results[(name, True)]
+        paired = statistics.median(b / a for a, b in zip(off, on))
+        c_off, c_on = statistics.median(cpu[(name, False)]), statistics.median(cpu[(name, True)])
+        print(f"| {name} | {statistics.median(off):.1f} | {statistics.median(on):.1f} | "
+              f"{statistics.median(on) / statistics.median(off):.3f} | {paired:.3f} | "
+              f"{c_off:.2f} / {c_on:.2f} |")
 
 
 def rss_kib(pid):
@@ -142,8 +169,11 @@ def memory(minutes, kill_every):
                 workers = subprocess.run(["pgrep", "-P", str(job.pid)], stdout=subprocess.PIPE,
                                          text=True).stdout.split()
                 if workers:
-                    os.kill(int(rng.choice(workers)), signal.SIGKILL)
-                    kills += 1
+                    try:
+                        os.kill(int(rng.choice(workers)), signal.SIGKILL)
+                        kills += 1
+                    except ProcessLookupError:
+                        pass  # it ended on its own meanwhile
                 next_kill += kill_every
         stop.set()
         os.killpg(job.pid, signal.SIGTERM)

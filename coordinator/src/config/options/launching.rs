@@ -273,8 +273,9 @@ pub(in super::super) const METRICS_ADDRESS: Opt<Option<String>> = Opt {
     arg: arg(
         LOGGING,
         Value("HOST:PORT"),
-        "Serve the job's Prometheus metrics at http://HOST:PORT/metrics (port 0: any free \
-         port, said at start) [default: off].",
+        "Serve the job's Prometheus metrics at http://HOST:PORT/metrics, a live status page at \
+         http://HOST:PORT/ and its data at /status.json (port 0: any free port, said at start) \
+         [default: off].",
     ),
     env: &[var("ELASTICRUN_METRICS_ADDRESS", some_text)],
     yaml: key("logging.metrics_address"),
