@@ -13,7 +13,8 @@ on, scraped every second, a random worker killed every --kill-every seconds
 (VmRSS) sampled every 5 s: its value after the first minute and its largest
 after that, and the growth between them.
 
-Usage: scripts/bench_metrics_cost.py [--rounds 5] [--memory-minutes 10] [--kill-every 12]
+Usage: scripts/bench_metrics_cost.py [--rounds 15] [--memory-minutes 10] [--kill-every 12]
+       [--engine-steps 4000] [--only-engine]
 Build first: cargo build --release --bins"""
 import argparse
 import json
@@ -27,6 +28,8 @@ import threading
 import time
 import urllib.request
 
+ENGINE_STEPS = 4000
+ONLY_ENGINE = False
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release")
 
@@ -88,7 +91,8 @@ def run(argv, metrics):
 
 def engine_rate(metrics):
     out, cpu = run([f"{BIN}/elasticrun", "-np", "2", f"{BIN}/synthetic_benchmark", "--num-tensors", "100",
-               "--tensor-bytes", "16K", "--steps", "400", "--warmup-steps", "10"], metrics)
+               "--tensor-bytes", "16K", "--steps", str(ENGINE_STEPS), "--warmup-steps", "20"],
+                   metrics)
     for line in out.splitlines():
         if '"event":"done"' in line:
             done = json.loads(line.split(":", 1)[1] if line.startswith("[") else line)
@@ -108,7 +112,7 @@ def throughput(rounds):
     seed = int(time.time())
     print(f"# throughput: {rounds} rounds, order shuffled with seed {seed}")
     rng = random.Random(seed)
-    names = ("engine 100 x 16 KiB", "train")
+    names = ("engine 100 x 16 KiB",) if ONLY_ENGINE else ("engine 100 x 16 KiB", "train")
     results = {(name, m): [] for name in names for m in (False, True)}
     cpu = {(name, m): [] for name in names for m in (False, True)}
     for r in range(rounds):
@@ -190,11 +194,16 @@ def memory(minutes, kill_every):
 
 
 def main():
+    global ENGINE_STEPS, ONLY_ENGINE
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--memory-minutes", type=float, default=10)
     p.add_argument("--kill-every", type=float, default=12)
+    p.add_argument("--engine-steps", type=int, default=ENGINE_STEPS,
+                   help="timed steps of each engine run (default 4000: a few seconds, several scrapes)")
+    p.add_argument("--only-engine", action="store_true", help="leave train out")
     a = p.parse_args()
+    ENGINE_STEPS, ONLY_ENGINE = a.engine_steps, a.only_engine
     if a.rounds > 0:
         throughput(a.rounds)
     if a.memory_minutes > 0:
