@@ -88,8 +88,10 @@ impl View {
         View {
             started,
             ranks: Vec::new(),
-            history: VecDeque::new(),
-            samples: Vec::new(),
+            // Both at their bound from the start (about 50 KiB): never
+            // moved as they fill, so the job's memory does not creep.
+            history: VecDeque::with_capacity(HISTORY),
+            samples: Vec::with_capacity(SAMPLES),
             every: FIRST_EVERY,
             next_cause: None,
             etcd: None,
