@@ -353,7 +353,7 @@ fn elastic_options_without_a_script_are_refused() {
 }
 
 #[test]
-fn elasticrun_serve_refuses_hot_spares() {
+fn elasticrun_serve_refuses_hot_spares_and_restarts() {
     let serve = |args: &str| {
         let mut c = cli(args);
         c.serve = true;
@@ -367,6 +367,10 @@ fn elasticrun_serve_refuses_hot_spares() {
         "{why}"
     );
     assert!(serve("--min-np 2 --hot-spares 0 ./t").is_ok());
+    let (option, why) = invalid_option(serve("--min-np 2 --max-restarts 2 ./t"));
+    assert_eq!(option, "max-restarts");
+    assert!(why.contains("restartPolicy"), "{why}");
+    assert!(serve("--min-np 2 --max-restarts 0 ./t").is_ok());
 }
 
 #[test]

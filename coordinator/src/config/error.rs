@@ -174,6 +174,12 @@ pub enum Refusal {
     #[error("--tcp keeps the data plane on plain TCP, and the {asked} data plane was asked for")]
     TcpAnd { asked: &'static str },
     #[error(
+        "elasticrun serve's workers are pods that start by themselves: Kubernetes restarts them \
+         (the pod's restartPolicy), and the job recovers them in place; leave it out (it was \
+         given {given})"
+    )]
+    RestartsInServe { given: Source },
+    #[error(
         "{} is not a straggler action: expected warn or replace",
         control::Quoted(text)
     )]

@@ -194,7 +194,7 @@ pub fn resolve(
         };
         return Err(invalid(opt::NETWORK_INTERFACE.flag, why));
     }
-    let max_restarts = max_restarts(&l, elastic.as_ref())?;
+    let max_restarts = max_restarts(&l, elastic.as_ref(), cli.serve)?;
     let data_timeout = l.pick(&opt::GLOO_TIMEOUT_SECONDS)?;
     let tcp_only = l.pick(&opt::TCP)?.value;
     let transport = l.pick(&opt::TRANSPORT)?.value;
@@ -264,9 +264,19 @@ fn hosts_and_elastic(
 }
 
 /// `--max-restarts`, refused with hot spares (spares wait inside the
-/// runtime; a job run by restarts starts every worker anew).
-fn max_restarts(l: &Layers<'_>, elastic: Option<&ElasticConfig>) -> Result<u32, ConfigError> {
+/// runtime; a job run by restarts starts every worker anew) and by
+/// `elasticrun serve` (its workers are pods that start by themselves).
+fn max_restarts(
+    l: &Layers<'_>,
+    elastic: Option<&ElasticConfig>,
+    serve: bool,
+) -> Result<u32, ConfigError> {
     let max_restarts = l.pick(&opt::MAX_RESTARTS)?;
+    if max_restarts.value > 0 && serve {
+        let given = max_restarts.source;
+        let why = Refusal::RestartsInServe { given };
+        return Err(invalid(opt::MAX_RESTARTS.flag, why));
+    }
     if max_restarts.value > 0 && elastic.is_some_and(|e| e.hot_spares > 0) {
         let given = max_restarts.source;
         return Err(invalid(

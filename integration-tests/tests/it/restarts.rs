@@ -13,7 +13,7 @@ const JOB: Duration = Duration::from_secs(60);
 
 /// Counts to 10, checkpointing every count to `$1/ckpt.$RANK` and starting
 /// from the checkpoint; rank 1's first start kills itself (SIGKILL) at 5.
-const CHECKPOINTING: &str = r#"
+pub(crate) const CHECKPOINTING: &str = r#"
 ckpt="$1/ckpt.$RANK"; start=0
 [ -f "$ckpt" ] && start=$(cat "$ckpt")
 i=$start

@@ -254,3 +254,44 @@ fn an_ssh_that_fails_at_once_is_reported_with_its_status_and_message() {
     assert!(run.stderr.lines().any(|l| l == line), "{}", run.stderr);
     assert!(!run.stderr.contains("Broken pipe"), "{}", run.stderr);
 }
+
+/// `--max-restarts` over ssh: a local and a remote worker of a program that
+/// does not use the runtime and checkpoints (`restarts::CHECKPOINTING`);
+/// the remote one kills itself, every worker (the remote one through ssh
+/// again) is started anew with `TORCHELASTIC_RESTART_COUNT=1`, resumes from
+/// its checkpoint, and nothing is left running.
+#[test]
+fn restarts_over_ssh_start_the_remote_worker_again_from_its_checkpoint() {
+    let Some(sshd) = TestSshd::start_or_skip(&["127.0.0.8"]) else {
+        return;
+    };
+    let scratch = integration_tests::elastic::Scratch::new("ssh-restarts");
+    let dir = scratch.dir.to_str().expect("a UTF-8 temporary directory");
+    let hosts = format!("localhost:1,{}:1", sshd.host);
+    let mut args = vec!["-H", &hosts, "--max-restarts", "2"];
+    let ssh = sshd.ssh_args();
+    args.extend(ssh.iter().map(String::as_str));
+    args.extend(["sh", "-c", super::restarts::CHECKPOINTING, "sh", dir]);
+    let run = launch(&args).finish(JOB);
+    run.expect_code(0);
+    assert!(
+        run.stderr
+            .contains("restarting every worker: restart 1 of 2 (TORCHELASTIC_RESTART_COUNT=1)"),
+        "{}",
+        run.stderr
+    );
+    // Each rank's last start: the restart, from its checkpoint (the remote
+    // one's at 5; the local one may have finished before the failure).
+    for rank in [0, 1] {
+        let done = format!("[{rank}]<stdout>:rank {rank} done at 10");
+        let line = (run.stdout.lines())
+            .filter(|l| l.starts_with(&done))
+            .last()
+            .unwrap_or_else(|| panic!("no {done}:\n{}", run.stdout));
+        assert!(line.ends_with("restart 1 of 2"), "{line}");
+        if rank == 1 {
+            assert!(line.contains("from 5"), "the remote worker resumed: {line}");
+        }
+    }
+    assert_all_gone(&descendants(sshd.pid()), Duration::from_secs(10));
+}
