@@ -285,8 +285,7 @@ fn restarts_over_ssh_start_the_remote_worker_again_from_its_checkpoint() {
     for rank in [0, 1] {
         let done = format!("[{rank}]<stdout>:rank {rank} done at 10");
         let line = (run.stdout.lines())
-            .filter(|l| l.starts_with(&done))
-            .last()
+            .rfind(|l| l.starts_with(&done))
             .unwrap_or_else(|| panic!("no {done}:\n{}", run.stdout));
         assert!(line.ends_with("restart 1 of 2"), "{line}");
         if rank == 1 {
