@@ -288,6 +288,12 @@ fn a_hot_spare_takes_a_failed_members_place_at_once() {
         !out.iter().any(|c| matches!(c, Command::Leave { .. })),
         "{out:?}"
     );
+    let counts = WorkerCounts {
+        starting: 0,
+        waiting: 1,
+        members: 4,
+    };
+    assert_eq!(m.worker_counts(), counts, "the spare waits");
     // Member 1 dies: a spare is started again on a free slot.
     let out = m.failed(s(5), &slot("a", 1), "killed");
     assert!(
