@@ -41,6 +41,7 @@ fn every_dashboard_query_names_metrics_that_exist() {
     m.generation(1, &[elastic::membership::SlotId::new("h", 0)]);
     m.rank_progress(0, steps(1), t0);
     m.rank_progress(0, steps(2), t0 + std::time::Duration::from_secs(1));
+    m.set_workers(1, elastic::membership::WorkerCounts::default());
     let exposition = m.render();
     // Every sample's name, and every family's (one with labels may have
     // no sample before the job has ranks), with a histogram's series.
