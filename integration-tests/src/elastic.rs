@@ -254,6 +254,13 @@ impl Job {
         })
     }
 
+    /// The address of the job's metrics server (`--metrics-address`), once
+    /// elasticrun has said it.
+    pub fn metrics_address(&self, limit: Duration) -> std::net::SocketAddr {
+        let line = self.wait_for_stderr("metrics at http://", limit);
+        crate::prometheus::said_address(&line).unwrap_or_else(|| panic!("no address in {line:?}"))
+    }
+
     /// The live (not zombie) workers, by host and slot; recorded with the
     /// watcher's, which may not have seen them yet.
     pub fn workers(&self) -> Vec<WorkerProc> {

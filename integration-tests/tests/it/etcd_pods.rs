@@ -217,11 +217,7 @@ fn a_killed_pod_resets_the_others_from_the_last_commit() {
     job.signal_pod(2, Signal::SIGKILL);
     let _ = job.finish_pod(2, LIMIT);
     // The leader's metrics show the reset and the smaller world.
-    let addr = wait_for("the metrics address", LIMIT, || {
-        job.serve_stderr(0)
-            .lines()
-            .find_map(prometheus::said_address)
-    });
+    let addr = serve_metrics(&job, 0);
     wait_for("a reset and two ranks on /metrics", LIMIT, || {
         let (_, text) = prometheus::get(addr, "/metrics").ok()?;
         let resets = prometheus::sample(&text, r#"elasticrun_resets_total{cause="failure"}"#)?;

@@ -7,12 +7,12 @@
 use std::time::Duration;
 
 use integration_tests::elastic::{Job, Scratch, Train};
-use integration_tests::prometheus::{Prometheus, get, promtool_check, said_address};
+use integration_tests::prometheus::{Prometheus, get, promtool_check};
 use integration_tests::wait_for;
 
 /// 600 steps of about 25 ms: long enough for every event and Prometheus's
-/// scrapes of each.
-const LONG: Train = Train {
+/// scrapes of each (the status page's and the stragglers' tests too).
+pub(crate) const LONG: Train = Train {
     epochs: 60,
     samples: 640,
     step_delay_ms: 20,
@@ -41,8 +41,7 @@ fn prometheus_sees_a_reset_a_recovery_and_the_world_size_move() {
         ],
         &LONG,
     );
-    let line = job.wait_for_stderr("metrics at http://", LIMIT);
-    let addr = said_address(&line).unwrap_or_else(|| panic!("no address in {line:?}"));
+    let addr = job.metrics_address(LIMIT);
     let Some(prom) = Prometheus::start("job", addr) else {
         return;
     };

@@ -7,17 +7,11 @@
 use std::time::Duration;
 
 use integration_tests::browser::Browser;
-use integration_tests::elastic::{Job, Scratch, Train};
-use integration_tests::prometheus::said_address;
+use integration_tests::elastic::{Job, Scratch};
 use integration_tests::wait_for;
-use serde_json::Value;
 
-const LONG: Train = Train {
-    epochs: 60,
-    samples: 640,
-    step_delay_ms: 20,
-    commit_every: 4,
-};
+use super::metrics::LONG;
+use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -55,8 +49,7 @@ fn the_page_shows_the_ranks_and_follows_a_kill() {
         ],
         &LONG,
     );
-    let line = job.wait_for_stderr("metrics at http://", LIMIT);
-    let addr = said_address(&line).unwrap_or_else(|| panic!("no address in {line:?}"));
+    let addr = job.metrics_address(LIMIT);
     let Some(mut page) = Browser::open(&format!("http://{addr}/")) else {
         return;
     };

@@ -8,18 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use integration_tests::elastic::{Job, Scratch, Train};
-use integration_tests::prometheus::{get, said_address, sample};
+use integration_tests::elastic::{Job, Scratch};
+use integration_tests::prometheus::{get, sample};
 use integration_tests::wait_for;
+
+use super::metrics::LONG;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-const LONG: Train = Train {
-    epochs: 60,
-    samples: 640,
-    step_delay_ms: 20,
-    commit_every: 4,
-};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -62,8 +57,7 @@ fn a_slowed_rank_is_named_a_straggler_and_replaced() {
         ],
         &LONG,
     );
-    let line = job.wait_for_stderr("metrics at http://", LIMIT);
-    let addr = said_address(&line).unwrap_or_else(|| panic!("no address in {line:?}"));
+    let addr = job.metrics_address(LIMIT);
     job.wait_for_step_at_least(5);
     let slow = wait_for("the worker on 127.0.0.1", LIMIT, || {
         job.workers().into_iter().find(|w| w.host == "127.0.0.1")
