@@ -79,10 +79,8 @@ pub(super) struct Driver {
     /// What the next reset by failure is counted as (a stall, a
     /// straggler), when not a plain failure.
     pub(super) reset_cause: Option<ResetCause>,
-    /// What the last change of hosts was, and the hosts discovery last
-    /// gave.
+    /// What the last change of hosts was.
     pub(super) host_change: ResetCause,
-    pub(super) hosts_seen: Vec<HostSlots>,
 }
 
 /// How the driver watches its workers.
@@ -184,18 +182,16 @@ impl Driver {
     fn offer(&mut self, offer: Offer) -> Vec<Command> {
         let now = self.now();
         self.discovered = true;
-        match offer {
+        let before = self.core.hosts().to_vec();
+        let cmds = match offer {
             Offer::Hosts(hosts) => {
                 self.launcher.hosts_discovered(&hosts);
-                self.host_change = host_change(&self.hosts_seen, &hosts);
-                self.hosts_seen.clone_from(&hosts);
                 self.core.discovered(now, &hosts)
             }
-            Offer::Slots(slots) => {
-                self.host_change = ResetCause::HostsAdded;
-                self.core.offered(now, &slots)
-            }
-        }
+            Offer::Slots(slots) => self.core.offered(now, &slots),
+        };
+        self.host_change = host_change(&before, self.core.hosts());
+        cmds
     }
 
     /// When the driver next has something to do with no news: the core's
@@ -572,4 +568,39 @@ async fn refuse(mut link: crate::server::Link, reason: String) {
     use futures::SinkExt;
     let stop = control::CoordinatorMsg::Stop { reason };
     let _ = tokio::time::timeout(crate::server::HANDSHAKE_TIMEOUT, link.send(stop)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(list: &[(&str, usize)]) -> Vec<HostSlots> {
+        (list.iter())
+            .map(|&(host, slots)| HostSlots {
+                host: host.into(),
+                slots,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_host_gone_or_with_fewer_slots_is_a_removal_anything_else_an_addition() {
+        let before = hosts(&[("a", 2), ("b", 2)]);
+        let cases = [
+            (
+                hosts(&[("a", 2), ("b", 2), ("c", 1)]),
+                ResetCause::HostsAdded,
+            ),
+            (hosts(&[("a", 4), ("b", 2)]), ResetCause::HostsAdded),
+            (hosts(&[("a", 2)]), ResetCause::HostsRemoved),
+            (
+                hosts(&[("a", 1), ("b", 2), ("c", 8)]),
+                ResetCause::HostsRemoved,
+            ),
+        ];
+        for (after, want) in cases {
+            assert_eq!(host_change(&before, &after), want, "{after:?}");
+        }
+        assert_eq!(host_change(&[], &before), ResetCause::HostsAdded);
+    }
 }

@@ -399,7 +399,6 @@ async fn drive(
         watch,
         reset_cause: None,
         host_change: ResetCause::HostsAdded,
-        hosts_seen: Vec::new(),
     };
     let ending = driver
         .run(&mut arrivals, &mut hosts, events_rx, stops)

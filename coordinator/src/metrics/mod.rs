@@ -14,7 +14,6 @@ pub mod status;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -125,7 +124,6 @@ struct Inner {
     goodput: Mutex<Goodput>,
     view: Mutex<View>,
     state: Mutex<JobState>,
-    world: AtomicU64,
 }
 
 /// The job's metrics: a handle shared by the driver and the server.
@@ -165,7 +163,6 @@ impl JobMetrics {
             goodput: Mutex::new(Goodput::new(now)),
             view: Mutex::new(View::new(now)),
             state: Mutex::new(JobState::Starting),
-            world: AtomicU64::new(0),
         }));
         metrics.set_state(JobState::Starting);
         for cause in CAUSES {

@@ -1,8 +1,6 @@
 //! Each rank, from its heartbeats: the per-rank families and the page's
 //! ranks.
 
-use std::sync::atomic::Ordering;
-
 use elastic::membership::SlotId;
 use tokio::time::Instant;
 
@@ -76,10 +74,10 @@ impl JobMetrics {
     /// A generation assigned with `ranks`.
     pub fn generation(&self, generation: u64, ranks: &[SlotId]) {
         let size = ranks.len();
-        let before = self.0.world.swap(size as u64, Ordering::Relaxed);
+        let mut view = self.view();
         // Ranks the new generation does not have are gone; every rank's
         // rates start afresh (a rank may be another worker).
-        for rank in size as u64..before {
+        for rank in size..view.ranks.len() {
             self.0
                 .f
                 .forget_rank(u32::try_from(rank).unwrap_or(u32::MAX));
@@ -91,7 +89,8 @@ impl JobMetrics {
             self.0.f.rank_straggler.get_or_create(&label).set(0);
         }
         let hosts: Vec<(String, u32)> = ranks.iter().map(|s| (s.host.clone(), s.slot)).collect();
-        self.view().generation(generation, &hosts, Instant::now());
+        view.generation(generation, &hosts, Instant::now());
+        drop(view);
         let f = &self.0.f;
         f.generation
             .set(i64::try_from(generation).unwrap_or(i64::MAX));

@@ -175,6 +175,12 @@ impl Membership {
         out
     }
 
+    /// The hosts the job may use, as discovery (or the offered slots) last
+    /// gave them, less a host lost since.
+    pub fn hosts(&self) -> &[HostSlots] {
+        &self.hosts
+    }
+
     /// The slots offered now, when workers register by themselves (pods,
     /// each on a slot it claimed): the job's slots are exactly these, hosts
     /// in the order they first appear. Replaces the previous set; otherwise
