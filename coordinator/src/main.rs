@@ -9,6 +9,9 @@ use coordinator::config::serve::Given;
 use coordinator::job;
 use coordinator::serve::ServeConfig;
 
+/// A node's serve options come from its environment and config file only.
+static NO_SERVE_OPTIONS: Given = Vec::new();
+
 /// Exit code of every usage error: a command line, environment variable or
 /// file elasticrun cannot run.
 const USAGE: u8 = 2;
@@ -60,18 +63,36 @@ fn serve_line() -> Result<Option<(Given, Vec<OsString>)>, ExitCode> {
     }
 }
 
+/// What this `elasticrun` is.
+enum Role {
+    /// A job's launcher and coordinator.
+    Job,
+    /// `elasticrun serve`, with its own options.
+    Serve(Given),
+    /// `elasticrun COMMAND` in etcd mode (`ELASTICRUN_ETCD` set): this node's
+    /// workers and maybe a replica, which is given these option words.
+    Node(Vec<OsString>),
+}
+
 /// The command line, or the exit code when there is nothing (more) to run.
-fn command_line() -> Result<(Cli, Option<Given>), ExitCode> {
-    let serve = serve_line()?;
-    let (args, serve) = match serve {
-        Some((s, job)) => (job, Some(s)),
-        None => (std::env::args_os().collect(), None),
-    };
-    let mut cli = parse_cli(args, serve.is_some())?;
-    if serve.is_some() {
+fn command_line() -> Result<(Cli, Role), ExitCode> {
+    if let Some((given, job)) = serve_line()? {
+        let mut cli = parse_cli(job, true)?;
         cli.command.clear();
+        return Ok((cli, Role::Serve(given)));
     }
-    Ok((cli, serve))
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let etcd = std::env::var(coordinator::serve::ETCD_VAR).is_ok_and(|v| !v.trim().is_empty());
+    let cli = parse_cli(args.clone(), etcd)?;
+    if !etcd {
+        return Ok((cli, Role::Job));
+    }
+    // The words between `elasticrun` and the command, for the replica.
+    let mut options: Vec<OsString> = args[1..args.len() - cli.command.len()].to_vec();
+    if options.last().is_some_and(|a| a == "--") {
+        options.pop();
+    }
+    Ok((cli, Role::Node(options)))
 }
 
 /// Whether `word` in `args` stands where a value of the option before it
@@ -118,7 +139,7 @@ fn parse_cli(args: Vec<OsString>, serve: bool) -> Result<Cli, ExitCode> {
 /// serve options: command line, environment, then the config file.
 fn load(
     cli: &Cli,
-    serve: Option<Given>,
+    serve: Option<&Given>,
 ) -> Result<(config::JobConfig, Option<ServeConfig>), String> {
     let path = cli
         .config_file
@@ -135,7 +156,7 @@ fn load(
     let env = |k: &str| std::env::var(k).ok();
     let serve = match serve {
         Some(given) => Some(
-            config::serve::resolve(&given, &env, &file.serve).map_err(|e| format!("serve: {e}"))?,
+            config::serve::resolve(given, &env, &file.serve).map_err(|e| format!("serve: {e}"))?,
         ),
         None => None,
     };
@@ -144,9 +165,15 @@ fn load(
 }
 
 fn main() -> ExitCode {
-    let (cli, serve) = match command_line() {
+    let (cli, role) = match command_line() {
         Ok(c) => c,
         Err(code) => return code,
+    };
+    // A node in etcd mode checks the serve options its replica will read.
+    let serve = match &role {
+        Role::Serve(given) => Some(given),
+        Role::Node(_) => Some(&NO_SERVE_OPTIONS),
+        Role::Job => None,
     };
     let (cfg, serve) = match load(&cli, serve) {
         Ok(c) => c,
@@ -180,6 +207,15 @@ fn main() -> ExitCode {
         }
     };
     let say = job::Say::stderr(cfg.output_timestamps);
+    if let Role::Node(options) = role {
+        return match rt.block_on(coordinator::serve::node::run(cfg, options)) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                say.line(&e);
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(serve) = serve {
         return match rt.block_on(coordinator::serve::run(cfg, serve)) {
             Ok(ending) => ExitCode::from(ending.code()),

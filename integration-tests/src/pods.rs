@@ -27,6 +27,9 @@ pub struct PodJob {
     pub pod_env: Vec<(String, String)>,
     serves: Vec<Option<Running>>,
     pods: Vec<Option<Running>>,
+    /// Pods that lead process groups of their own (an `elasticrun` node and
+    /// its children): killed as a group.
+    groups: Vec<i32>,
 }
 
 /// Where a pod runs: its node's name (`NODE_NAME`), its network namespace
@@ -100,6 +103,7 @@ impl PodJob {
             pod_env: Vec::new(),
             serves: Vec::new(),
             pods: Vec::new(),
+            groups: Vec::new(),
         }
     }
 
@@ -136,15 +140,39 @@ impl PodJob {
     /// `train` with `secret`; its index.
     pub fn pod_as(&mut self, node: &Node, train: &Train, secret: &str) -> usize {
         let i = self.pods.len();
-        let file = self.dir.write(&format!("secret-{i}"), secret);
         let args = train.args();
         let mut cmd = command_in(node.ns.as_deref(), &args[0]);
+        cmd.args(&args[1..]);
+        self.pod_env_for(&mut cmd, node, secret);
+        self.pods.push(Some(start(cmd)));
+        i
+    }
+
+    /// Starts `elasticrun` running `train` in etcd mode as a pod on `node`
+    /// with torchrun's variables `pet` (what Kubeflow Trainer gives a node),
+    /// in a process group of its own; its index among the pods.
+    pub fn node_pod(&mut self, node: &Node, train: &Train, pet: &[(&str, String)]) -> usize {
+        use std::os::unix::process::CommandExt;
+        let i = self.pods.len();
+        let mut cmd = command_in(node.ns.as_deref(), elasticrun());
+        cmd.args(train.args()).process_group(0);
+        self.pod_env_for(&mut cmd, node, SECRET);
+        cmd.envs(pet.iter().map(|(k, v)| (k, v)));
+        let run = start(cmd);
+        self.groups.push(run.pid());
+        self.pods.push(Some(run));
+        i
+    }
+
+    /// A pod's environment, as the manifests give it, for pod `i`.
+    fn pod_env_for(&self, cmd: &mut std::process::Command, node: &Node, secret: &str) {
+        let i = self.pods.len();
+        let file = self.dir.write(&format!("secret-{i}"), secret);
         let etcd = self
             .pod_etcd
             .clone()
             .unwrap_or_else(|| self.etcd.endpoints());
-        cmd.args(&args[1..])
-            .env("ELASTICRUN_ETCD", etcd)
+        cmd.env("ELASTICRUN_ETCD", etcd)
             .env("ELASTICRUN_JOB", &self.job)
             .env("ELASTICRUN_SECRET_FILE", file)
             .env("ELASTICRUN_LEASE_TTL", "2")
@@ -156,8 +184,6 @@ impl PodJob {
             cmd.env_remove(k);
         }
         cmd.envs(self.pod_env.iter().map(|(k, v)| (k, v)));
-        self.pods.push(Some(start(cmd)));
-        i
     }
 
     /// Starts a pod on `node` running `train`; its index.
@@ -312,6 +338,9 @@ impl PodJob {
 
 impl Drop for PodJob {
     fn drop(&mut self) {
+        for &g in &self.groups {
+            let _ = kill(Pid::from_raw(-g), Signal::SIGKILL);
+        }
         for r in self.pods.iter_mut().chain(self.serves.iter_mut()).flatten() {
             let _ = r.child.kill();
             let _ = r.child.wait();

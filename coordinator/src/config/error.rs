@@ -22,6 +22,8 @@ pub enum ConfigError {
     Invalid { option: &'static str, why: Refusal },
     #[error(transparent)]
     Hosts(#[from] HostsError),
+    #[error(transparent)]
+    Torchrun(#[from] super::torchrun::TorchrunError),
 }
 
 /// An option as users type it: `-np`, `--min-np`.
@@ -179,6 +181,18 @@ pub enum Refusal {
          given {given})"
     )]
     RestartsInServe { given: Source },
+    #[error(
+        "torchrun's PET_NNODES asks for {nodes} nodes: a job over several nodes started the \
+         torchrun way runs in etcd mode, each node's elasticrun with ELASTICRUN_ETCD, \
+         ELASTICRUN_JOB and ELASTICRUN_SECRET_FILE set (deploy/kubernetes/trainer/); on one \
+         machine, PET_NNODES=1"
+    )]
+    TorchrunNodes { nodes: usize },
+    #[error(
+        "it says how many workers one machine starts, on its own or in etcd mode; with hosts \
+         given, their slots say it (it was given {given})"
+    )]
+    PerNodeWithHosts { given: Source },
     #[error(
         "{} is not a straggler action: expected warn or replace",
         control::Quoted(text)

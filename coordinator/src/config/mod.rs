@@ -13,6 +13,7 @@ mod options;
 mod parse;
 mod resolve;
 pub mod serve;
+pub mod torchrun;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -216,6 +217,11 @@ pub struct JobConfig {
     /// `None`: as many processes as the hosts have slots. In an elastic job,
     /// the initial target (`Some(initial_np)`).
     pub np: Option<usize>,
+    /// Workers one node starts (`--nproc-per-node`, else torchrun's
+    /// `PET_NPROC_PER_NODE`, else 1): what a pod starts in etcd mode.
+    pub nproc_per_node: usize,
+    /// torchrun's `PET_*` variables, where any is set.
+    pub torchrun: Option<torchrun::Torchrun>,
     /// [`HostSpec::Localhost`] (unused) in an elastic job.
     pub hosts: HostSpec,
     /// Default 30 s.
@@ -277,3 +283,5 @@ mod props;
 mod slurm_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod torchrun_tests;

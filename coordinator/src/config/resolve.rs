@@ -1,8 +1,10 @@
 //! From the three layers to one typed [`JobConfig`]: every option of the
 //! [table](super::options) is picked by [`Layers::pick`] (command line >
 //! `ELASTICRUN_*` environment > Horovod's `HOROVOD_*` names, converted to our
-//! units > config file > default), then converted and checked here. Pure: the
-//! environment comes in as a lookup.
+//! units > config file > default), then converted and checked here; torchrun's
+//! `PET_*` variables ([`super::torchrun`]) are the defaults of the options
+//! they match. Pure: the environment comes in as a lookup (only
+//! `PET_NPROC_PER_NODE=auto|cpu|gpu` looks at the machine).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,6 +14,7 @@ use super::error::{BadValue, Layer, Refusal};
 use super::file::{ConfigFile, FileType};
 use super::options::{self as opt, Opt, When};
 use super::parse::segment_bytes;
+use super::torchrun::{self, Machine, Torchrun};
 use super::{
     AutotuneConfig, ConfigError, ElasticConfig, HostDiscovery, HostSpec, JobConfig, LogLevel,
     MIN_HEARTBEAT_TIMEOUT, Source, Sourced, StallCheck, Timeline, Tuning,
@@ -30,6 +33,10 @@ struct Layers<'a> {
     elastic_job: bool,
     /// Autotuning is on: Horovod's `HOROVOD_AUTOTUNE_*` settings count.
     autotuning: bool,
+    /// torchrun's variables, the defaults of the options they match.
+    torchrun: Option<&'a Torchrun>,
+    /// Workers a node starts (`--nproc-per-node`, resolved).
+    per_node: usize,
 }
 
 impl Layers<'_> {
@@ -166,17 +173,25 @@ pub fn resolve(
     env: &dyn Fn(&str) -> Option<String>,
     file: &ConfigFile,
 ) -> Result<JobConfig, ConfigError> {
+    let torchrun = Torchrun::read(env, Machine::here)?;
     let l = Layers {
         cli,
         env,
         file,
         elastic_job: false,
         autotuning: false,
+        torchrun: torchrun.as_ref(),
+        per_node: 1,
     };
     let np = l.pick(&opt::NP)?;
     if np.value == Some(0) {
         return Err(invalid(opt::NP.flag, Refusal::NoProcess));
     }
+    let per_node = nproc_per_node(&l)?;
+    let l = Layers {
+        per_node: per_node.value,
+        ..l
+    };
     let start_timeout = l.pick(&opt::START_TIMEOUT)?;
     let coordinator_timeout = l.pick(&opt::COORDINATOR_TIMEOUT)?;
     let heartbeat_timeout = heartbeat_timeout(l.pick(&opt::HEARTBEAT_TIMEOUT)?.value)?;
@@ -185,6 +200,8 @@ pub fn resolve(
     let ssh_identity_file = l.pick(&opt::SSH_IDENTITY_FILE)?;
     let given = hosts(&l)?;
     let slurm = allocation(&l, &given, cli.serve)?;
+    let one_machine = matches!(given, Hosts::Static(HostSpec::Localhost)) && slurm.is_none();
+    let np = np_per_node(&l, np, &per_node, one_machine)?;
     let (hosts, elastic) = hosts_and_elastic(&l, given, slurm.as_ref(), cli.serve, np.value)?;
     if let Some(names) = &network_interface.value
         && names.contains(',')
@@ -208,6 +225,8 @@ pub fn resolve(
         max_restarts,
         slurm,
         np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),
+        nproc_per_node: per_node.value,
+        torchrun: torchrun.clone(),
         hosts,
         start_timeout: positive_seconds(opt::START_TIMEOUT.flag, start_timeout.value)?,
         coordinator_timeout: positive_seconds(
@@ -234,6 +253,62 @@ pub fn resolve(
         transport,
         shared_memory: !l.pick(&opt::NO_SHARED_MEMORY)?.value,
     })
+}
+
+/// `--nproc-per-node`, else torchrun's `PET_NPROC_PER_NODE`, else 1.
+fn nproc_per_node(l: &Layers<'_>) -> Result<Sourced<usize>, ConfigError> {
+    let given = l.pick(&opt::NPROC_PER_NODE)?;
+    if given.value == Some(0) {
+        return Err(invalid(opt::NPROC_PER_NODE.flag, Refusal::NoProcess));
+    }
+    let pet = l.torchrun.and_then(|t| t.nproc_per_node);
+    Ok(match (given.value, pet) {
+        (Some(n), _) => Sourced::new(n, given.source),
+        (None, Some(n)) => Sourced::new(n, Source::Environment(torchrun::NPROC_PER_NODE)),
+        (None, None) => Sourced::new(1, Source::Default),
+    })
+}
+
+/// `-np` where nothing set it: the nodes torchrun's `PET_NNODES` names
+/// (at most) times the workers a node starts. In etcd mode (`serve`) that
+/// is the job's size; on one machine the nodes must be one. A
+/// `--nproc-per-node` given for a job with hosts is refused.
+fn np_per_node(
+    l: &Layers<'_>,
+    np: Sourced<Option<usize>>,
+    per_node: &Sourced<usize>,
+    one_machine: bool,
+) -> Result<Sourced<Option<usize>>, ConfigError> {
+    let serve = l.cli.serve;
+    if !serve && !one_machine {
+        if matches!(per_node.source, Source::Environment(v) if v == torchrun::NPROC_PER_NODE) {
+            return Ok(np);
+        }
+        if per_node.is_explicit() {
+            let why = Refusal::PerNodeWithHosts {
+                given: per_node.source,
+            };
+            return Err(invalid(opt::NPROC_PER_NODE.flag, why));
+        }
+        return Ok(np);
+    }
+    let nodes = l.torchrun.and_then(|t| t.nnodes);
+    if np.is_explicit() {
+        return Ok(np);
+    }
+    match nodes {
+        Some((_, max)) if !serve && max > 1 => {
+            Err(invalid(opt::NP.flag, Refusal::TorchrunNodes { nodes: max }))
+        }
+        Some((_, max)) => {
+            let n = max.saturating_mul(per_node.value);
+            Ok(Sourced::new(Some(n), Source::Environment(torchrun::NNODES)))
+        }
+        None if !serve && per_node.is_explicit() => {
+            Ok(Sourced::new(Some(per_node.value), per_node.source))
+        }
+        None => Ok(np),
+    }
 }
 
 /// Where the hosts come from, and the elastic options: `elasticrun serve`
@@ -404,7 +479,22 @@ fn elastic(
         elastic_job: script.is_some(),
         ..*l
     };
-    let (min_np, max_np) = (l.pick(&opt::MIN_NP)?, l.pick(&opt::MAX_NP)?);
+    let (mut min_np, mut max_np) = (l.pick(&opt::MIN_NP)?, l.pick(&opt::MAX_NP)?);
+    // In etcd mode torchrun's PET_NNODES=MIN:MAX bounds the job.
+    let nodes = l.torchrun.and_then(|t| t.nnodes);
+    if let (Some(None), Some((min, max))) = (&script, nodes) {
+        let (min, max) = (
+            min.saturating_mul(l.per_node),
+            max.saturating_mul(l.per_node),
+        );
+        let pet = Source::Environment(torchrun::NNODES);
+        if !min_np.is_explicit() {
+            min_np = Sourced::new(Some(min), pet);
+        }
+        if !max_np.is_explicit() {
+            max_np = Sourced::new(Some(max), pet);
+        }
+    }
     let slots_per_host = l.pick(&opt::SLOTS_PER_HOST)?;
     let elastic_timeout = l.pick(&opt::ELASTIC_TIMEOUT)?;
     let reset_limit = l.pick(&opt::RESET_LIMIT)?;

@@ -37,7 +37,7 @@ pub const OPTIONS: [(&str, &str, &str); 6] = [
     (
         "port",
         "ELASTICRUN_PORT",
-        "port the control plane listens on [default: any free port]",
+        "port the control plane listens on [default: torchrun's PET_MASTER_PORT, else any free port]",
     ),
     (
         "advertise-address",
@@ -125,12 +125,19 @@ pub fn resolve(
         None => DEFAULT_LEASE_TTL,
         Some(v) => etcdjob::parse_lease_ttl(&v).map_err(|why| invalid(3, why))?,
     };
-    let port = match value(4) {
-        None => 0,
-        Some(v) => v
+    // torchrun's PET_MASTER_PORT is the default, where a Trainer runtime
+    // gives one.
+    let pet = super::torchrun::MASTER_PORT;
+    let port = match (value(4), env(pet).filter(|v| !v.trim().is_empty())) {
+        (None, None) => 0,
+        (Some(v), _) => v
             .trim()
             .parse()
             .map_err(|_| invalid(4, format!("{v:?} is not a port")))?,
+        (None, Some(v)) => v
+            .trim()
+            .parse()
+            .map_err(|_| invalid(4, format!("{pet}={v:?} is not a port")))?,
     };
     let advertise = match value(5).or_else(|| env("POD_IP").filter(|v| !v.trim().is_empty())) {
         None => None,
@@ -218,6 +225,20 @@ mod tests {
         };
         let cfg = resolve(&[], &env, &Serve::default()).unwrap();
         assert_eq!(cfg.endpoints.urls(), ["http://e:1"]);
+        assert_eq!(cfg.port, 0);
+        let trainer = |k: &str| match k {
+            "PET_MASTER_PORT" => Some("29400".to_owned()),
+            k => env(k),
+        };
+        assert_eq!(
+            resolve(&[], &trainer, &Serve::default()).unwrap().port,
+            29400
+        );
+        let given = [("port", "29500".to_owned())];
+        assert_eq!(
+            resolve(&given, &trainer, &Serve::default()).unwrap().port,
+            29500
+        );
         assert_eq!(cfg.advertise, Some("10.1.2.3".parse().unwrap()));
         let e = resolve(&[], &|_| None, &Serve::default()).unwrap_err();
         assert!(e.to_string().contains("ELASTICRUN_ETCD"), "{e}");

@@ -15,7 +15,13 @@
 //!                    └──────── stepped down (lease lapsed, fenced, etcd gone) ◄┘
 //! ```
 
+pub mod node;
 mod pods;
+
+/// The variable that puts a job in etcd mode: `elasticrun serve` reads it,
+/// and `elasticrun COMMAND` where it is set runs one node of such a job
+/// ([`node`]).
+pub const ETCD_VAR: &str = "ELASTICRUN_ETCD";
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;

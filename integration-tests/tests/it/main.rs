@@ -38,4 +38,5 @@ mod stall;
 mod status_page;
 mod stragglers;
 mod synthetic_benchmark;
+mod trainer_nodes;
 mod unsafe_policy;

@@ -30,6 +30,21 @@ pub(in super::super) const NP: Opt<Option<usize>> = Opt {
     default: None,
 };
 
+/// Workers a node starts, torchrun's `--nproc-per-node`.
+pub(in super::super) const NPROC_PER_NODE: Opt<Option<usize>> = Opt {
+    flag: "nproc-per-node",
+    arg: arg(
+        LAUNCHING,
+        Value("N"),
+        "Workers this machine starts, as torchrun's --nproc-per-node: on one machine it is -np's \
+         default; in etcd mode (ELASTICRUN_ETCD set, a pod of a Kubernetes job) it is how many \
+         copies of the program this pod starts [default: PET_NPROC_PER_NODE, else 1].",
+    ),
+    env: &[var("ELASTICRUN_NPROC_PER_NODE", some_count)],
+    yaml: key("launch.nproc_per_node"),
+    default: None,
+};
+
 pub(in super::super) const HOSTS: Opt<Option<String>> = Opt {
     flag: "hosts",
     arg: Arg {

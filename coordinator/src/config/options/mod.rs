@@ -270,6 +270,7 @@ pub(super) fn given(o: &dyn Declared, m: &clap::ArgMatches) -> Option<String> {
 /// Every option, in the help's order.
 pub(super) static ALL: &[&dyn Declared] = &[
     &NP,
+    &NPROC_PER_NODE,
     &HOSTS,
     &HOSTFILE,
     &START_TIMEOUT,
