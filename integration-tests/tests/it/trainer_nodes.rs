@@ -124,3 +124,35 @@ fn a_nodes_killed_worker_ends_its_pod_and_the_restarted_pod_rejoins() {
     // goes on from its last commit: the weights of an undisturbed run.
     assert_eq!(state, train.undisturbed_state(6), "{}", run.stderr);
 }
+
+/// On one machine torchrun's variables are `-np`'s default
+/// (`PET_NPROC_PER_NODE` workers of one node), with no etcd; more than one
+/// node without etcd mode is refused saying what to set.
+#[test]
+fn on_one_machine_torchruns_variables_size_the_job() {
+    let train = Train {
+        epochs: 1,
+        samples: 320,
+        step_delay_ms: 0,
+        commit_every: 5,
+    };
+    let run_with = |nodes: &str| {
+        let mut cmd = std::process::Command::new(integration_tests::elasticrun());
+        cmd.args(train.args())
+            .env("PET_NNODES", nodes)
+            .env("PET_NPROC_PER_NODE", "3")
+            .env("PET_NODE_RANK", "0");
+        integration_tests::start(cmd).finish(LIMIT)
+    };
+    let run = run_with("1");
+    run.expect_code(0);
+    check_done(&run, 3, train.expected_steps());
+    let refused = run_with("2");
+    assert_eq!(refused.status.code(), Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("PET_NNODES asks for 2 nodes")
+            && refused.stderr.contains("ELASTICRUN_ETCD"),
+        "{}",
+        refused.stderr
+    );
+}

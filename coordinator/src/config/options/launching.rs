@@ -22,7 +22,8 @@ pub(in super::super) const NP: Opt<Option<usize>> = Opt {
         ..arg(
             LAUNCHING,
             Value("N"),
-            "Number of worker processes [default: the total slots of the hosts].",
+            "Number of worker processes [default: the total slots of the hosts; on one machine or in \
+             etcd mode, torchrun's PET_NNODES x --nproc-per-node where either is set].",
         )
     },
     env: &[var("ELASTICRUN_NP", some_count)],
