@@ -2,11 +2,14 @@
 """`--max-restarts` beside torchrun's: the same torch.distributed script (DDP
 over Gloo, a checkpoint saved every step, resumed at start; no elasticrun
 import: python/tests/workers/torchrun_ckpt.py) under `elasticrun -np N
---max-restarts 10` and `torchrun --standalone --nproc_per_node N
---max-restarts 10`. Each round `kill -9`s rank 1 once the job reached step
-KILL_AT and times the gap from the kill to the first training step of the
+--max-restarts 10` (and the same with `--prestart-imports
+torch,torch.distributed,torch._dynamo`: Python processes started ahead;
+torch's optimizers import torch._dynamo at their first use) and `torchrun
+--standalone --nproc_per_node N --max-restarts 10`. Each round `kill -9`s rank 1 once the job reached step
+KILL_AT (3 s of training: the processes started ahead have finished their
+imports by then, as they have in a job that has run a while) and times the gap from the kill to the first training step of the
 restarted group (after its first "resumed ... restart N" line, N >= 1: a
-restart that fails itself is restarted again, and counts in the gap). Rounds alternate
+restart that fails itself is restarted again, and counts in the gap). Rounds rotate
 which launcher goes first; prints each gap and the medians.
 
 Usage: scripts/bench_restarts.py --python-venv VENV [--np 2] [--rounds 3]
@@ -26,8 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from bench_recovery import descendants  # noqa: E402
 WORKER = os.path.join(ROOT, "python/tests/workers/torchrun_ckpt.py")
-STEPS, KILL_AT, DELAY = 40, 10, "0.05"
-DEADLINE = 120
+STEPS, KILL_AT, DELAY = 100, 60, "0.05"
+DEADLINE = 60
 
 
 def launchers(args, ckpt):
@@ -35,8 +38,11 @@ def launchers(args, ckpt):
     torchrun = os.path.join(args.python_venv, "bin/torchrun")
     work = [WORKER, ckpt, str(STEPS), DELAY]
     elasticrun = os.path.join(ROOT, "target/release/elasticrun")
+    ahead = ["--prestart-imports", "torch,torch.distributed,torch._dynamo"]
     return {
         "elasticrun": [elasticrun, "-np", str(args.np), "--max-restarts", "10", py] + work,
+        "elasticrun-prestart": [elasticrun, "-np", str(args.np), "--max-restarts", "10"] + ahead
+        + [py] + work,
         "torchrun": [torchrun, "--standalone", "--nproc_per_node", str(args.np),
                      "--max-restarts", "10"] + work,
     }
@@ -106,10 +112,11 @@ def main():
     args = p.parse_args()
     if not os.path.exists(os.path.join(args.python_venv, "bin/torchrun")):
         sys.exit(f"no torchrun in {args.python_venv}: give a venv with torch")
-    gaps = {"elasticrun": [], "torchrun": []}
-    failed = {"elasticrun": 0, "torchrun": 0}
+    names = ["elasticrun", "elasticrun-prestart", "torchrun"]
+    gaps = {k: [] for k in names}
+    failed = {k: 0 for k in names}
     for r in range(args.rounds):
-        order = ["elasticrun", "torchrun"] if r % 2 == 0 else ["torchrun", "elasticrun"]
+        order = names[r % 3:] + names[:r % 3]
         for name in order:
             with tempfile.TemporaryDirectory() as d:
                 try:
@@ -127,8 +134,9 @@ def main():
         got = f"median {med[k] * 1000:.0f} ms, " if v else ""
         print(f"{k} -np {args.np}: {got}all {[round(g * 1000) for g in v]}, "
               f"rounds failed {failed[k]}")
-    if len(med) == 2:
-        print(f"torchrun / elasticrun: {med['torchrun'] / med['elasticrun']:.2f}x")
+    for k in ("elasticrun", "elasticrun-prestart"):
+        if k in med and "torchrun" in med:
+            print(f"torchrun / {k}: {med['torchrun'] / med[k]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -45,12 +45,12 @@ def rank_lines(stdout, rank):
     return [l[len(prefix):] for l in stdout.splitlines() if l.startswith(prefix)]
 
 
-def run_and_kill(cmd, victim, trigger, timeout=300):
+def run_and_kill(cmd, victim, trigger, timeout=300, ready=None):
     """Runs ``cmd`` (an elasticrun command line), and once its output has
     matched both ``victim`` (a pattern whose group 1 is a pid) and
-    ``trigger``, kills that pid with SIGKILL; waits for the job, within
-    ``timeout`` seconds. Returns (exit code, stdout, stderr, whether the
-    kill happened)."""
+    ``trigger`` (and ``ready(pid of elasticrun)`` says so, if given), kills
+    that pid with SIGKILL; waits for the job, within ``timeout`` seconds.
+    Returns (exit code, stdout, stderr, whether the kill happened)."""
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines, errs = [], []
     readers = [threading.Thread(target=lambda: lines.extend(job.stdout), daemon=True),
@@ -60,8 +60,8 @@ def run_and_kill(cmd, victim, trigger, timeout=300):
     killed, deadline = False, time.monotonic() + timeout
     while job.poll() is None:
         out = "".join(lines)
-        m = re.search(victim, out)
-        if m and not killed and re.search(trigger, out):
+        m = re.search(victim, out, re.M)
+        if m and not killed and re.search(trigger, out, re.M) and (ready is None or ready(job.pid)):
             os.kill(int(m.group(1)), signal.SIGKILL)
             killed = True
         if time.monotonic() > deadline:

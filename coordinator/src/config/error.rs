@@ -189,6 +189,13 @@ pub enum Refusal {
     )]
     TorchrunNodes { nodes: usize },
     #[error(
+        "it starts Python ahead, so COMMAND must be python SCRIPT or python -m MODULE \
+         (it was given {given})"
+    )]
+    PrestartNotPython { given: Source },
+    #[error("{} is not a Python module name", control::Quoted(name))]
+    NotAModule { name: String },
+    #[error(
         "it says how many workers one machine starts, on its own or in etcd mode; with hosts \
          given, their slots say it (it was given {given})"
     )]

@@ -209,6 +209,9 @@ pub struct JobConfig {
     /// (`--max-restarts`); with an elastic job's options, the job runs by
     /// restarts.
     pub max_restarts: u32,
+    /// Python modules imported ahead by a process per slot that waits to be
+    /// its next worker (`--prestart-imports`); empty: none.
+    pub prestart_imports: Vec<String>,
     /// Where the job's Prometheus metrics are served (`--metrics-address`).
     pub metrics_address: Option<std::net::SocketAddr>,
     /// The Slurm allocation this runs as a job inside of (`--slurm`, or

@@ -98,3 +98,29 @@ fn torchruns_garbage_is_a_clear_error() {
     let (option, _) = invalid_option(run("--nproc-per-node 0 ./t", &[], ""));
     assert_eq!(option, "nproc-per-node");
 }
+
+#[test]
+fn prestart_imports_are_module_names_for_a_python_command() {
+    let c = run(
+        "--prestart-imports torch,torch.distributed python t.py",
+        &[],
+        "",
+    )
+    .unwrap();
+    assert_eq!(c.prestart_imports, ["torch", "torch.distributed"]);
+    assert!(
+        run("python t.py", &[], "")
+            .unwrap()
+            .prestart_imports
+            .is_empty()
+    );
+    let (option, why) = invalid_option(run("--prestart-imports torch ./train", &[], ""));
+    assert_eq!(option, "prestart-imports");
+    assert!(
+        why.contains("python SCRIPT") && why.contains("on the command line"),
+        "{why}"
+    );
+    let vars = [("ELASTICRUN_PRESTART_IMPORTS", "torch,os;rm")];
+    let (_, why) = invalid_option(run("python -m pkg", &vars, ""));
+    assert!(why.contains("not a Python module name"), "{why}");
+}

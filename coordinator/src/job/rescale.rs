@@ -21,6 +21,7 @@ use super::discovery::{Discovery, discover_once};
 use super::{Ending, JobError, Say};
 use crate::config::{ElasticConfig, HostSpec, JobConfig};
 use crate::launch::program_env::Restart;
+use crate::launch::warm::WarmPool;
 
 /// The world a start runs: the hosts in discovery's order, each with the
 /// slots it gives the job, `--max-np` slots at most.
@@ -68,6 +69,7 @@ pub(crate) async fn run(cfg: JobConfig, e: ElasticConfig) -> Result<Ending, JobE
     let max_np = e.max_np.unwrap_or(usize::MAX);
     let max = cfg.max_restarts;
     let (mut count, mut failed_at) = (0, None);
+    let warm = WarmPool::for_job(&cfg.command, &cfg.prestart_imports);
     loop {
         let now = enough(&discovery, &e, max_np, &say).await?;
         let workers = if now.np == 1 { "worker" } else { "workers" };
@@ -87,7 +89,8 @@ pub(crate) async fn run(cfg: JobConfig, e: ElasticConfig) -> Result<Ending, JobE
             failed_at,
         };
         let (ending, failing) =
-            super::setup::run_once(start, restart, Some(watch), metrics.clone()).await?;
+            super::setup::run_once(start, restart, Some(watch), metrics.clone(), warm.clone())
+                .await?;
         failed_at = failing;
         match ending {
             Ending::Rescaled => failed_at = Some(Instant::now()),

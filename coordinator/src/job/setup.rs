@@ -33,6 +33,7 @@ use crate::launch::address::{control_addresses, is_this_machine};
 use crate::launch::output;
 use crate::launch::program_env::{self, Restart, StaticLayout};
 use crate::launch::start::ProcessLauncher;
+use crate::launch::warm::{SharedPool, WarmPool};
 use crate::layout::place;
 use crate::metrics::{JobMetrics, ResetCause};
 use crate::server::{Arrivals, Server};
@@ -242,13 +243,15 @@ pub async fn run(cfg: JobConfig) -> Result<Ending, JobError> {
     let max = cfg.max_restarts;
     let mut count = 0;
     let mut failed_at = None;
+    let warm = WarmPool::for_job(&cfg.command, &cfg.prestart_imports);
     loop {
         let restart = Restart {
             count,
             max,
             failed_at,
         };
-        let (ending, failing) = run_once(cfg.clone(), restart, None, metrics.clone()).await?;
+        let (ending, failing) =
+            run_once(cfg.clone(), restart, None, metrics.clone(), warm.clone()).await?;
         failed_at = failing;
         if ending != Ending::Failed || max == 0 {
             return Ok(ending);
@@ -273,6 +276,7 @@ pub(super) async fn run_once(
     restart: Restart,
     rescale: Option<futures::future::BoxFuture<'static, String>>,
     metrics: JobMetrics,
+    warm: Option<SharedPool>,
 ) -> Result<(Ending, Option<Instant>), JobError> {
     let Setup {
         policy,
@@ -297,7 +301,8 @@ pub(super) async fn run_once(
     let watch = watch(&cfg);
     let launcher = ProcessLauncher::new(cfg, secret, listening)
         .with_layout(layout)
-        .with_restart(restart);
+        .with_restart(restart)
+        .with_warm(warm);
     let failing = launcher.failure_clock();
     let seams = Seams {
         launcher: Box::new(launcher),

@@ -115,6 +115,7 @@ impl Workers {
         if let Some(old) = self.live.insert(slot.clone(), Live::new(id, process, None)) {
             // A worker told to leave that has not exited yet: it gets its
             // time to leave cleanly, then is stopped.
+            self.stopping.retain(|t| !t.is_finished());
             self.stopping.push(tokio::spawn(let_leave(old)));
         }
         Ok(())
@@ -138,6 +139,7 @@ impl Workers {
         if let Some(mut live) = self.live.remove(slot) {
             // Dropping the link's channel closes the connection.
             live.link = None;
+            self.stopping.retain(|t| !t.is_finished());
             self.stopping.push(tokio::spawn(async move {
                 stop_all(std::slice::from_mut(&mut live.process), STOP_GRACE).await;
             }));

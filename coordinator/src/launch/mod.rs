@@ -11,5 +11,7 @@ pub mod program_env;
 pub mod srun;
 pub mod ssh;
 pub mod start;
+mod threads;
+pub mod warm;
 
 pub use launcher::{EXIT_POLL, LaunchError, Launcher, Started, stop_all};

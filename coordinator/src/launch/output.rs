@@ -52,8 +52,9 @@ pub fn rank_file(dir: &Path, rank: usize, stream: Stream) -> PathBuf {
     dir.join(format!("rank.{rank}")).join(stream.name())
 }
 
-/// Forwards a worker's pipe `from` ([`forward`]) on a thread of its own,
-/// reading and writing as `cat` does: no wake-up of the coordinator's
+/// Forwards a worker's pipe `from` ([`forward`]) on a thread of the
+/// coordinator's forwarding threads ([`super::threads`]), reading and
+/// writing as `cat` does: no wake-up of the coordinator's
 /// runtime and no hand-off to its blocking pool on the way (they made it
 /// 3-5 times slower than `cat`). The handle ends when the pipe is read to
 /// its end.
@@ -66,25 +67,22 @@ pub fn spawn_forward(
     tap: Option<Arc<dyn Tap>>,
 ) -> JoinHandle<std::io::Result<()>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name(format!("output-{rank}-{}", stream.name()))
-        .stack_size(FORWARDER_STACK)
-        .spawn(move || {
-            let ended = blocking(from).and_then(|from| {
-                let mut terminal = Terminal(stream);
-                match &tap {
-                    Some(t) => {
-                        let tapped = Tapped::new(from, t.as_ref());
-                        forward(tapped, rank, stream, timestamps, file, &mut terminal)
-                    }
-                    None => forward(from, rank, stream, timestamps, file, &mut terminal),
+    let spawned = super::threads::forwarders().run(Box::new(move || {
+        let ended = blocking(from).and_then(|from| {
+            let mut terminal = Terminal(stream);
+            match &tap {
+                Some(t) => {
+                    let tapped = Tapped::new(from, t.as_ref());
+                    forward(tapped, rank, stream, timestamps, file, &mut terminal)
                 }
-            });
-            if let Some(t) = &tap {
-                t.ended();
+                None => forward(from, rank, stream, timestamps, file, &mut terminal),
             }
-            let _ = tx.send(ended);
         });
+        if let Some(t) = &tap {
+            t.ended();
+        }
+        let _ = tx.send(ended);
+    }));
     tokio::spawn(async move {
         spawned?;
         rx.await
@@ -139,10 +137,6 @@ impl<R: Read> Read for Tapped<'_, R> {
         Ok(n)
     }
 }
-
-/// The stack of a forwarding thread: it holds a read buffer on the heap and
-/// little else.
-const FORWARDER_STACK: usize = 256 << 10;
 
 /// `fd` for reading that waits for data (tokio made the pipe non-blocking).
 fn blocking(fd: OwnedFd) -> std::io::Result<std::fs::File> {

@@ -141,6 +141,35 @@ pub async fn spawn(spec: Spec<'_>) -> Result<(WorkerProcess, Pipes), SpawnError>
     Ok((p, Pipes { stdout, stderr }))
 }
 
+/// A worker that runs in `child`, a process already started in a group of
+/// its own with its output piped (a Python process started ahead,
+/// [`super::warm`]).
+pub fn started(
+    rank: usize,
+    host: &str,
+    mut child: Child,
+) -> Result<(WorkerProcess, Pipes), SpawnError> {
+    let pgid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(std::io::Error::other("worker has no output pipes").into());
+    };
+    let p = WorkerProcess {
+        rank,
+        host: host.to_owned(),
+        child,
+        pgid,
+        stdin: None,
+        remote: false,
+        status: None,
+        step: None,
+        exit_pending: None,
+    };
+    Ok((p, Pipes { stdout, stderr }))
+}
+
 /// Why ssh went away before it took its standard input: its exit status
 /// and the start of its stderr (it is killed if it has not exited within
 /// [`SSH_EXIT_GRACE`]).

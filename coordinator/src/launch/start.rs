@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use control::Secret;
@@ -24,6 +24,7 @@ use super::process::{self, Spec, WorkerProcess};
 use super::program_env::{Restart, StaticLayout, omp_threads, program_env};
 use super::srun::StepWatch;
 use super::ssh::{self, SshOptions};
+use super::warm::{self, SharedPool};
 use crate::config::JobConfig;
 use crate::job::{STOP_GRACE, Say};
 use control::alloc_env;
@@ -101,22 +102,73 @@ pub struct WorkerStart<'a> {
     pub program_env: Vec<(String, String)>,
 }
 
-/// Starts one worker, with its output forwarded by the returned tasks.
+/// Starts one worker, with its output forwarded by the returned tasks; on
+/// this machine through the process `warm` holds for its slot, if any
+/// (and then another is started ahead for the slot's next start).
 pub async fn start_one(
     cfg: &JobConfig,
     secret: &Secret,
     one: &WorkerStart<'_>,
-) -> Result<(WorkerProcess, Vec<JoinHandle<std::io::Result<()>>>), StartError> {
+    warm: Option<&SharedPool>,
+) -> Result<Forwarded, StartError> {
+    let mut env = one.program_env.clone();
+    env.append(&mut job_env(cfg, one));
+    let tunables = std::env::var_os(alloc_env::GLIBC_TUNABLES);
+    env.extend(alloc_env::malloc_tunables(tunables.as_deref()));
+    let local = is_this_machine(one.host) && cfg.slurm.is_none();
+    let (w, pipes, step) = match warm.filter(|_| local) {
+        Some(pool) => {
+            let mut all = env.clone();
+            all.push((control::env::SECRET.into(), secret.to_hex()));
+            let waiting = {
+                let mut p = pool.lock().unwrap_or_else(PoisonError::into_inner);
+                p.take(one.slot).map(|w| (w, p.line(&all)))
+            };
+            let child = waiting.and_then(|(w, line)| w.start(line, env.clone()));
+            let started = match child {
+                Some(child) => process::started(one.label, one.host, child)
+                    .map(|(w, p)| (w, p, None))
+                    .map_err(|e| start_error(one, &cfg.command, &e))?,
+                None => spawn_worker(cfg, secret, one, env.clone()).await?,
+            };
+            // Without the secret: the process waiting gets it when it starts.
+            warm::prestart_later(pool, one.slot, env);
+            started
+        }
+        None => spawn_worker(cfg, secret, one, env).await?,
+    };
+    forward(cfg, one, w, pipes, step)
+}
+
+fn start_error(
+    one: &WorkerStart<'_>,
+    argv: &[std::ffi::OsString],
+    e: &impl ToString,
+) -> StartError {
+    StartError {
+        rank: one.label,
+        host: one.host.to_owned(),
+        program: argv
+            .first()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        why: e.to_string(),
+    }
+}
+
+/// Starts a worker's process, here or on its host, with `env` added.
+async fn spawn_worker(
+    cfg: &JobConfig,
+    secret: &Secret,
+    one: &WorkerStart<'_>,
+    mut env: Vec<(String, String)>,
+) -> Result<(WorkerProcess, process::Pipes, Option<Arc<StepWatch>>), StartError> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let ssh_opts = SshOptions {
         port: cfg.ssh_port,
         identity_file: cfg.ssh_identity_file.clone(),
     };
     let host = one.host;
-    let mut env = one.program_env.clone();
-    env.append(&mut job_env(cfg, one));
-    let tunables = std::env::var_os(alloc_env::GLIBC_TUNABLES);
-    env.extend(alloc_env::malloc_tunables(tunables.as_deref()));
     let (argv, stdin_line) = if is_this_machine(host) && cfg.slurm.is_none() {
         // In the environment, never on a command line: not visible in ps.
         env.push((control::env::SECRET.into(), secret.to_hex()));
@@ -147,15 +199,23 @@ pub async fn start_one(
         stdin_line,
         step: step.clone(),
     };
-    let (w, pipes) = process::spawn(spec).await.map_err(|e| StartError {
-        rank: one.label,
-        host: host.to_owned(),
-        program: argv
-            .first()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        why: e.to_string(),
-    })?;
+    let (w, pipes) = process::spawn(spec)
+        .await
+        .map_err(|e| start_error(one, &argv, &e))?;
+    Ok((w, pipes, step))
+}
+
+/// A started worker and the tasks forwarding its output.
+type Forwarded = (WorkerProcess, Vec<JoinHandle<std::io::Result<()>>>);
+
+/// Forwards a started worker's output.
+fn forward(
+    cfg: &JobConfig,
+    one: &WorkerStart<'_>,
+    w: WorkerProcess,
+    pipes: process::Pipes,
+    step: Option<Arc<StepWatch>>,
+) -> Result<Forwarded, StartError> {
     let file = |s| {
         cfg.output_dir
             .as_ref()
@@ -165,7 +225,7 @@ pub async fn start_one(
     let fd = |p: std::io::Result<std::os::fd::OwnedFd>| {
         p.map_err(|e| StartError {
             rank: one.label,
-            host: host.to_owned(),
+            host: one.host.to_owned(),
             program: "its output pipe".into(),
             why: e.to_string(),
         })
@@ -239,6 +299,9 @@ pub struct ProcessLauncher {
     started: usize,
     /// When the job was seen failing, for the restart that follows.
     failing: Arc<Mutex<Option<Instant>>>,
+    /// Python processes started ahead, one per slot of this machine
+    /// (`--prestart-imports`).
+    warm: Option<SharedPool>,
 }
 
 impl ProcessLauncher {
@@ -256,6 +319,7 @@ impl ProcessLauncher {
             restart: Restart::default(),
             started: 0,
             failing: Arc::default(),
+            warm: None,
         }
     }
 
@@ -281,6 +345,12 @@ impl ProcessLauncher {
 
     /// Which start of the job's workers this launcher makes
     /// (`--max-restarts`).
+    /// Starts this machine's workers through `warm`'s processes.
+    pub fn with_warm(mut self, warm: Option<SharedPool>) -> Self {
+        self.warm = warm;
+        self
+    }
+
     pub fn with_restart(mut self, restart: Restart) -> Self {
         self.restart = restart;
         self
@@ -384,7 +454,8 @@ impl ProcessLauncher {
                 env
             },
         };
-        let (process, forwarders) = start_one(&self.cfg, &self.secret, &one).await?;
+        let warm = self.warm.as_ref();
+        let (process, forwarders) = start_one(&self.cfg, &self.secret, &one, warm).await?;
         // Workers whose output has ended are done with: their process
         // groups may be gone, and their ids another's.
         self.outputs.retain(|o| !o.ended());

@@ -1,8 +1,9 @@
 """A torch.distributed script written for torchrun (DDP over Gloo, the
 ``env://`` variables, no elasticrun import) that checkpoints every step to
 ``argv[1]`` and resumes from it at start: what ``--max-restarts`` keeps
-alive. Prints ``pid <rank> <pid>``, ``resumed <step> restart <n>``, ``step
-<n>`` as it goes, and rank 0 the final weights as JSON."""
+alive. Prints ``pid <rank> <pid>``, ``resumed <step> restart <n> prestarted
+<0|1>`` (1: run by a Python process started ahead, ``--prestart-imports``),
+``step <n>`` as it goes, and rank 0 the final weights as JSON."""
 
 import json
 import os
@@ -26,7 +27,9 @@ if os.path.exists(ckpt):
     model.load_state_dict(saved["model"])
     opt.load_state_dict(saved["opt"])
     step = saved["step"]
-print(f"resumed {step} restart {os.environ['TORCHELASTIC_RESTART_COUNT']}", flush=True)
+restart = os.environ["TORCHELASTIC_RESTART_COUNT"]
+ahead = os.environ.get("ELASTICRUN_PRESTARTED", "0")
+print(f"resumed {step} restart {restart} prestarted {ahead}", flush=True)
 X = torch.randn(steps, 12, 4, generator=torch.Generator().manual_seed(7))
 Y = X.sum(-1, keepdim=True) * 0.5 + 1.0
 per = 12 // n

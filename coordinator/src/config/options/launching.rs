@@ -111,6 +111,22 @@ pub(in super::super) const MAX_RESTARTS: Opt<u32> = Opt {
     default: 0,
 };
 
+/// Python modules imported ahead in processes that wait to be workers.
+pub(in super::super) const PRESTART_IMPORTS: Opt<Option<String>> = Opt {
+    flag: "prestart-imports",
+    arg: arg(
+        LAUNCHING,
+        Value("MODULE,..."),
+        "For a Python COMMAND (python SCRIPT or python -m MODULE): each slot of this machine keeps \
+         a Python process started ahead with these modules imported (e.g. torch), and a worker's \
+         start after the first (a restart, a replacement) runs the program in it instead of \
+         starting Python again [default: none].",
+    ),
+    env: &[var("ELASTICRUN_PRESTART_IMPORTS", some_text)],
+    yaml: key("launch.prestart_imports"),
+    default: None,
+};
+
 pub(in super::super) const SLURM: Opt<bool> = Opt {
     flag: "slurm",
     arg: Arg {

@@ -275,6 +275,7 @@ pub(super) static ALL: &[&dyn Declared] = &[
     &HOSTFILE,
     &START_TIMEOUT,
     &MAX_RESTARTS,
+    &PRESTART_IMPORTS,
     &SLURM,
     &NO_SLURM,
     &COORDINATOR_TIMEOUT,

@@ -15,11 +15,14 @@ use super::file::{ConfigFile, FileType};
 use super::options::{self as opt, Opt, When};
 use super::parse::segment_bytes;
 use super::torchrun::{self, Machine, Torchrun};
+
+mod launching;
 use super::{
     AutotuneConfig, ConfigError, ElasticConfig, HostDiscovery, HostSpec, JobConfig, LogLevel,
     MIN_HEARTBEAT_TIMEOUT, Source, Sourced, StallCheck, Timeline, Tuning,
 };
 use elastic::hosts::parse_host_list;
+use launching::{max_restarts, metrics_address, np_per_node, nproc_per_node, prestart_imports};
 
 use crate::straggler::{StragglerAction, StragglerPolicy};
 
@@ -223,6 +226,7 @@ pub fn resolve(
         command: cli.command.clone(),
         metrics_address: metrics_address(&l)?,
         max_restarts,
+        prestart_imports: prestart_imports(&l)?,
         slurm,
         np: elastic.as_ref().map_or(np.value, |e| Some(e.initial_np)),
         nproc_per_node: per_node.value,
@@ -255,62 +259,6 @@ pub fn resolve(
     })
 }
 
-/// `--nproc-per-node`, else torchrun's `PET_NPROC_PER_NODE`, else 1.
-fn nproc_per_node(l: &Layers<'_>) -> Result<Sourced<usize>, ConfigError> {
-    let given = l.pick(&opt::NPROC_PER_NODE)?;
-    if given.value == Some(0) {
-        return Err(invalid(opt::NPROC_PER_NODE.flag, Refusal::NoProcess));
-    }
-    let pet = l.torchrun.and_then(|t| t.nproc_per_node);
-    Ok(match (given.value, pet) {
-        (Some(n), _) => Sourced::new(n, given.source),
-        (None, Some(n)) => Sourced::new(n, Source::Environment(torchrun::NPROC_PER_NODE)),
-        (None, None) => Sourced::new(1, Source::Default),
-    })
-}
-
-/// `-np` where nothing set it: the nodes torchrun's `PET_NNODES` names
-/// (at most) times the workers a node starts. In etcd mode (`serve`) that
-/// is the job's size; on one machine the nodes must be one. A
-/// `--nproc-per-node` given for a job with hosts is refused.
-fn np_per_node(
-    l: &Layers<'_>,
-    np: Sourced<Option<usize>>,
-    per_node: &Sourced<usize>,
-    one_machine: bool,
-) -> Result<Sourced<Option<usize>>, ConfigError> {
-    let serve = l.cli.serve;
-    if !serve && !one_machine {
-        if matches!(per_node.source, Source::Environment(v) if v == torchrun::NPROC_PER_NODE) {
-            return Ok(np);
-        }
-        if per_node.is_explicit() {
-            let why = Refusal::PerNodeWithHosts {
-                given: per_node.source,
-            };
-            return Err(invalid(opt::NPROC_PER_NODE.flag, why));
-        }
-        return Ok(np);
-    }
-    let nodes = l.torchrun.and_then(|t| t.nnodes);
-    if np.is_explicit() {
-        return Ok(np);
-    }
-    match nodes {
-        Some((_, max)) if !serve && max > 1 => {
-            Err(invalid(opt::NP.flag, Refusal::TorchrunNodes { nodes: max }))
-        }
-        Some((_, max)) => {
-            let n = max.saturating_mul(per_node.value);
-            Ok(Sourced::new(Some(n), Source::Environment(torchrun::NNODES)))
-        }
-        None if !serve && per_node.is_explicit() => {
-            Ok(Sourced::new(Some(per_node.value), per_node.source))
-        }
-        None => Ok(np),
-    }
-}
-
 /// Where the hosts come from, and the elastic options: `elasticrun serve`
 /// (workers register), hosts given, the allocation's nodes (static, or
 /// discovered with `--min-np`/`--max-np`), or a discovery script.
@@ -336,44 +284,6 @@ fn hosts_and_elastic(
             (HostSpec::Localhost, elastic(l, Some(Some(found)), np)?)
         }
     })
-}
-
-/// `--max-restarts`, refused with hot spares (spares wait inside the
-/// runtime; a job run by restarts starts every worker anew) and by
-/// `elasticrun serve` (its workers are pods that start by themselves).
-fn max_restarts(
-    l: &Layers<'_>,
-    elastic: Option<&ElasticConfig>,
-    serve: bool,
-) -> Result<u32, ConfigError> {
-    let max_restarts = l.pick(&opt::MAX_RESTARTS)?;
-    if max_restarts.value > 0 && serve {
-        let given = max_restarts.source;
-        let why = Refusal::RestartsInServe { given };
-        return Err(invalid(opt::MAX_RESTARTS.flag, why));
-    }
-    if max_restarts.value > 0 && elastic.is_some_and(|e| e.hot_spares > 0) {
-        let given = max_restarts.source;
-        return Err(invalid(
-            opt::MAX_RESTARTS.flag,
-            Refusal::SparesRestarted { given },
-        ));
-    }
-    Ok(max_restarts.value)
-}
-
-/// `--metrics-address`, as an address and port.
-fn metrics_address(l: &Layers<'_>) -> Result<Option<std::net::SocketAddr>, ConfigError> {
-    let Some(text) = l.pick(&opt::METRICS_ADDRESS)?.value else {
-        return Ok(None);
-    };
-    match text.trim().parse() {
-        Ok(a) => Ok(Some(a)),
-        Err(_) => Err(invalid(
-            opt::METRICS_ADDRESS.flag,
-            Refusal::NotAnAddress { text },
-        )),
-    }
 }
 
 /// The Slurm allocation this runs in, used (`--slurm`, or no hosts given
