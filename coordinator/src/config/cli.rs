@@ -28,11 +28,14 @@ use super::options;
 
 Every option can also come from an ELASTICRUN_<OPTION> environment variable \
 (e.g. ELASTICRUN_CYCLE_TIME_MS=2) or the YAML --config-file; Horovod's HOROVOD_* variables are \
-accepted too. Precedence: command line > environment > config file > default.
+accepted too. Precedence: command line > environment > config file > torchrun's PET_* variables \
+(Kubeflow Trainer's) > default.
 
 `elasticrun serve --etcd URL --job NAME --secret-file FILE [OPTIONS]` runs the coordinator of a job \
 whose workers start by themselves (Kubernetes pods) and find it through etcd; see \
-`elasticrun serve --help`.",
+`elasticrun serve --help`. With ELASTICRUN_ETCD, ELASTICRUN_JOB and ELASTICRUN_SECRET_FILE set, \
+`elasticrun [OPTIONS] COMMAND` runs one node of such a job: --nproc-per-node copies of COMMAND \
+that join through etcd, and on nodes 0 and 1 (PET_NODE_RANK) a serve replica.",
     override_usage = "elasticrun [OPTIONS] [-np N] [-H HOST:SLOTS,... | --hostfile FILE | --host-discovery-script SCRIPT] [--] COMMAND [ARGS]..."
 )]
 pub struct Cli {

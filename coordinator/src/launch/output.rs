@@ -195,13 +195,17 @@ pub fn forward(
     let mut file = file.and_then(RankFile::open);
     let mut to_terminal = true;
     let mut splitter = Splitter::new(MAX_PIECE);
-    let mut chunk = vec![0u8; READ_CHUNK];
-    let (mut shown, mut raw) = (Vec::new(), Vec::new());
-    loop {
-        let n = match from.read(&mut chunk) {
+    // This thread's buffers, kept from one pipe to the next: a forwarding
+    // thread serves many workers one after another (`threads.rs`).
+    let mut bufs = BUFFERS.take();
+    bufs.chunk.resize(READ_CHUNK, 0);
+    let Buffers { chunk, shown, raw } = &mut bufs;
+    let chunk = chunk.as_mut_slice();
+    let result = loop {
+        let n = match from.read(chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            Err(e) => break Err(e),
         };
         let prefix = prefix(rank, stream, timestamps.then(SystemTime::now));
         let mut each = |piece: &[u8]| {
@@ -209,7 +213,7 @@ pub fn forward(
                 raw.extend_from_slice(piece);
             }
             if to_terminal {
-                show(&mut shown, &prefix, piece);
+                show(shown, &prefix, piece);
             }
         };
         if n == 0 {
@@ -223,24 +227,47 @@ pub fn forward(
         }
         if let Some(f) = file.as_mut()
             && !raw.is_empty()
-            && !f.write(&raw, rank)
+            && !f.write(raw, rank)
         {
             file = None;
         }
         if to_terminal && !shown.is_empty() {
-            to_terminal = terminal.write_all(&shown).is_ok();
+            to_terminal = terminal.write_all(shown).is_ok();
         }
         shown.clear();
         raw.clear();
         if n == 0 {
-            break;
+            break Ok(());
         }
-    }
+    };
+    bufs.shown.clear();
+    bufs.raw.clear();
+    // A worker that printed one huge line does not make this thread hold
+    // its size for good.
+    bufs.shown.shrink_to(KEPT);
+    bufs.raw.shrink_to(KEPT);
+    BUFFERS.set(bufs);
     if let Some(f) = file {
         f.close(rank);
     }
-    Ok(())
+    result
 }
+
+/// A forwarding thread's buffers: the read chunk, and what one read brings
+/// for the terminal and for the rank file.
+#[derive(Default)]
+struct Buffers {
+    chunk: Vec<u8>,
+    shown: Vec<u8>,
+    raw: Vec<u8>,
+}
+
+thread_local! {
+    static BUFFERS: std::cell::Cell<Buffers> = std::cell::Cell::new(Buffers::default());
+}
+
+/// The most of its output buffers' capacity a thread keeps between pipes.
+const KEPT: usize = 2 * READ_CHUNK;
 
 /// Appends `piece` as the terminal shows it: after `prefix` and ended by
 /// its own `\n` or `\r` (a newline for a cut one); a lone `\r` (a progress

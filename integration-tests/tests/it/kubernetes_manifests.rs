@@ -7,30 +7,44 @@ use std::process::Command;
 
 use integration_tests::needs::{Need, on_path};
 
-fn manifests() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes");
+/// The YAML files of `deploy/` folder `dir`, sorted.
+fn yaml_files(dir: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(dir);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| Some(e.ok()?.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
+    files
+}
+
+fn manifests() -> Vec<PathBuf> {
+    let files = yaml_files("kubernetes");
     assert!(files.len() >= 4, "{files:?}");
     files
 }
 
-fn validate(file: &Path) -> (bool, String) {
-    let out = Command::new("kubernetes-validate")
-        .arg("--strict")
-        .arg(file)
+/// Runs `cmd`: whether it exited 0, and all it printed.
+fn said(mut cmd: Command) -> (bool, String) {
+    let out = cmd
         .output()
-        .unwrap_or_else(|e| panic!("cannot run kubernetes-validate: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    (out.status.success() && !text.contains("failed"), text)
+    (out.status.success(), text)
+}
+
+fn validate(file: &Path) -> (bool, String) {
+    let mut cmd = Command::new("kubernetes-validate");
+    cmd.arg("--strict").arg(file);
+    let (ok, text) = said(cmd);
+    (ok && !text.contains("failed"), text)
 }
 
 #[test]
@@ -91,33 +105,22 @@ fn workers_get_the_environment_worker_init_reads() {
 /// wrong types are refused.
 fn validate_crds(files: &[PathBuf]) -> (bool, String) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("python3")
-        .arg(root.join("crds/validate.py"))
+    let mut cmd = Command::new("python3");
+    cmd.arg(root.join("crds/validate.py"))
         .arg(root.join("crds"))
-        .args(files)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run python3: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .args(files);
+    let (ok, text) = said(cmd);
     if text.contains("No module named") {
         Need::KubernetesValidate.unavailable(&format!(
             "validate.py needs PyYAML and jsonschema (kubernetes-validate brings both): {text}"
         ));
     }
-    (out.status.success(), text)
+    (ok, text)
 }
 
 fn trainer_manifests() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/trainer");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
+    let files = yaml_files("kubernetes/trainer");
+    assert_eq!(files.len(), 2, "{files:?}");
     files
 }
 
