@@ -53,7 +53,7 @@ pub fn rank_file(dir: &Path, rank: usize, stream: Stream) -> PathBuf {
 }
 
 /// Forwards a worker's pipe `from` ([`forward`]) on a thread of the
-/// coordinator's forwarding threads ([`super::threads`]), reading and
+/// coordinator's forwarding threads (`launch/threads.rs`), reading and
 /// writing as `cat` does: no wake-up of the coordinator's
 /// runtime and no hand-off to its blocking pool on the way (they made it
 /// 3-5 times slower than `cat`). The handle ends when the pipe is read to
