@@ -24,7 +24,7 @@ def test_a_restart_runs_the_script_in_python_processes_started_ahead():
     # Long enough for the processes started ahead to be ready (2 s after
     # the start, then their imports) before the kill.
     out = restarted_through_a_kill(["--prestart-imports", "torch,torch.distributed"],
-                                   ready=waiting_processes(2), steps=120)
+                                   ready=waiting_processes(2), steps=200)
     for rank in (0, 1):
         lines = rank_lines(out, rank)
         assert any(l.endswith("restart 0 prestarted 0") for l in lines), out
