@@ -6,6 +6,7 @@ import pathlib
 import re
 import sys
 import tempfile
+import time
 
 from conftest import WORKERS, elasticrun, rank_lines, run_and_kill, run_job
 from test_elastic import final_weights
@@ -29,6 +30,25 @@ def test_a_restart_runs_the_script_in_python_processes_started_ahead():
         lines = rank_lines(out, rank)
         assert any(l.endswith("restart 0 prestarted 0") for l in lines), out
         assert any(re.search(r"restart 1 prestarted 1$", l) for l in lines), out
+    # The processes still waiting when the job ended went with it.
+    deadline = time.monotonic() + 10
+    while bootstraps() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not bootstraps(), bootstraps()
+
+
+def bootstraps():
+    """The pids of Python processes started ahead that are still alive."""
+    found = []
+    for p in pathlib.Path("/proc").iterdir():
+        try:
+            if b"import json, os, runpy" in (p / "cmdline").read_bytes():
+                state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(p.name)
+        except OSError:
+            continue
+    return found
 
 
 def waiting_processes(n):
