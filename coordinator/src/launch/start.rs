@@ -120,17 +120,24 @@ pub async fn start_one(
         Some(pool) => {
             let mut all = env.clone();
             all.push((control::env::SECRET.into(), secret.to_hex()));
-            let waiting = {
+            let (waiting, rank0) = {
                 let mut p = pool.lock().unwrap_or_else(PoisonError::into_inner);
-                p.take(one.slot).map(|w| (w, p.line(&all)))
+                (p.take(one.slot).map(|w| (w, p.line(&all))), p.rank0())
             };
-            let child = waiting.and_then(|(w, line)| w.start(line, env.clone()));
+            let child = waiting.and_then(|(w, line)| w.start(line, env.clone(), rank0.clone()));
             let started = match child {
                 Some(child) => process::started(one.label, one.host, child)
                     .map(|(w, p)| (w, p, None))
                     .map_err(|e| start_error(one, &cfg.command, &e))?,
                 None => spawn_worker(cfg, secret, one, env.clone()).await?,
             };
+            if env.iter().any(|(k, v)| k == "RANK" && v == "0") {
+                let pid = started.0.group().map_or(0, |g| g.as_raw());
+                rank0.store(
+                    u32::try_from(pid).unwrap_or(0),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
             // Without the secret: the process waiting gets it when it starts.
             warm::prestart_later(pool, one.slot, env);
             started

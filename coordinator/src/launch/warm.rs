@@ -20,9 +20,10 @@
 //!        └─► the next one, started at once, waits for the next start
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -171,17 +172,23 @@ impl PythonCommand {
     }
 }
 
-/// How long a rank other than 0 waits for rank 0's store to listen before
-/// it is started anyway.
+/// How long a rank other than 0 waits for rank 0 to listen before it is
+/// started anyway.
 pub const MASTER_WAIT: Duration = Duration::from_secs(2);
 
-/// Waits (up to [`MASTER_WAIT`]) until rank 0 of a static job listens at
-/// `MASTER_PORT` on this machine, when `env` is another rank's: started at
-/// once, a rank finds torch's store not yet listening and its client backs
-/// off for about a second before trying again, longer than the whole start
-/// otherwise takes. Looks at the kernel's socket tables only (no connection
-/// is made to the store).
-pub async fn after_master(env: &[(String, String)]) {
+/// The process of the current start's rank 0 on this machine, once started
+/// (0 until then).
+pub type Rank0 = Arc<AtomicU32>;
+
+/// Waits (up to [`MASTER_WAIT`]) until rank 0 of a static job on this
+/// machine listens, when `env` is another rank's: at `MASTER_PORT` (torch's
+/// store), or on any socket of rank 0's process `rank0` (a program on
+/// elasticrun's runtime, whose rank 0 listens for its data plane and never
+/// at `MASTER_PORT`). Started at once, a rank finds torch's store not yet
+/// listening and its client backs off for about a second before trying
+/// again, longer than the whole start otherwise takes. Looks at the
+/// kernel's socket tables only (no connection is made to the store).
+pub async fn after_master(env: &[(String, String)], rank0: &AtomicU32) {
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     let (Some(rank), Some(port)) = (get("RANK"), get("MASTER_PORT")) else {
         return;
@@ -196,26 +203,61 @@ pub async fn after_master(env: &[(String, String)]) {
     let deadline = tokio::time::Instant::now() + MASTER_WAIT;
     while tokio::time::Instant::now() < deadline {
         let tables = ["/proc/net/tcp", "/proc/net/tcp6"].map(std::fs::read_to_string);
-        if tables.iter().flatten().any(|t| listening(t, port)) {
+        let tables: Vec<&str> = tables.iter().flatten().map(String::as_str).collect();
+        if tables.iter().any(|t| listening(t, port)) {
+            return;
+        }
+        let pid = rank0.load(Ordering::Relaxed);
+        if pid != 0 && !sockets(pid).is_disjoint(&listeners(&tables)) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
-/// Whether a socket table (`/proc/net/tcp`'s text) has one listening on
-/// `port`.
-fn listening(table: &str, port: u16) -> bool {
+/// The rows of a socket table (`/proc/net/tcp`'s text) that listen: each
+/// one's local port and socket inode.
+fn listening_rows(table: &str) -> impl Iterator<Item = (u16, u64)> + '_ {
     const LISTEN: &str = "0A";
-    table.lines().skip(1).any(|l| {
-        let mut f = l.split_whitespace();
-        let local = f.nth(1);
-        let state = f.nth(1);
-        let at = local
-            .and_then(|a| a.rsplit_once(':'))
-            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
-        at == Some(port) && state == Some(LISTEN)
+    table.lines().skip(1).filter_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.get(3) != Some(&LISTEN) {
+            return None;
+        }
+        let (_, port) = f.get(1)?.rsplit_once(':')?;
+        let port = u16::from_str_radix(port, 16).ok()?;
+        Some((port, f.get(9)?.parse().ok()?))
     })
+}
+
+/// Whether a socket table has a socket listening on `port`.
+fn listening(table: &str, port: u16) -> bool {
+    listening_rows(table).any(|(p, _)| p == port)
+}
+
+/// The inodes of the listening sockets in `tables`.
+fn listeners(tables: &[&str]) -> HashSet<u64> {
+    tables
+        .iter()
+        .flat_map(|t| listening_rows(t))
+        .map(|(_, inode)| inode)
+        .collect()
+}
+
+/// The inodes of the sockets process `pid` holds open.
+fn sockets(pid: u32) -> HashSet<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return HashSet::new();
+    };
+    fds.filter_map(|fd| {
+        let link = std::fs::read_link(fd.ok()?.path()).ok()?;
+        let link = link.to_str()?;
+        link.strip_prefix("socket:[")?
+            .strip_suffix(']')?
+            .parse()
+            .ok()
+    })
+    .collect()
 }
 
 /// A process waiting to become a worker.
@@ -229,7 +271,12 @@ impl Waiting {
     /// the worker's rank 0 listens ([`after_master`]): the line is written
     /// then, the process is the worker's from now. `None` where it has ended
     /// meanwhile (its imports failed): the caller starts the worker as usual.
-    pub fn start(mut self, line: String, env: Vec<(String, String)>) -> Option<Child> {
+    pub fn start(
+        mut self,
+        line: String,
+        env: Vec<(String, String)>,
+        rank0: Rank0,
+    ) -> Option<Child> {
         if !matches!(self.child.try_wait(), Ok(None)) {
             tracing::warn!(
                 "the Python process started ahead had ended; starting the worker afresh"
@@ -238,7 +285,7 @@ impl Waiting {
         }
         let mut stdin = self.child.stdin.take()?;
         tokio::spawn(async move {
-            after_master(&env).await;
+            after_master(&env, &rank0).await;
             let written = async {
                 stdin.write_all(line.as_bytes()).await?;
                 stdin.flush().await
@@ -260,6 +307,7 @@ pub struct WarmPool {
     program: PythonCommand,
     imports: String,
     waiting: HashMap<u32, Waiting>,
+    rank0: Rank0,
 }
 
 /// A job's pool, shared by its starts.
@@ -294,6 +342,7 @@ impl WarmPool {
             program,
             imports: imports.join(","),
             waiting: HashMap::new(),
+            rank0: Rank0::default(),
         })))
     }
 
@@ -320,6 +369,11 @@ impl WarmPool {
     /// The process waiting on `slot`, if any.
     pub fn take(&mut self, slot: u32) -> Option<Waiting> {
         self.waiting.remove(&slot)
+    }
+
+    /// Where the current start's rank 0 process is told to the others.
+    pub fn rank0(&self) -> Rank0 {
+        Arc::clone(&self.rank0)
     }
 
     /// The line that makes a waiting process the worker of `env`.
@@ -364,10 +418,11 @@ mod tests {
 
     #[test]
     fn a_listening_port_is_found_in_the_kernels_table() {
-        let table = "  sl  local_address rem_address   st tx_queue rx_queue\n\
-            0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000\n\
-            1: 0100007F:A3B2 0100007F:7530 01 00000000:00000000 00:00000000\n";
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+            0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 4242 1\n\
+            1: 0100007F:A3B2 0100007F:7530 01 00000000:00000000 00:00000000 00000000 0 0 4343 1\n";
         assert!(listening(table, 0x7530));
+        assert_eq!(listeners(&[table]), HashSet::from([4242]));
         // Connected, not listening; and absent.
         assert!(!listening(table, 0xA3B2));
         assert!(!listening(table, 80));
@@ -384,13 +439,22 @@ mod tests {
             ]
         };
         let quick = Duration::from_millis(500);
+        let nobody = AtomicU32::new(0);
         for e in [env("0", "127.0.0.1"), env("1", "192.0.2.1"), vec![]] {
-            tokio::time::timeout(quick, after_master(&e)).await.unwrap();
+            tokio::time::timeout(quick, after_master(&e, &nobody))
+                .await
+                .unwrap();
         }
         // Rank 1 of a master here that never listens: waits its bound.
         let started = std::time::Instant::now();
-        after_master(&env("1", "127.0.0.1")).await;
+        after_master(&env("1", "127.0.0.1"), &nobody).await;
         assert!(started.elapsed() >= MASTER_WAIT);
+        // A rank 0 that listens anywhere (here: this test's process).
+        let _listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let me = AtomicU32::new(std::process::id());
+        tokio::time::timeout(quick, after_master(&env("1", "127.0.0.1"), &me))
+            .await
+            .unwrap();
     }
 
     #[test]
