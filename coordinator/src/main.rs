@@ -208,7 +208,7 @@ fn main() -> ExitCode {
     };
     let say = job::Say::stderr(cfg.output_timestamps);
     if let Role::Node(options) = role {
-        return match rt.block_on(coordinator::serve::node::run(cfg, options)) {
+        return match rt.block_on(coordinator::serve::node::run(cfg, options, &say)) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {
                 say.line(&e);

@@ -30,6 +30,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use crate::config::JobConfig;
+use crate::job::Say;
 
 /// How long the replica may take to end by itself once the pod's workers
 /// have finished: the leader records the job as done, a standby sees it.
@@ -164,19 +165,19 @@ fn incarnation(env: &dyn Fn(&str) -> Option<String>, started_ms: u128, i: usize)
 }
 
 /// Runs this node's share of the job: `options` are the words before the
-/// command, given to the replica as they were given here. Returns the
-/// pod's exit code.
-pub async fn run(cfg: JobConfig, options: Vec<OsString>) -> Result<u8, NodeError> {
+/// command, given to the replica as they were given here; what it has to
+/// say goes to `say`. Returns the pod's exit code.
+pub async fn run(cfg: JobConfig, options: Vec<OsString>, say: &Say) -> Result<u8, NodeError> {
     let replica = cfg.torchrun.as_ref().is_none_or(|t| t.runs_replica());
     let workers = cfg.nproc_per_node;
-    eprintln!(
-        "elasticrun: etcd mode on this node: {workers} worker(s){}",
-        if replica {
-            ", and a coordinator replica"
-        } else {
-            ""
-        }
-    );
+    let with = if replica {
+        ", and a coordinator replica"
+    } else {
+        ""
+    };
+    say.line(format_args!(
+        "etcd mode on this node: {workers} worker(s){with}"
+    ));
     let (tx, mut ended) = mpsc::unbounded_channel();
     let mut pids = Vec::new();
     if replica {
@@ -200,7 +201,7 @@ pub async fn run(cfg: JobConfig, options: Vec<OsString>) -> Result<u8, NodeError
         pids.push(spawn(worker, Member::Worker(i), &what, &tx)?);
     }
     drop(tx);
-    drive(PodState::new(workers, replica), &mut ended, &pids).await
+    drive(PodState::new(workers, replica), &mut ended, pids, say).await
 }
 
 /// Starts `cmd` as `who`; its end is sent on `tx`. Returns its pid.
@@ -225,11 +226,13 @@ fn spawn(
 }
 
 /// Feeds the pod's core its children's ends and SIGTERM, and carries out
-/// what it decides.
+/// what it decides. `alive` are the children not seen to end yet: only they
+/// are signalled (an ended one's pid may be another process's by then).
 async fn drive(
     mut pod: PodState,
     ended: &mut mpsc::UnboundedReceiver<(Member, u8)>,
-    pids: &[(Member, u32)],
+    mut alive: Vec<(Member, u32)>,
+    say: &Say,
 ) -> Result<u8, NodeError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(NodeError::Signals)?;
@@ -240,8 +243,9 @@ async fn drive(
             e = ended.recv() => match e {
                 Some((who, code)) => {
                     if code != 0 {
-                        eprintln!("elasticrun: {} of this pod ended with exit code {code}", name(who));
+                        say.line(format_args!("{} of this pod ended with exit code {code}", name(who)));
                     }
+                    alive.retain(|(w, _)| *w != who);
                     pod.ended(who, code)
                 }
                 None => Action::Finish(1),
@@ -249,7 +253,7 @@ async fn drive(
             _ = term.recv() => pod.signalled(),
             _ = int.recv() => pod.signalled(),
             _ = sleep_until(stop_deadline) => {
-                signal_all(pids, |_| Signal::SIGKILL);
+                signal_all(&alive, |_| Signal::SIGKILL);
                 stop_deadline = None;
                 Action::Wait
             }
@@ -257,30 +261,30 @@ async fn drive(
         match action {
             Action::Wait => {}
             Action::LeaveAll => {
-                signal_all(pids, |_| Signal::SIGTERM);
+                signal_all(&alive, |_| Signal::SIGTERM);
                 stop_deadline.get_or_insert(tokio::time::Instant::now() + STOP_GRACE);
             }
             Action::KillAll => {
-                signal_all(pids, |who| match who {
+                signal_all(&alive, |who| match who {
                     Member::Worker(_) => Signal::SIGKILL,
                     Member::Replica => Signal::SIGTERM,
                 });
                 stop_deadline.get_or_insert(tokio::time::Instant::now() + STOP_GRACE);
             }
-            Action::Finish(code) => return Ok(finish(pod, ended, pids, code).await),
+            Action::Finish(code) => return Ok(finish(pod, ended, &alive, code).await),
         }
     }
 }
 
-/// Every worker has ended: the replica ends by itself within
-/// [`REPLICA_GRACE`] (the job over) or is told to.
+/// Every worker has ended: the replica (in `alive` if it has not ended)
+/// ends by itself within [`REPLICA_GRACE`] (the job over) or is told to.
 async fn finish(
     mut pod: PodState,
     ended: &mut mpsc::UnboundedReceiver<(Member, u8)>,
-    pids: &[(Member, u32)],
+    alive: &[(Member, u32)],
     code: u8,
 ) -> u8 {
-    let replica = pids.iter().filter(|(w, _)| *w == Member::Replica);
+    let replica = alive.iter().filter(|(w, _)| *w == Member::Replica);
     for step in [None, Some(Signal::SIGTERM)] {
         if !pod.replica_running() {
             break;
