@@ -108,10 +108,6 @@ pub async fn spawn(spec: Spec<'_>) -> Result<(WorkerProcess, Pipes), SpawnError>
         .process_group(0)
         .kill_on_drop(true)
         .spawn()?;
-    let pgid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
     let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(std::io::Error::other("worker has no output pipes").into());
     };
@@ -127,17 +123,7 @@ pub async fn spawn(spec: Spec<'_>) -> Result<(WorkerProcess, Pipes), SpawnError>
             return Err(ssh_ended(&mut child, &mut stderr).await);
         }
     }
-    let p = WorkerProcess {
-        rank: spec.rank,
-        host: spec.host.to_owned(),
-        child,
-        pgid,
-        stdin,
-        remote,
-        status: None,
-        step: spec.step,
-        exit_pending: None,
-    };
+    let p = WorkerProcess::new(spec.rank, spec.host, child, stdin, spec.step);
     Ok((p, Pipes { stdout, stderr }))
 }
 
@@ -149,24 +135,10 @@ pub fn started(
     host: &str,
     mut child: Child,
 ) -> Result<(WorkerProcess, Pipes), SpawnError> {
-    let pgid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(std::io::Error::other("worker has no output pipes").into());
     };
-    let p = WorkerProcess {
-        rank,
-        host: host.to_owned(),
-        child,
-        pgid,
-        stdin: None,
-        remote: false,
-        status: None,
-        step: None,
-        exit_pending: None,
-    };
+    let p = WorkerProcess::new(rank, host, child, None, None);
     Ok((p, Pipes { stdout, stderr }))
 }
 
@@ -207,6 +179,33 @@ fn exit_status(status: ExitStatus) -> String {
 }
 
 impl WorkerProcess {
+    /// The worker running as `child`, the leader of its process group;
+    /// `stdin` is open for one started over ssh (a remote worker), which
+    /// closing it stops.
+    fn new(
+        rank: usize,
+        host: &str,
+        child: Child,
+        stdin: Option<ChildStdin>,
+        step: Option<Arc<StepWatch>>,
+    ) -> WorkerProcess {
+        let pgid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw);
+        WorkerProcess {
+            rank,
+            host: host.to_owned(),
+            child,
+            pgid,
+            remote: stdin.is_some(),
+            stdin,
+            status: None,
+            step,
+            exit_pending: None,
+        }
+    }
+
     /// Its process group (a local worker's, or the ssh carrying a remote
     /// one), which its children share unless they left it.
     pub fn group(&self) -> Option<Pid> {
