@@ -31,10 +31,9 @@ pub(super) fn np_per_node(
 ) -> Result<Sourced<Option<usize>>, ConfigError> {
     let serve = l.cli.serve;
     if !serve && !one_machine {
-        if matches!(per_node.source, Source::Environment(v) if v == torchrun::NPROC_PER_NODE) {
-            return Ok(np);
-        }
-        if per_node.is_explicit() {
+        let from_torchrun =
+            matches!(per_node.source, Source::Environment(v) if v == torchrun::NPROC_PER_NODE);
+        if per_node.is_explicit() && !from_torchrun {
             let why = Refusal::PerNodeWithHosts {
                 given: per_node.source,
             };
