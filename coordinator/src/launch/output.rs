@@ -240,10 +240,8 @@ pub fn forward(
             break Ok(());
         }
     };
-    bufs.shown.clear();
-    bufs.raw.clear();
-    // A worker that printed one huge line does not make this thread hold
-    // its size for good.
+    // (Both are empty here: each read's are cleared after it.) A worker that
+    // printed one huge line does not make this thread hold its size for good.
     bufs.shown.shrink_to(KEPT);
     bufs.raw.shrink_to(KEPT);
     BUFFERS.set(bufs);
