@@ -14,7 +14,7 @@ on, scraped every second, a random worker killed every --kill-every seconds
 after that, and the growth between them.
 
 Usage: scripts/bench_metrics_cost.py [--rounds 15] [--memory-minutes 10] [--kill-every 12]
-       [--engine-steps 4000] [--only-engine]
+       [--engine-steps 4000] [--only-engine] [--scrape /metrics,/status.json]
 Build first: cargo build --release --bins"""
 import argparse
 import json
@@ -34,8 +34,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release")
 
 
+SCRAPED = ("/metrics", "/status.json")
+
+
 def scraper(stderr_path, stop):
-    """GETs /metrics and /status.json every second once the address is said."""
+    """GETs SCRAPED (/metrics and /status.json) every second once the address is said."""
     addr = None
     while not stop.is_set() and addr is None:
         try:
@@ -47,7 +50,7 @@ def scraper(stderr_path, stop):
             pass
         time.sleep(0.05)
     while not stop.is_set():
-        for path in ("/metrics", "/status.json"):
+        for path in SCRAPED:
             try:
                 urllib.request.urlopen(f"http://{addr}{path}", timeout=5).read()
             except OSError:
@@ -194,7 +197,7 @@ def memory(minutes, kill_every):
 
 
 def main():
-    global ENGINE_STEPS, ONLY_ENGINE
+    global ENGINE_STEPS, ONLY_ENGINE, SCRAPED
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--memory-minutes", type=float, default=10)
@@ -202,8 +205,11 @@ def main():
     p.add_argument("--engine-steps", type=int, default=ENGINE_STEPS,
                    help="timed steps of each engine run (default 4000: a few seconds, several scrapes)")
     p.add_argument("--only-engine", action="store_true", help="leave train out")
+    p.add_argument("--scrape", default=",".join(SCRAPED),
+                   help="the paths GET every second, comma-separated ('' for none)")
     a = p.parse_args()
     ENGINE_STEPS, ONLY_ENGINE = a.engine_steps, a.only_engine
+    SCRAPED = tuple(x for x in a.scrape.split(",") if x)
     if a.rounds > 0:
         throughput(a.rounds)
     if a.memory_minutes > 0:

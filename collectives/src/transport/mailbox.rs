@@ -69,6 +69,9 @@ struct State<D> {
     slots: HashMap<(Rank, Tag), Slot<D>>,
     broken: Option<TransportError>,
     departed: HashSet<Rank>,
+    /// Streams open from each peer (connections on demand may make two per
+    /// pair): a peer departs once every one of them said goodbye.
+    streams: HashMap<Rank, u32>,
 }
 
 pub(crate) struct Mailbox<D = Infallible> {
@@ -96,6 +99,7 @@ impl<D> Mailbox<D> {
                 slots: HashMap::new(),
                 broken: None,
                 departed: HashSet::new(),
+                streams: HashMap::new(),
             }),
             stale: AtomicU64::new(0),
             news: Notify::new(),
@@ -181,6 +185,19 @@ impl<D> Mailbox<D> {
         }
     }
 
+    /// Resolves once the generation is broken.
+    pub(crate) async fn break_seen(&self) {
+        loop {
+            let news = self.news.notified();
+            tokio::pin!(news);
+            news.as_mut().enable();
+            if self.lock().broken.is_some() {
+                return;
+            }
+            news.await;
+        }
+    }
+
     fn has_news(&self, ops: &Range<u64>) -> bool {
         let st = self.lock();
         st.broken.is_some()
@@ -260,6 +277,25 @@ impl<D> Mailbox<D> {
         });
         drop(st);
         self.news.notify_waiters();
+    }
+
+    /// A stream from `rank` was opened (before anything can be said on it).
+    pub(crate) fn opened(&self, rank: Rank) {
+        *self.lock().streams.entry(rank).or_insert(0) += 1;
+    }
+
+    /// A stream from `rank` ended after its goodbye: `rank` departs
+    /// ([`Mailbox::depart`]) once none of its streams is left open.
+    pub(crate) fn closed_cleanly(&self, rank: Rank) {
+        let left = {
+            let mut st = self.lock();
+            let n = st.streams.entry(rank).or_insert(1);
+            *n = n.saturating_sub(1);
+            *n
+        };
+        if left == 0 {
+            self.depart(rank);
+        }
     }
 
     pub(crate) fn peer_lost(&self, rank: Rank, cause: LossCause) {

@@ -9,6 +9,7 @@ mod common;
 mod hierarchical;
 mod mem_failures;
 mod mem_grid;
+mod on_demand;
 mod quic;
 mod shm;
 mod tcp;

@@ -22,7 +22,7 @@ use super::{QuicConfig, QuicTransport, path, tls};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT, prove};
-use crate::transport::stream::handshake::Hello;
+use crate::transport::stream::handshake::{Dialers, Hello};
 use crate::transport::stream::{StreamLimits, StreamTransport};
 use crate::transport::tls::TlsSetupError;
 
@@ -416,7 +416,7 @@ async fn answer(accepting: Accepting, inc: Incoming, me: Hello, key: DataKey) ->
         return None;
     };
     let mut s = tokio::io::join(recv, send);
-    match greet::answer(&mut s, from, me, &key).await {
+    match greet::answer(&mut s, from, (me, Dialers::Above), &key).await {
         Some(rank) => {
             let mut halves = s.into_inner();
             let _ = halves.1.flush().await;

@@ -10,8 +10,8 @@ use control::{DataKey, Say, Throttle};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::handshake::{
-    CHALLENGE_LEN, HELLO_LEN, Hello, NOT_A_PEER, Refusal, UNPROVEN_ACCEPTOR, acceptor_proof,
-    challenge, check_acceptor_proof, read_challenge,
+    CHALLENGE_LEN, Dialers, HELLO_LEN, Hello, NOT_A_PEER, Refusal, UNPROVEN_ACCEPTOR,
+    acceptor_proof, challenge, check_acceptor_proof, read_challenge,
 };
 use crate::tag::Rank;
 
@@ -76,11 +76,11 @@ pub(crate) fn refused(from: SocketAddr, why: &str) {
 
 /// Challenges a dialer from `from`, reads its hello and answers it: the
 /// dialer's rank, or `None` for anything that is not a proven peer of this
-/// generation (said).
+/// generation that `dialers` lets dial (said).
 pub(crate) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
     s: &mut S,
     from: SocketAddr,
-    me: Hello,
+    (me, dialers): (Hello, Dialers),
     key: &DataKey,
 ) -> Option<Rank> {
     let a = match control::nonce() {
@@ -101,7 +101,8 @@ pub(crate) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
         refused(from, &format!("no hello within {HELLO_TIMEOUT:?}"));
         return None;
     }
-    let verdict = Hello::decode(&buf, key, &a).and_then(|h| h.check_against(&me).map(|()| h));
+    let verdict =
+        Hello::decode(&buf, key, &a).and_then(|h| h.check_dialer(&me, dialers).map(|()| h));
     let mut reply = vec![0u8];
     match verdict {
         Ok(_) => reply.extend_from_slice(&acceptor_proof(key, &a, &buf)),

@@ -155,19 +155,32 @@ impl Hello {
         })
     }
 
-    /// What the acceptor `me` answers to `peer`'s proven hello. Only higher
-    /// ranks dial.
-    pub(crate) fn check_against(&self, me: &Hello) -> Result<(), Refusal> {
+    /// What the acceptor `me` answers to a proven hello from a rank that
+    /// `dialers` lets dial it.
+    pub(crate) fn check_dialer(&self, me: &Hello, dialers: Dialers) -> Result<(), Refusal> {
+        let expected = match dialers {
+            Dialers::Above => self.rank > me.rank,
+            Dialers::Any => self.rank != me.rank,
+        };
         if self.generation != me.generation {
             Err(Refusal::WrongGeneration)
         } else if self.size != me.size {
             Err(Refusal::WrongWorld)
-        } else if self.rank <= me.rank || self.rank >= me.size {
+        } else if !expected || self.rank >= me.size {
             Err(Refusal::UnexpectedRank)
         } else {
             Ok(())
         }
     }
+}
+
+/// Which ranks may dial an acceptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dialers {
+    /// Those above it: the full mesh, where higher ranks dial lower ones.
+    Above,
+    /// Any other: connections made on demand, by whichever end needs one first.
+    Any,
 }
 
 #[cfg(test)]
@@ -238,20 +251,46 @@ mod tests {
     #[test]
     fn acceptor_checks_generation_world_and_rank() {
         let me = hello(1);
-        assert_eq!(hello(2).check_against(&me), Ok(()));
-        assert_eq!(hello(1).check_against(&me), Err(Refusal::UnexpectedRank));
-        assert_eq!(hello(0).check_against(&me), Err(Refusal::UnexpectedRank));
-        assert_eq!(hello(4).check_against(&me), Err(Refusal::UnexpectedRank));
+        assert_eq!(hello(2).check_dialer(&me, Dialers::Above), Ok(()));
+        assert_eq!(
+            hello(1).check_dialer(&me, Dialers::Above),
+            Err(Refusal::UnexpectedRank)
+        );
+        assert_eq!(
+            hello(0).check_dialer(&me, Dialers::Above),
+            Err(Refusal::UnexpectedRank)
+        );
+        assert_eq!(
+            hello(4).check_dialer(&me, Dialers::Above),
+            Err(Refusal::UnexpectedRank)
+        );
+        assert_eq!(hello(0).check_dialer(&me, Dialers::Any), Ok(()));
+        assert_eq!(hello(3).check_dialer(&me, Dialers::Any), Ok(()));
+        assert_eq!(
+            hello(1).check_dialer(&me, Dialers::Any),
+            Err(Refusal::UnexpectedRank),
+            "itself"
+        );
+        assert_eq!(
+            hello(4).check_dialer(&me, Dialers::Any),
+            Err(Refusal::UnexpectedRank)
+        );
         let old = Hello {
             generation: Generation(2),
             ..hello(2)
         };
-        assert_eq!(old.check_against(&me), Err(Refusal::WrongGeneration));
+        assert_eq!(
+            old.check_dialer(&me, Dialers::Above),
+            Err(Refusal::WrongGeneration)
+        );
         let wider = Hello {
             size: 5,
             ..hello(2)
         };
-        assert_eq!(wider.check_against(&me), Err(Refusal::WrongWorld));
+        assert_eq!(
+            wider.check_dialer(&me, Dialers::Above),
+            Err(Refusal::WrongWorld)
+        );
         for r in [
             Refusal::NotOurProtocol,
             Refusal::WrongJob,

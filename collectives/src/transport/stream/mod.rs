@@ -25,7 +25,6 @@ use bytes::{Buf, Bytes};
 use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
 };
-use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use super::end::Breaker;
@@ -38,9 +37,12 @@ use crate::tag::{Generation, Rank, Tag};
 pub(crate) mod frame;
 pub(crate) mod greet;
 pub(crate) mod handshake;
+pub(crate) mod links;
 mod pool;
 #[cfg(test)]
 mod props;
+
+use links::{Dialer, Link, Links};
 
 /// What a stream transport needs to know of its configuration.
 #[derive(Clone, Copy, Debug)]
@@ -77,18 +79,20 @@ pub(crate) struct Handoff<R> {
 
 type StreamMailbox<R> = Mailbox<Handoff<R>>;
 
-/// One rank's end of a mesh of byte streams, one per peer.
+/// One rank's end of a mesh of byte streams: one per peer, made before the
+/// generation starts, or made on demand ([`links`]).
 #[derive(Debug)]
 pub struct StreamTransport<R, W> {
     rank: Rank,
     generation: Generation,
     mailbox: Arc<StreamMailbox<R>>,
-    /// `writers[peer]`; `None` at this rank's own index.
-    writers: Vec<Option<Mutex<W>>>,
-    readers: Vec<JoinHandle<()>>,
+    links: Arc<Links<R, W>>,
+    /// Makes a link a send needs (connections on demand; `None` for a
+    /// mesh made whole before the generation).
+    dialer: Option<Arc<dyn Dialer<R, W>>>,
+    /// Accepts the links peers dial (connections on demand).
+    acceptor: Option<JoinHandle<()>>,
     limits: StreamLimits,
-    /// Peers whose stream runs through shared memory.
-    shared: Vec<Rank>,
 }
 
 impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
@@ -100,39 +104,89 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
         streams: Vec<Option<(R, W)>>,
         limits: StreamLimits,
     ) -> Self {
-        let mailbox = Arc::new(Mailbox::new(generation));
-        let mut writers = Vec::with_capacity(streams.len());
-        let mut readers = Vec::with_capacity(streams.len());
-        for (peer, stream) in streams.into_iter().enumerate() {
-            let Some((r, w)) = stream else {
-                writers.push(None);
-                continue;
-            };
-            writers.push(Some(Mutex::new(w)));
-            let max = limits.max_frame_bytes;
-            readers.push(tokio::spawn(read_loop(peer, r, max, mailbox.clone())));
+        let size = streams.len();
+        let links = streams
+            .into_iter()
+            .enumerate()
+            .filter_map(|(peer, s)| s.map(|(read, write)| (peer, read, write)))
+            .map(|(peer, read, write)| Link {
+                peer,
+                read,
+                write,
+                shared_memory: false,
+            });
+        Self::linked(rank, generation, size, links, limits)
+    }
+
+    /// Starts a transport of `size` ranks over `links` (one per peer, the
+    /// full mesh: nothing is dialed later).
+    pub(crate) fn linked(
+        rank: Rank,
+        generation: Generation,
+        size: usize,
+        links: impl IntoIterator<Item = Link<R, W>>,
+        limits: StreamLimits,
+    ) -> Self {
+        let t = Self::empty(rank, generation, size, limits);
+        for link in links {
+            t.mailbox.opened(link.peer);
+            let peer = link.peer;
+            let w = t.links.reading(link);
+            t.links.place(peer, w);
         }
+        t
+    }
+
+    /// A transport with no link yet: `dialer` makes those its sends need,
+    /// and `accept` (given the links, to hand what it accepts to) those
+    /// its peers dial.
+    pub(crate) fn on_demand<A>(
+        rank: Rank,
+        generation: Generation,
+        size: usize,
+        limits: StreamLimits,
+        (dialer, accept): (Arc<dyn Dialer<R, W>>, impl FnOnce(Arc<Links<R, W>>) -> A),
+    ) -> Self
+    where
+        A: Future<Output = ()> + Send + 'static,
+    {
+        let mut t = Self::empty(rank, generation, size, limits);
+        let links = t.links.clone();
+        let accepting = accept(t.links.clone());
+        // One task accepts, and closes the links once the generation breaks.
+        t.acceptor = Some(tokio::spawn(async move {
+            tokio::join!(accepting, links.close_on_break());
+        }));
+        t.dialer = Some(dialer);
+        t
+    }
+
+    fn empty(rank: Rank, generation: Generation, size: usize, limits: StreamLimits) -> Self {
+        let mailbox = Arc::new(Mailbox::new(generation));
+        let links = Links::new(size, mailbox.clone(), limits.max_frame_bytes);
         Self {
             rank,
             generation,
             mailbox,
-            writers,
-            readers,
+            links: Arc::new(links),
+            dialer: None,
+            acceptor: None,
             limits,
-            shared: Vec::new(),
         }
     }
 
-    /// Notes which peers' streams run through shared memory.
-    pub(crate) fn with_shared_memory(mut self, peers: Vec<Rank>) -> Self {
-        self.shared = peers;
-        self
+    /// The peers this rank reaches through shared memory, in rank order
+    /// (none but over TCP on one host; with connections on demand, only
+    /// those linked so far).
+    pub fn shared_memory_peers(&self) -> Vec<Rank> {
+        self.links.shared_memory_peers()
     }
 
-    /// The peers this rank reaches through shared memory, in rank order
-    /// (none but over TCP on one host).
-    pub fn shared_memory_peers(&self) -> &[Rank] {
-        &self.shared
+    /// How many links this rank holds: every other rank's once the full
+    /// mesh is made; with connections on demand, those its collectives
+    /// needed so far (a pair dialed from both ends at once has two).
+    pub fn link_count(&self) -> usize {
+        self.links.count()
     }
 
     /// Writes one frame of `len` bytes (the parts' total, checked against
@@ -144,11 +198,15 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
         parts: &[&[u8]],
         len: u32,
     ) -> Result<(), TransportError> {
-        let Some(Some(writer)) = self.writers.get(to) else {
-            return Err(TransportError::InvalidRank {
-                rank: to,
-                size: self.size(),
-            });
+        let writer = match (self.links.writer(to), &self.dialer) {
+            (Some(w), _) => w,
+            (None, Some(dialer)) => self.links.dialed(to, dialer.as_ref()).await?,
+            (None, None) => {
+                return Err(TransportError::InvalidRank {
+                    rank: to,
+                    size: self.size(),
+                });
+            }
         };
         let header = frame::encode_header(tag, len);
         let write = async {
@@ -225,7 +283,7 @@ impl<R> Drop for AbandonGuard<'_, R> {
 /// small because whatever of a large payload it reads ahead is copied once more.
 const READ_BUFFER: usize = 8 * 1024;
 
-async fn read_loop<R: ReadHalf>(
+pub(crate) async fn read_loop<R: ReadHalf>(
     peer: Rank,
     read: R,
     max_payload: u32,
@@ -243,7 +301,7 @@ async fn read_loop<R: ReadHalf>(
                 continue;
             }
             Ok(Header::End) if said_goodbye => {
-                mailbox.depart(peer);
+                mailbox.closed_cleanly(peer);
                 return;
             }
             Ok(Header::End) => break LossCause::Closed,
@@ -446,7 +504,7 @@ impl<R: ReadHalf, W: WriteHalf> Transport for StreamTransport<R, W> {
     }
 
     fn size(&self) -> usize {
-        self.writers.len()
+        self.links.size()
     }
 
     fn generation(&self) -> Generation {
@@ -531,11 +589,23 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
     /// for a transport whose streams need more to be closed well (a QUIC
     /// stream is kept until the peer has acknowledged the goodbye).
     pub(crate) async fn leave(mut self) -> Vec<W> {
+        if let Some(acceptor) = self.acceptor.take() {
+            acceptor.abort();
+            let _ = acceptor.await;
+        }
+        let empty = Arc::new(Links::new(0, self.mailbox.clone(), 0));
+        let links = std::mem::replace(&mut self.links, empty);
+        let (writers, readers) = match Arc::try_unwrap(links) {
+            Ok(links) => links.into_parts(),
+            // Nothing else holds the links once the accept task has ended.
+            Err(links) => {
+                links.abort_readers();
+                return Vec::new();
+            }
+        };
         let header = frame::encode_header(goodbye(self.generation), 0);
-        let writers = std::mem::take(&mut self.writers);
         let mut out = Vec::with_capacity(writers.len());
-        for w in writers.into_iter().flatten() {
-            let mut w = w.into_inner();
+        for mut w in writers {
             let bye = async {
                 w.write_all(&header).await?;
                 w.shutdown().await
@@ -543,6 +613,7 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
             let _ = tokio::time::timeout(self.limits.io_timeout, bye).await;
             out.push(w);
         }
+        readers.iter().for_each(JoinHandle::abort);
         out
     }
 }
@@ -550,8 +621,9 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
 impl<R, W> Drop for StreamTransport<R, W> {
     fn drop(&mut self) {
         // Closing the streams without a goodbye: peers treat this rank as crashed.
-        for r in &self.readers {
-            r.abort();
+        if let Some(acceptor) = &self.acceptor {
+            acceptor.abort();
         }
+        self.links.abort_readers();
     }
 }

@@ -11,7 +11,7 @@ use testkit::proptest::prelude::*;
 use super::frame::{HEADER_LEN, encode_header};
 use control::DataKey;
 
-use super::handshake::{HELLO_LEN, Hello, Refusal};
+use super::handshake::{Dialers, HELLO_LEN, Hello, Refusal};
 use super::pool::RecvPool;
 use super::{Header, StreamMailbox, goodbye, read_header, read_payload};
 use crate::error::LossCause;
@@ -64,7 +64,9 @@ fn hellos_are_accepted_only_from_the_peers_expected() {
         let n = input.len().min(HELLO_LEN);
         b[..n].copy_from_slice(&input[..n]);
         let me = me();
-        match Hello::decode(&b, &key(42), &NONCE).and_then(|h| h.check_against(&me).map(|()| h)) {
+        match Hello::decode(&b, &key(42), &NONCE)
+            .and_then(|h| h.check_dialer(&me, Dialers::Above).map(|()| h))
+        {
             Ok(h) => {
                 prop_assert_eq!(&b[0..4], b"ERDP");
                 // Only a hello made with the job's key for this nonce passes.

@@ -28,15 +28,16 @@ use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
 use crate::transport::shm::{self, ShmConfig, ShmRead, ShmWrite};
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT, prove};
-use crate::transport::stream::handshake::Hello;
+use crate::transport::stream::handshake::{Dialers, Hello};
+use crate::transport::stream::links::Link;
 use crate::transport::stream::{StreamLimits, StreamTransport};
 
 /// A bound, listening data-plane socket whose address can be handed to peers
 /// before the mesh is built.
 #[derive(Debug)]
 pub struct TcpEndpoint {
-    listener: TcpListener,
-    config: TcpConfig,
+    pub(super) listener: TcpListener,
+    pub(super) config: TcpConfig,
 }
 
 fn new_socket(addr: SocketAddr, config: &TcpConfig) -> std::io::Result<TcpSocket> {
@@ -84,6 +85,9 @@ impl TcpEndpoint {
         peers: &[SocketAddr],
     ) -> Result<TcpTransport, TransportError> {
         let (me, deadline) = self.start(rank, generation, peers.len())?;
+        if self.config.on_demand {
+            return Ok(self.on_demand(me, peers, Plain));
+        }
         let proven = self.proven(me, deadline, peers, Plain).await?;
         self.linked::<Plain>(me, deadline, proven).await
     }
@@ -104,30 +108,28 @@ impl TcpEndpoint {
             let linking = link::<L>(me.rank, peer, s, side, shm, host);
             links.spawn(timeout_at(deadline, linking));
         }
-        let mut streams: Vec<Option<_>> = (0..me.size).map(|_| None).collect();
-        let mut shared = Vec::new();
+        let mut made: Vec<Option<Link<_, _>>> = (0..me.size).map(|_| None).collect();
         while let Some(joined) = links.join_next().await {
-            let (peer, r, w) = match joined {
+            let link = match joined {
                 Ok(Ok(linked)) => linked?,
-                Ok(Err(_)) => return Err(setup_timeout(me, &self.config, &streams)),
+                Ok(Err(_)) => return Err(setup_timeout(me, &self.config, &made)),
                 Err(e) => return Err(TransportError::socket(std::io::Error::other(e))),
             };
-            if matches!(r, Either::Right(_)) {
-                shared.push(peer);
-            }
-            streams[peer] = Some((r, w));
+            let peer = link.peer;
+            made[peer] = Some(link);
         }
-        shared.sort_unstable();
-        if crowded(shared.len() + 1) {
-            for (r, w) in streams.iter_mut().flatten() {
-                if let (Either::Right(r), Either::Right(w)) = (r, w) {
-                    r.set_spin(Duration::ZERO);
-                    w.set_spin(Duration::ZERO);
-                }
-            }
-        }
-        let t = StreamTransport::start(me.rank, me.generation, streams, self.limits());
-        Ok(t.with_shared_memory(shared))
+        let local = 1 + made.iter().flatten().filter(|l| l.shared_memory).count();
+        let links = made
+            .into_iter()
+            .flatten()
+            .map(|l| spun::<L>(l, crowded(local)));
+        Ok(StreamTransport::linked(
+            me.rank,
+            me.generation,
+            me.size,
+            links,
+            self.limits(),
+        ))
     }
 
     /// The hello of `rank` in a mesh of `size`, and set-up's deadline.
@@ -176,6 +178,11 @@ impl TcpEndpoint {
     }
 
     /// The stream transport's limits, from this endpoint's settings.
+    /// Whether this endpoint connects on demand ([`TcpConfig::on_demand`]).
+    pub(crate) fn on_demand_set(&self) -> bool {
+        self.config.on_demand
+    }
+
     pub(crate) fn limits(&self) -> StreamLimits {
         StreamLimits {
             io_timeout: self.config.io_timeout,
@@ -260,8 +267,21 @@ impl Layer for Plain {
 /// run on: then a rank that yields and looks again only takes the CPU from
 /// the peer it waits for (4 ranks on 2 cores: 4 KiB allreduces took 250 µs
 /// spinning, 190 µs sleeping at once), so its links sleep at once.
-fn crowded(local: usize) -> bool {
+pub(crate) fn crowded(local: usize) -> bool {
     std::thread::available_parallelism().map_or(true, |n| local > n.get())
+}
+
+/// A link of a mesh over `L`'s connections, some of them shared memory.
+pub(crate) type MeshLink<L> =
+    Link<Either<<L as Layer>::Read, ShmRead>, Either<<L as Layer>::Write, ShmWrite>>;
+
+/// `link`, its shared memory set to sleep at once when `crowded`.
+pub(crate) fn spun<L: Layer>(mut link: MeshLink<L>, crowded: bool) -> MeshLink<L> {
+    if crowded && let (Either::Right(r), Either::Right(w)) = (&mut link.read, &mut link.write) {
+        r.set_spin(Duration::ZERO);
+        w.set_spin(Duration::ZERO);
+    }
+    link
 }
 
 /// Which end of a connection this rank is.
@@ -275,14 +295,14 @@ pub(crate) enum Side {
 /// both sides are on one host (`host`: this process's host key, `None` with
 /// shared memory off) and want it, the connection otherwise. The offer and
 /// answer travel on the connection (inside its TLS session, if any).
-async fn link<L: Layer>(
+pub(crate) async fn link<L: Layer>(
     rank: Rank,
     peer: Rank,
     mut s: L::Stream,
     side: Side,
     cfg: ShmConfig,
     host: Option<[u8; 32]>,
-) -> Result<(Rank, Either<L::Read, ShmRead>, Either<L::Write, ShmWrite>), TransportError> {
+) -> Result<MeshLink<L>, TransportError> {
     let started = std::time::Instant::now();
     let addr = L::socket(&s).peer_addr().map_err(TransportError::socket)?;
     let failed = |e: std::io::Error| TransportError::Connect {
@@ -299,13 +319,23 @@ async fn link<L: Layer>(
     .map_err(failed)?;
     let Some(mut segment) = segment else {
         let (r, w) = L::split(s);
-        return Ok((peer, Either::Left(r), Either::Left(w)));
+        return Ok(Link {
+            peer,
+            read: Either::Left(r),
+            write: Either::Left(w),
+            shared_memory: false,
+        });
     };
     let tx = if side == Side::Dialer { 0 } else { 1 };
     let (r, w) = shm::link::halves(&mut segment, tx, L::into_socket(s), cfg.spin)
         .ok_or_else(|| failed(shm::ring::corrupt()))?;
     tracing::debug!(peer, "data-plane link over shared memory");
-    Ok((peer, Either::Right(r), Either::Right(w)))
+    Ok(Link {
+        peer,
+        read: Either::Right(r),
+        write: Either::Right(w),
+        shared_memory: true,
+    })
 }
 
 /// The error of a set-up whose links were not all made by the deadline.
@@ -340,15 +370,15 @@ async fn collect_dials<S: 'static>(
 const REFUSED_GRACE: Duration = Duration::from_secs(2);
 
 /// One dial of a lower rank.
-struct Dial {
-    peer: Rank,
-    addr: SocketAddr,
-    me: Hello,
-    deadline: Instant,
+pub(crate) struct Dial {
+    pub(crate) peer: Rank,
+    pub(crate) addr: SocketAddr,
+    pub(crate) me: Hello,
+    pub(crate) deadline: Instant,
 }
 
 impl Dial {
-    async fn run<L: Layer>(
+    pub(crate) async fn run<L: Layer>(
         self,
         config: TcpConfig,
         layer: L,
@@ -435,6 +465,7 @@ async fn accept_all<L: Layer>(
         tokio::select! {
             acc = listener.accept() => match acc {
                 Ok((s, from)) => {
+                    let me = (me, Dialers::Above);
                     hellos.spawn(answer_hello(s, from, me, config.job_key.clone(), layer.clone()));
                     tracing::trace!(%from, "data-plane connection accepted");
                 }
@@ -464,10 +495,10 @@ async fn accept_all<L: Layer>(
 
 /// Secures a stream from `from` and runs the acceptor's side of the
 /// handshake on it: `None` (said) for anything that is not a proven peer.
-async fn answer_hello<L: Layer>(
+pub(crate) async fn answer_hello<L: Layer>(
     s: TcpStream,
     from: SocketAddr,
-    me: Hello,
+    me: (Hello, Dialers),
     key: DataKey,
     layer: L,
 ) -> Option<(Rank, L::Stream)> {

@@ -4,7 +4,9 @@
 //! Set-up: every rank binds a [`TcpEndpoint`], the addresses are exchanged by
 //! whoever launches the ranks, then [`TcpEndpoint::connect`] builds the full mesh
 //! (higher ranks dial lower ones, retrying until `connect_timeout`), each
-//! connection proving job membership with the handshake before any payload.
+//! connection proving job membership with the handshake before any payload;
+//! or, with [`TcpConfig::on_demand`], connects to a peer only when a send
+//! first needs it (`on_demand.rs`).
 //! A peer on the same host then moves to shared memory
 //! ([`crate::transport::shm`]), unless either side has it switched off.
 
@@ -17,6 +19,7 @@ use super::shm::{ShmConfig, ShmRead, ShmWrite};
 use super::stream::StreamTransport;
 
 pub(crate) mod mesh;
+mod on_demand;
 
 pub use mesh::TcpEndpoint;
 
@@ -55,6 +58,10 @@ pub struct TcpConfig {
     pub job_key: control::DataKey,
     /// Shared memory with peers on the same host. Default on.
     pub shared_memory: ShmConfig,
+    /// Connect to a peer only when a collective first sends to it (and
+    /// accept peers' dials all through the generation), instead of the full
+    /// mesh before the generation starts. Default off.
+    pub on_demand: bool,
 }
 
 impl Default for TcpConfig {
@@ -66,6 +73,7 @@ impl Default for TcpConfig {
             max_frame_bytes: 1 << 30,
             job_key: control::DataKey::default(),
             shared_memory: ShmConfig::default(),
+            on_demand: false,
         }
     }
 }

@@ -89,6 +89,9 @@ impl TlsEndpoint {
                 reason: "no certificate was granted to this rank",
             });
         };
+        if self.tcp.on_demand_set() {
+            return Ok(self.tcp.on_demand(me, peers, layer));
+        }
         let proven = self.tcp.proven(me, deadline, peers, layer).await?;
         self.tcp.linked::<Tls>(me, deadline, proven).await
     }

@@ -1,0 +1,268 @@
+//! A stream transport's links to its peers: made all at once before the
+//! generation starts (the full mesh), or one at a time when a send first
+//! needs a peer (connections on demand) and as peers' dials are accepted.
+//!
+//! ```text
+//!  send(to) ──> writers[to] set? ──yes──> write the frame
+//!                    │ no
+//!                    └──> Dialer::dial(to) ──> reader task + writers[to]
+//!  accept task ──> a proven link from peer p ──> reader task, and
+//!                  writers[p] if no dial of ours got there first
+//! ```
+//! Every link, however made, has a reader task: a peer may send on the link
+//! it accepted from us. A peer with two links to this rank (both ends
+//! dialed at once) departs once both said goodbye
+//! ([`Mailbox::closed_cleanly`](super::super::mailbox::Mailbox)).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex as SyncMutex, PoisonError};
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{Mutex, OnceCell, SetError};
+use tokio::task::JoinHandle;
+
+use super::{ReadHalf, StreamMailbox, WriteHalf, read_loop};
+use crate::error::{LossCause, TransportError};
+use crate::tag::Rank;
+
+/// One connected, proven stream to `peer`: its two halves, and whether
+/// they run through shared memory.
+#[derive(Debug)]
+pub(crate) struct Link<R, W> {
+    pub(crate) peer: Rank,
+    pub(crate) read: R,
+    pub(crate) write: W,
+    pub(crate) shared_memory: bool,
+}
+
+/// A link's making, boxed so that a transport can hold any dialer.
+pub(crate) type Dialing<'a, R, W> =
+    Pin<Box<dyn Future<Output = Result<Link<R, W>, TransportError>> + Send + 'a>>;
+
+/// Makes the link to a peer that a send needs and no link reaches yet.
+pub(crate) trait Dialer<R, W>: Send + Sync + std::fmt::Debug + 'static {
+    /// Connects to `peer`, proves this rank to it and makes the link.
+    fn dial(&self, peer: Rank) -> Dialing<'_, R, W>;
+}
+
+/// What a transport's sends, its reader tasks and its accept task share.
+#[derive(Debug)]
+pub(crate) struct Links<R, W> {
+    pub(crate) mailbox: Arc<StreamMailbox<R>>,
+    /// `writers[peer]`: the link sends to `peer` take, once there is one.
+    writers: Vec<OnceCell<Mutex<W>>>,
+    /// Writing halves of a peer's second link: kept for the goodbye.
+    spare: SyncMutex<Vec<W>>,
+    readers: SyncMutex<Vec<JoinHandle<()>>>,
+    /// Peers a link through shared memory reaches.
+    shared: SyncMutex<Vec<Rank>>,
+    max_frame_bytes: u32,
+}
+
+impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
+    pub(crate) fn new(size: usize, mailbox: Arc<StreamMailbox<R>>, max_frame_bytes: u32) -> Self {
+        Self {
+            mailbox,
+            writers: (0..size).map(|_| OnceCell::new()).collect(),
+            spare: SyncMutex::new(Vec::new()),
+            readers: SyncMutex::new(Vec::new()),
+            shared: SyncMutex::new(Vec::new()),
+            max_frame_bytes,
+        }
+    }
+
+    pub(crate) fn size(&self) -> usize {
+        self.writers.len()
+    }
+
+    /// The writer of `peer`'s link, if there is one yet.
+    pub(crate) fn writer(&self, peer: Rank) -> Option<&Mutex<W>> {
+        self.writers.get(peer).and_then(OnceCell::get)
+    }
+
+    /// The writer of `peer`'s link, made by `dialer` if there is none yet
+    /// (one dial at a time per peer; the others wait for it). A failed
+    /// dial breaks the generation, as a failed set-up of the full mesh
+    /// fails it.
+    pub(crate) async fn dialed(
+        &self,
+        peer: Rank,
+        dialer: &dyn Dialer<R, W>,
+    ) -> Result<&Mutex<W>, TransportError> {
+        let Some(cell) = self.writers.get(peer) else {
+            return Err(TransportError::InvalidRank {
+                rank: peer,
+                size: self.size(),
+            });
+        };
+        cell.get_or_try_init(|| async {
+            // Counted before the dial: the peer may send on the link (and
+            // say goodbye on it) as soon as its side is made.
+            self.mailbox.opened(peer);
+            let mut abandoned = Abandoned {
+                mailbox: &self.mailbox,
+                peer,
+                armed: true,
+            };
+            let made = dialer.dial(peer).await;
+            abandoned.armed = false;
+            match made {
+                Ok(link) => Ok(Mutex::new(self.reading(link))),
+                Err(e) => {
+                    self.mailbox.fail(e.clone());
+                    Err(e)
+                }
+            }
+        })
+        .await
+    }
+
+    /// Counts a link from `peer` about to be made by its dial; call before
+    /// the link's last word to the dialer, so that nothing it says on the
+    /// link can come before it is counted.
+    pub(crate) fn accepting(&self, peer: Rank) {
+        self.mailbox.opened(peer);
+    }
+
+    /// Starts reading a link that `peer` dialed, and gives its writer to
+    /// sends to `peer` unless a link of ours got there first.
+    pub(crate) fn accepted(&self, link: Link<R, W>) {
+        let peer = link.peer;
+        let w = self.reading(link);
+        let Some(cell) = self.writers.get(peer) else {
+            return;
+        };
+        if let Err(SetError::AlreadyInitializedError(w) | SetError::InitializingError(w)) =
+            cell.set(Mutex::new(w))
+        {
+            self.spare_writers().push(w.into_inner());
+        }
+    }
+
+    /// Starts a link's reader task; its writer is the caller's to place.
+    pub(crate) fn reading(&self, link: Link<R, W>) -> W {
+        if link.shared_memory {
+            let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            shared.push(link.peer);
+            shared.sort_unstable();
+        }
+        let reader = read_loop(
+            link.peer,
+            link.read,
+            self.max_frame_bytes,
+            self.mailbox.clone(),
+        );
+        self.readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(tokio::spawn(reader));
+        link.write
+    }
+
+    /// Places an eager link's writer (the full mesh's, one per peer).
+    pub(crate) fn place(&self, peer: Rank, w: W) {
+        if let Some(cell) = self.writers.get(peer)
+            && let Err(e) = cell.set(Mutex::new(w))
+        {
+            let (SetError::AlreadyInitializedError(w) | SetError::InitializingError(w)) = e;
+            self.spare_writers().push(w.into_inner());
+        }
+    }
+
+    fn spare_writers(&self) -> std::sync::MutexGuard<'_, Vec<W>> {
+        self.spare.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Peers reached through shared memory, in rank order.
+    pub(crate) fn shared_memory_peers(&self) -> Vec<Rank> {
+        self.shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How many links this rank has (a peer dialed at once from both ends
+    /// counts twice).
+    pub(crate) fn count(&self) -> usize {
+        self.readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Every writing half (each peer's link and the spares, for the
+    /// goodbye) and the reader tasks (to stop once it is said).
+    pub(crate) fn into_parts(self) -> (Vec<W>, Vec<JoinHandle<()>>) {
+        let mut out: Vec<W> = self
+            .writers
+            .into_iter()
+            .filter_map(OnceCell::into_inner)
+            .map(Mutex::into_inner)
+            .collect();
+        out.extend(
+            self.spare
+                .into_inner()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let readers = self
+            .readers
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        (out, readers)
+    }
+}
+
+impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
+    /// Once the generation breaks, closes every link this rank holds
+    /// (without a goodbye): with connections on demand not every rank is
+    /// linked to the one that was lost, and the loss then reaches them
+    /// through the links of those that were, as in the full mesh it
+    /// reaches every rank directly. A writer busy in a send is left to it.
+    pub(crate) async fn close_on_break(self: Arc<Self>) {
+        self.mailbox.break_seen().await;
+        let spare: Vec<W> = std::mem::take(&mut *self.spare_writers());
+        let held = self.writers.iter().filter_map(OnceCell::get);
+        for w in held {
+            if let Ok(mut w) = w.try_lock() {
+                let _ = tokio::time::timeout(CLOSE_WITHIN, w.shutdown()).await;
+            }
+        }
+        for mut w in spare {
+            let _ = tokio::time::timeout(CLOSE_WITHIN, w.shutdown()).await;
+        }
+    }
+}
+
+/// How long closing one link of a broken generation may take.
+const CLOSE_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl<R, W> Links<R, W> {
+    /// Stops every reader task: the links close without a goodbye.
+    pub(crate) fn abort_readers(&self) {
+        for r in self
+            .readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            r.abort();
+        }
+    }
+}
+
+/// Breaks the generation if a dial is abandoned half-way (its send's future
+/// dropped): the link's count would otherwise never come back down.
+struct Abandoned<'a, R> {
+    mailbox: &'a StreamMailbox<R>,
+    peer: Rank,
+    armed: bool,
+}
+
+impl<R> Drop for Abandoned<'_, R> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.mailbox.peer_lost(self.peer, LossCause::AbandonedSend);
+        }
+    }
+}

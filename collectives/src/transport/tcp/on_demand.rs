@@ -1,0 +1,192 @@
+//! Connections on demand: a generation's TCP (or TLS) transport that starts
+//! with no connection, dials a peer when a send first needs it, and accepts
+//! the peers that dial it for as long as the generation lasts.
+//!
+//! ```text
+//!  rank 3: send(to 4) ──dial──> rank 4 (accepts; may send back on it)
+//!  rank 4: send(to 3) ── the link rank 3 dialed, if it got there first;
+//!                        else a dial of its own (both ends at once: two links)
+//! ```
+//! A ring allreduce then holds two links per rank, recursive doubling
+//! 2·log2(n), the hierarchical paths the host's ranks and the leaders,
+//! where the full mesh holds n - 1 ([`super::mesh`]). Each link is made as
+//! the full mesh's are: the same dial with its retries and refusal grace,
+//! the same proof of membership, shared memory with a peer on this host,
+//! within `connect_timeout` of the send that needed it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, timeout_at};
+
+use super::mesh::{
+    Dial, Layer, LinkedTransport, MeshLink, Side, answer_hello, crowded, link, spun,
+};
+use super::{TcpConfig, TcpEndpoint};
+use crate::error::TransportError;
+use crate::tag::Rank;
+use crate::transport::shm::{ShmRead, ShmWrite};
+use crate::transport::stream::StreamTransport;
+use crate::transport::stream::greet::HELLO_TIMEOUT;
+use crate::transport::stream::handshake::{Dialers, Hello};
+use crate::transport::stream::links::{Dialer, Dialing, Links};
+
+type EitherRead<L> = tokio_util::either::Either<<L as Layer>::Read, ShmRead>;
+type EitherWrite<L> = tokio_util::either::Either<<L as Layer>::Write, ShmWrite>;
+
+/// What dialing and accepting a link needs, shared by the two.
+#[derive(Clone)]
+struct Linker<L> {
+    me: Hello,
+    config: TcpConfig,
+    layer: L,
+    /// This process's host key (`None` with shared memory off).
+    host: Option<[u8; 32]>,
+    /// Whether this host's ranks outnumber its CPUs (their shared memory
+    /// then sleeps at once), judged from the peers' addresses.
+    crowded: bool,
+}
+
+impl<L: Layer> Linker<L> {
+    /// Makes a proven connection `s` with `peer` its link.
+    async fn link(
+        &self,
+        peer: Rank,
+        s: L::Stream,
+        side: Side,
+        deadline: Instant,
+    ) -> Result<MeshLink<L>, TransportError> {
+        let shm = self.config.shared_memory;
+        let linking = link::<L>(self.me.rank, peer, s, side, shm, self.host);
+        match timeout_at(deadline, linking).await {
+            Ok(made) => Ok(spun::<L>(made?, self.crowded)),
+            Err(_) => Err(TransportError::SetupTimeout {
+                generation: self.me.generation,
+                after: self.config.connect_timeout,
+                missing: vec![peer],
+            }),
+        }
+    }
+}
+
+/// Dials the peers at `peers` (rank order).
+struct TcpDialer<L> {
+    linker: Linker<L>,
+    peers: Vec<SocketAddr>,
+}
+
+impl<L> std::fmt::Debug for TcpDialer<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpDialer")
+            .field("me", &self.linker.me)
+            .field("peers", &self.peers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L: Layer> Dialer<EitherRead<L>, EitherWrite<L>> for TcpDialer<L> {
+    fn dial(&self, peer: Rank) -> Dialing<'_, EitherRead<L>, EitherWrite<L>> {
+        Box::pin(async move {
+            let Some(&addr) = self.peers.get(peer) else {
+                return Err(TransportError::InvalidRank {
+                    rank: peer,
+                    size: self.peers.len(),
+                });
+            };
+            let me = self.linker.me;
+            let deadline = Instant::now() + self.linker.config.connect_timeout;
+            let dial = Dial {
+                peer,
+                addr,
+                me,
+                deadline,
+            };
+            let (_, s) = dial
+                .run(self.linker.config.clone(), self.linker.layer.clone())
+                .await?;
+            tracing::trace!(peer, %addr, "data-plane link dialed on demand");
+            self.linker.link(peer, s, Side::Dialer, deadline).await
+        })
+    }
+}
+
+impl TcpEndpoint {
+    /// The transport of `me`'s generation with connections on demand over
+    /// `layer`: no connection yet; this endpoint's listener goes to the
+    /// task that accepts the peers' dials.
+    pub(crate) fn on_demand<L: Layer>(
+        self,
+        me: Hello,
+        peers: &[SocketAddr],
+        layer: L,
+    ) -> LinkedTransport<L> {
+        let shm = self.config.shared_memory;
+        let mine = peers.get(me.rank).map(SocketAddr::ip);
+        let local = peers.iter().filter(|a| Some(a.ip()) == mine).count();
+        let linker = Linker {
+            me,
+            config: self.config.clone(),
+            layer,
+            host: shm.enabled.then(crate::transport::shm::host_key).flatten(),
+            crowded: shm.enabled && crowded(local),
+        };
+        let dialer = Arc::new(TcpDialer {
+            linker: linker.clone(),
+            peers: peers.to_vec(),
+        });
+        let limits = self.limits();
+        let listener = self.listener;
+        let accept = move |links| accept_links(listener, linker, links);
+        StreamTransport::on_demand(me.rank, me.generation, me.size, limits, (dialer, accept))
+    }
+}
+
+/// Accepts the peers' dials for as long as the generation lasts (the task
+/// is stopped with its transport), each in a task of its own.
+async fn accept_links<L: Layer>(
+    listener: TcpListener,
+    linker: Linker<L>,
+    links: Arc<Links<EitherRead<L>, EitherWrite<L>>>,
+) {
+    let mut hellos = JoinSet::new();
+    loop {
+        tokio::select! {
+            acc = listener.accept() => match acc {
+                Ok((s, from)) => {
+                    tracing::trace!(%from, "data-plane connection accepted");
+                    hellos.spawn(accept_link(s, from, linker.clone(), links.clone()));
+                }
+                Err(e) => tracing::debug!(%e, "accept failed"),
+            },
+            Some(_) = hellos.join_next(), if !hellos.is_empty() => {}
+        }
+    }
+}
+
+/// Answers one dial and, for a proven peer, makes and hands over its link;
+/// a link that fails once proven breaks the generation (the peer is lost).
+async fn accept_link<L: Layer>(
+    s: TcpStream,
+    from: SocketAddr,
+    linker: Linker<L>,
+    links: Arc<Links<EitherRead<L>, EitherWrite<L>>>,
+) {
+    let me = (linker.me, Dialers::Any);
+    let key = linker.config.job_key.clone();
+    let Some((peer, s)) = answer_hello(s, from, me, key, linker.layer.clone()).await else {
+        return;
+    };
+    // Counted before the link's last word to the dialer (the shared-memory
+    // answer): the dialer can send nothing on it before then.
+    links.accepting(peer);
+    let deadline = Instant::now() + HELLO_TIMEOUT.max(linker.config.connect_timeout);
+    match linker.link(peer, s, Side::Acceptor, deadline).await {
+        Ok(made) => links.accepted(made),
+        Err(e) => {
+            tracing::debug!(peer, %e, "data-plane link from a peer failed");
+            links.mailbox.fail(e);
+        }
+    }
+}
