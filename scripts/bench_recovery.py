@@ -6,12 +6,16 @@ which reload the last checkpoint). Kills a random non-zero rank KILLS times,
 waiting for training to resume in between; prints median and max per launcher.
 
 Usage: scripts/bench_recovery.py [--np 4] [--kills 10] [--delay-ms 10] [--python-venv VENV]
+       [--connections all,on-demand [--rounds 3]]
        (torchrun from $PEERS_VENV, see ../shared/peers; skipped when unset;
        --python-venv adds the same job written with elasticrun.torch,
        scripts/torch_elastic_worker.py, and as DistributedDataParallel on
        the elasticrun torch.distributed backend; --hot-spares N gives the
        elasticrun jobs N more slots and `--hot-spares N`, and kills only
-       workers that train, each once a spare waits)
+       workers that train, each once a spare waits; --connections runs
+       the Rust worker's job once per mode listed (elasticrun's
+       --connections), in --rounds interleaved rounds of --kills kills each,
+       and prints each mode's figures over all rounds)
 Build first: cargo build --release --bins"""
 import argparse
 import json
@@ -163,10 +167,11 @@ def elasticrun(args, rng, worker, is_worker):
     with open(hosts, "w") as f:
         f.write(f"localhost:{args.np + args.hot_spares}\n")
     spares = ["--hot-spares", str(args.hot_spares)] if args.hot_spares else []
+    connections = ["--connections", args.mode] if getattr(args, "mode", None) else []
     job = Job([
         os.path.join(ROOT, "target", "release", "elasticrun"), "--min-np", "2", "--max-np", str(args.np),
         "--host-discovery-script", f"{ROOT}/discovery-scripts/hosts-from-file.sh {hosts}",
-    ] + spares + worker)
+    ] + spares + connections + worker)
 
     def resumed(job, t_kill, _rank0):
         # The first step completed in a generation assigned after the kill.
@@ -229,6 +234,21 @@ def report(name, times):
           f"all {[round(m) for m in ms]}")
 
 
+def compare_connections(args, rng):
+    modes = [m for m in args.connections.split(",") if m]
+    times = {m: [] for m in modes}
+    for r in range(args.rounds):
+        for m in modes:
+            args.mode = m
+            times[m] += elasticrun_rust(args, rng)
+            print(f"# round {r + 1}, --connections {m}: {len(times[m])} kills so far", flush=True)
+    for m in modes:
+        report(f"elasticrun -np {args.np} --connections {m}, Rust worker", times[m])
+    base = statistics.median(times[modes[0]])
+    for m in modes[1:]:
+        print(f"median ratio {modes[0]}/{m}: {base / statistics.median(times[m]):.2f}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--np", type=int, default=4)
@@ -237,8 +257,14 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--hot-spares", type=int, default=0, help="elasticrun's --hot-spares")
     p.add_argument("--python-venv", help="also the elasticrun.torch worker, from this venv (with torch and elasticrun)")
+    p.add_argument("--connections", help="modes of elasticrun's --connections to compare (all,on-demand): "
+                   "the Rust worker only, interleaved rounds")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of --connections (default 3)")
     args = p.parse_args()
     rng = random.Random(args.seed)
+    print(f"# seed {args.seed}, {args.np} ranks")
+    if args.connections:
+        return compare_connections(args, rng)
     tag = f" --hot-spares {args.hot_spares}" if args.hot_spares else ""
     ours = elasticrun_rust(args, rng)
     report(f"elasticrun -np {args.np}{tag}, Rust worker", ours)

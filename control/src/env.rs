@@ -60,6 +60,43 @@ pub const TRANSPORT: &str = "ELASTICRUN_TRANSPORT";
 /// peer is reached over its encrypted connection whatever this says.
 pub const SHARED_MEMORY: &str = "ELASTICRUN_SHARED_MEMORY";
 
+/// When a worker's data plane connects to its peers (`--connections`):
+/// `all` (or unset) connects every pair before a generation starts (the full
+/// mesh); `on-demand` connects a pair when a collective first sends between
+/// them. The TCP and TLS data planes read it; QUIC's mesh is always full.
+pub const CONNECTIONS: &str = "ELASTICRUN_CONNECTIONS";
+
+/// When a data plane's connections are made ([`CONNECTIONS`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Connections {
+    /// Every pair, before the generation starts.
+    #[default]
+    All,
+    /// A pair when a collective first sends between them.
+    OnDemand,
+}
+
+impl Connections {
+    pub const NAMES: &'static str = "all, on-demand";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Connections::All => "all",
+            Connections::OnDemand => "on-demand",
+        }
+    }
+
+    /// `all` or `on-demand` (`on_demand` too), any case, spaces around
+    /// allowed.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "all" => Some(Connections::All),
+            "on-demand" | "on_demand" => Some(Connections::OnDemand),
+            _ => None,
+        }
+    }
+}
+
 /// Microseconds a worker may busy-wait (yield and look again) before it
 /// sleeps: its shared-memory links waiting for a peer, its engine gathering
 /// a burst of submissions. Unset: 100 µs for the links and 50 µs for the
@@ -163,7 +200,7 @@ impl TransportKind {
 }
 
 /// Every variable the launcher sets for a worker.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 15] = [
     COORDINATOR,
     SECRET,
     HOST,
@@ -177,6 +214,7 @@ pub const ALL: [&str; 14] = [
     DATA_ALL_INTERFACES,
     TRANSPORT,
     SHARED_MEMORY,
+    CONNECTIONS,
     LOG_LEVEL,
 ];
 

@@ -8,9 +8,9 @@ use control::Secret;
 // Re-exported for the tests that check whether this process was launched.
 pub(crate) use control::env::COORDINATOR;
 use control::env::{
-    COORDINATOR_TIMEOUT, DATA_ALL_INTERFACES, ELASTIC_TIMEOUT, GLOO_TIMEOUT_SECONDS, HOST,
-    HOT_SPARES, LOG_LEVEL, LogLevel, SECRET, SHARED_MEMORY, SLOT, SPIN_US, START_TIMEOUT,
-    THREAD_AFFINITY, TRANSPORT, TransportKind, parse_cpu_list,
+    CONNECTIONS, COORDINATOR_TIMEOUT, Connections, DATA_ALL_INTERFACES, ELASTIC_TIMEOUT,
+    GLOO_TIMEOUT_SECONDS, HOST, HOT_SPARES, LOG_LEVEL, LogLevel, SECRET, SHARED_MEMORY, SLOT,
+    SPIN_US, START_TIMEOUT, THREAD_AFFINITY, TRANSPORT, TransportKind, parse_cpu_list,
 };
 
 use crate::InitError;
@@ -40,6 +40,9 @@ pub(crate) struct Launch {
     /// Shared memory with the ranks of this host, on the TCP data plane
     /// ([`control::env::SHARED_MEMORY`]; default on).
     pub(crate) shared_memory: bool,
+    /// When the TCP and TLS data planes connect to the peers
+    /// ([`control::env::CONNECTIONS`]; default all, before each generation).
+    pub(crate) connections: Connections,
     /// How long to busy-wait before sleeping ([`control::env::SPIN_US`];
     /// `None`: the defaults).
     pub(crate) spin: Option<Duration>,
@@ -186,6 +189,15 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
             )
         })?,
     };
+    let connections = match get(CONNECTIONS).filter(|c| !c.trim().is_empty()) {
+        None => Connections::default(),
+        Some(c) => Connections::parse(&c).ok_or_else(|| {
+            bad(
+                CONNECTIONS,
+                &format!("is {c:?}, none of: {}", Connections::NAMES),
+            )
+        })?,
+    };
     Ok(Some(Launch {
         coordinator,
         secret,
@@ -200,6 +212,7 @@ pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch
         data_all_interfaces,
         transport,
         shared_memory,
+        connections,
         spin: spin(&get)?,
     }))
 }

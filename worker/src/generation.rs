@@ -19,7 +19,7 @@ use collectives::{
     Admission, Breaker, CollectiveOptions, Communicator, Endpoint, MemEndpoint, MemFabric, OpSpace,
     PlaneConfig, PlaneEndpoint, QuicConfig, ShmConfig, TcpConfig, Transport, TransportError,
 };
-use control::env::TransportKind;
+use control::env::{Connections, TransportKind};
 use control::{Assignment, PeerAddress, Secret};
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -68,6 +68,8 @@ pub(crate) struct DataBind {
     /// How long shared-memory links busy-wait before they sleep
     /// ([`control::env::SPIN_US`]; `None`: the defaults).
     pub(crate) spin: Option<Duration>,
+    /// When TCP and TLS connect to the peers ([`control::env::CONNECTIONS`]).
+    pub(crate) connections: Connections,
     /// Longest wait of one send or receive.
     pub(crate) data_timeout: Duration,
 }
@@ -91,7 +93,7 @@ impl Endpoints for DataBind {
     fn bind(&self, near: IpAddr) -> BoxFuture<'_, Result<PlaneEndpoint, TransportError>> {
         let listen = SocketAddr::new(self.listen_ip(near), 0);
         let config = PlaneConfig {
-            tcp: tcp_config(self.data_timeout, self.shared_memory, self.spin),
+            tcp: tcp_config(self),
             quic: QuicConfig {
                 io_timeout: self.data_timeout,
                 ..QuicConfig::default()
@@ -134,16 +136,18 @@ impl Bound {
 
 /// The TCP data plane's settings: each send and receive may wait up to
 /// `data_timeout`; shared memory with the ranks of this host as
-/// `shared_memory` says, its other settings the defaults.
-fn tcp_config(data_timeout: Duration, shared_memory: bool, spin: Option<Duration>) -> TcpConfig {
+/// `shared_memory` says, connections made as `connections` says, its other
+/// settings the defaults.
+fn tcp_config(b: &DataBind) -> TcpConfig {
     let defaults = TcpConfig::default();
     TcpConfig {
-        io_timeout: data_timeout,
+        io_timeout: b.data_timeout,
         shared_memory: ShmConfig {
-            enabled: shared_memory,
-            spin: spin.unwrap_or(defaults.shared_memory.spin),
+            enabled: b.shared_memory,
+            spin: b.spin.unwrap_or(defaults.shared_memory.spin),
             ..defaults.shared_memory
         },
+        on_demand: b.connections == Connections::OnDemand,
         ..defaults
     }
 }
@@ -263,12 +267,22 @@ mod tests {
     fn tcp_config_turns_shared_memory_on_or_off_and_keeps_the_rest() {
         let defaults = TcpConfig::default();
         let timeout = Duration::from_millis(2500);
-        let on = tcp_config(timeout, true, None);
+        let bind = |shared_memory, spin, connections| DataBind {
+            all_interfaces: false,
+            transport: TransportKind::Tcp,
+            shared_memory,
+            spin,
+            connections,
+            data_timeout: timeout,
+        };
+        let on = tcp_config(&bind(true, None, Connections::All));
         assert_eq!(on.io_timeout, timeout);
         assert!(on.shared_memory.enabled);
-        let off = tcp_config(timeout, false, None);
+        assert!(!on.on_demand);
+        let off = tcp_config(&bind(false, None, Connections::OnDemand));
         assert!(!off.shared_memory.enabled);
-        let still = tcp_config(timeout, true, Some(Duration::ZERO));
+        assert!(off.on_demand, "ELASTICRUN_CONNECTIONS=on-demand");
+        let still = tcp_config(&bind(true, Some(Duration::ZERO), Connections::All));
         assert_eq!(
             still.shared_memory.spin,
             Duration::ZERO,

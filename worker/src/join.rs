@@ -161,6 +161,7 @@ mod tests {
             data_all_interfaces: false,
             transport: control::env::TransportKind::Tcp,
             shared_memory: true,
+            connections: control::env::Connections::All,
             spin: None,
         };
         let connect = control_link::Tcp {

@@ -85,6 +85,7 @@ pub(crate) fn joining<C: Connect>(launch: &env::Launch, connect: C) -> Joining<C
         transport: launch.transport,
         shared_memory: launch.shared_memory,
         spin: launch.spin,
+        connections: launch.connections,
         data_timeout: launch.data_timeout,
     };
     Joining {

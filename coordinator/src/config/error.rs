@@ -78,6 +78,12 @@ pub enum BadValue {
         control::env::TransportKind::NAMES
     )]
     NotATransport { text: String },
+    #[error(
+        "{} is not a way of connecting: expected one of {}",
+        control::Quoted(text),
+        control::env::Connections::NAMES
+    )]
+    NotConnections { text: String },
 }
 
 /// Why an option's value is refused.

@@ -35,7 +35,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use control::env::TransportKind;
+use control::env::{Connections, TransportKind};
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
@@ -67,6 +67,7 @@ pub(super) enum FileValue {
     /// `[MIN, MAX]`.
     Range(f64, f64),
     Transport(TransportKind),
+    Connections(Connections),
 }
 
 /// What a key's value must be.
@@ -85,6 +86,8 @@ pub(super) enum Kind {
     Range,
     /// `tcp`, `quic` or `tls`.
     Transport,
+    /// `all` or `on-demand`.
+    Connections,
 }
 
 /// An option's type as the file gives it.
@@ -120,6 +123,7 @@ file_type!(Cow<'static, str>, Text, FileValue::Text(t) => Some(Cow::Owned(t.clon
 file_type!(Vec<usize>, Integers, FileValue::Integers(v) => Some(v.clone()));
 file_type!(Vec<f64>, Range, FileValue::Range(a, b) => Some(vec![*a, *b]));
 file_type!(TransportKind, Transport, FileValue::Transport(t) => Some(*t));
+file_type!(Connections, Connections, FileValue::Connections(c) => Some(*c));
 
 /// An optional option is given by the file as its value.
 impl<T: FileType> FileType for Option<T> {
@@ -155,6 +159,16 @@ impl FileValue {
                     ))
                 })?;
                 FileValue::Transport(kind)
+            }
+            Kind::Connections => {
+                let name = String::deserialize(d)?;
+                let c = Connections::parse(&name).ok_or_else(|| {
+                    de::Error::custom(format!(
+                        "{name:?} is not a way of connecting: expected one of {}",
+                        Connections::NAMES
+                    ))
+                })?;
+                FileValue::Connections(c)
             }
         })
     }

@@ -231,6 +231,32 @@ fn shared_memory_from_each_layer() {
 }
 
 #[test]
+fn connections_from_each_layer_and_garbage_refused() {
+    use control::env::Connections::{All, OnDemand};
+    let of =
+        |args: &str, env: &[(&str, &str)], file: &str| run(args, env, file).unwrap().connections;
+    assert_eq!(of("-np 2 ./t", &[], ""), All);
+    assert_eq!(of("--connections on-demand -np 2 ./t", &[], ""), OnDemand);
+    let env = [("ELASTICRUN_CONNECTIONS", "On_Demand")];
+    assert_eq!(of("-np 2 ./t", &env, ""), OnDemand);
+    let file = "library_options:\n  connections: on-demand\n";
+    assert_eq!(of("-np 2 ./t", &[], file), OnDemand);
+    // The command line wins over the environment, which wins over the file.
+    assert_eq!(of("--connections all -np 2 ./t", &env, file), All);
+    let env_all = [("ELASTICRUN_CONNECTIONS", "all")];
+    assert_eq!(of("-np 2 ./t", &env_all, file), All);
+    let argv = "elasticrun --connections lazy -np 2 ./t".split(' ');
+    let e = Cli::parse_args(argv.map(str::to_owned)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("\"lazy\" is not a way of connecting"),
+        "{e}"
+    );
+    let e = parse("library_options:\n  connections: some\n").unwrap_err();
+    assert!(e.to_string().contains("not a way of connecting"), "{e}");
+}
+
+#[test]
 fn heartbeat_timeout_from_each_layer_and_not_below_two_beats() {
     let c = run("-np 2 ./t", &[], "").unwrap();
     assert_eq!(c.heartbeat_timeout, Duration::from_secs(15));

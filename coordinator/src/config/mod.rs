@@ -272,6 +272,9 @@ pub struct JobConfig {
     /// data planes use it (with `--transport quic` every peer is reached
     /// over its QUIC connection).
     pub shared_memory: bool,
+    /// `--connections`: every pair of ranks connected before a generation
+    /// starts, or each pair when a collective first needs it.
+    pub connections: control::env::Connections,
 }
 
 #[cfg(test)]

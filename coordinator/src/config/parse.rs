@@ -101,6 +101,12 @@ pub(super) fn text(s: &str) -> Result<std::borrow::Cow<'static, str>, BadValue> 
     Ok(std::borrow::Cow::Owned(s.to_owned()))
 }
 
+/// When the data plane connects: `all` or `on-demand`, any case.
+pub(super) fn connections(s: &str) -> Result<control::env::Connections, BadValue> {
+    control::env::Connections::parse(s)
+        .ok_or_else(|| BadValue::NotConnections { text: s.to_owned() })
+}
+
 /// A data plane's name: `tcp`, `quic` or `tls`, any case.
 pub(super) fn transport(s: &str) -> Result<control::env::TransportKind, BadValue> {
     control::env::TransportKind::parse(s)

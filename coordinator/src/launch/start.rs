@@ -64,6 +64,10 @@ fn job_env(cfg: &JobConfig, w: &WorkerStart<'_>) -> Vec<(String, String)> {
             control::env::SHARED_MEMORY.into(),
             u8::from(cfg.shared_memory).to_string(),
         ),
+        (
+            control::env::CONNECTIONS.into(),
+            cfg.connections.name().into(),
+        ),
         // The runtime in each worker logs at elasticrun's own level.
         (control::env::LOG_LEVEL.into(), cfg.log_level.name().into()),
     ];

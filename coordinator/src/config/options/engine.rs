@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
-use control::env::TransportKind;
+use control::env::{Connections, TransportKind};
 
 use super::super::parse::{
-    bytes_as_mb, count, cpus, flag, number, parse_size, samples, some_path, transport,
+    bytes_as_mb, connections, count, cpus, flag, number, parse_size, samples, some_path, transport,
 };
 use super::Form::{Pair, Switch, Value};
 use super::{Negation, Opt, When, arg, hidden_negation, key, key_negated, var, var_when};
@@ -374,6 +374,23 @@ pub(in super::super) const TRANSPORT: Opt<TransportKind> = Opt {
     env: &[var(control::env::TRANSPORT, transport)],
     yaml: key("library_options.transport"),
     default: TransportKind::Tcp,
+};
+
+/// When the data plane's connections are made.
+pub(in super::super) const CONNECTIONS: Opt<Connections> = Opt {
+    flag: "connections",
+    arg: arg(
+        LIBRARY,
+        Value("all|on-demand"),
+        "When the workers' data plane connects: all (every pair of ranks before each \
+         generation starts: n-1 connections in every worker) or on-demand (a pair when a \
+         collective first sends between them, then for the rest of the generation: a ring's \
+         two neighbours, recursive doubling's partners; the loss of a peer still reaches every \
+         rank). --transport tcp and tls; quic always connects all [default: all].",
+    ),
+    env: &[var(control::env::CONNECTIONS, connections)],
+    yaml: key("library_options.connections"),
+    default: Connections::All,
 };
 
 /// Ranks of one host on their TCP connections rather than shared memory

@@ -315,6 +315,7 @@ pub(super) static ALL: &[&dyn Declared] = &[
     &GLOO_TIMEOUT_SECONDS,
     &THREAD_AFFINITY,
     &TRANSPORT,
+    &CONNECTIONS,
     &NO_SHARED_MEMORY,
     &TCP,
     &OUTPUT_FILENAME,

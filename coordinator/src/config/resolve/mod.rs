@@ -256,6 +256,7 @@ pub fn resolve(
         tcp_only,
         transport,
         shared_memory: !l.pick(&opt::NO_SHARED_MEMORY)?.value,
+        connections: l.pick(&opt::CONNECTIONS)?.value,
     })
 }
 

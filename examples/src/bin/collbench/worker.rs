@@ -136,9 +136,9 @@ async fn run(args: &Args, rank: usize) -> Result<(), String> {
 fn plane_name(plane: &DataPlane) -> &'static str {
     let shared = |s: &[usize]| !s.is_empty();
     match plane {
-        DataPlane::Tcp(t) if shared(t.shared_memory_peers()) => "tcp+shm",
+        DataPlane::Tcp(t) if shared(&t.shared_memory_peers()) => "tcp+shm",
         DataPlane::Tcp(_) => "tcp",
-        DataPlane::Tls(t) if shared(t.shared_memory_peers()) => "tls+shm",
+        DataPlane::Tls(t) if shared(&t.shared_memory_peers()) => "tls+shm",
         DataPlane::Tls(_) => "tls",
         DataPlane::Quic(_) => "quic",
         DataPlane::Mem(_) => "mem",
