@@ -185,14 +185,14 @@ impl<D> Mailbox<D> {
         }
     }
 
-    /// Resolves once the generation is broken.
-    pub(crate) async fn break_seen(&self) {
+    /// Resolves once the generation is broken, with what broke it.
+    pub(crate) async fn break_seen(&self) -> TransportError {
         loop {
             let news = self.news.notified();
             tokio::pin!(news);
             news.as_mut().enable();
-            if self.lock().broken.is_some() {
-                return;
+            if let Some(e) = self.lock().broken.clone() {
+                return e;
             }
             news.await;
         }

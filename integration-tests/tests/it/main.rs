@@ -11,6 +11,7 @@
 mod autotune;
 mod cluster;
 mod command_line;
+mod connections;
 mod dashboards;
 mod discovery_edges;
 mod discovery_scripts;

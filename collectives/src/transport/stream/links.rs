@@ -214,13 +214,18 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
 }
 
 impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
-    /// Once the generation breaks, closes every link this rank holds
-    /// (without a goodbye): with connections on demand not every rank is
-    /// linked to the one that was lost, and the loss then reaches them
+    /// Once the generation breaks by a loss, closes every link this rank
+    /// holds (without a goodbye): with connections on demand not every rank
+    /// is linked to the one that was lost, and the loss then reaches them
     /// through the links of those that were, as in the full mesh it
-    /// reaches every rank directly. A writer busy in a send is left to it.
+    /// reaches every rank directly. A generation its owner ended
+    /// ([`TransportError::Ended`]: a reset, the next generation) keeps its
+    /// links until the owner shuts the transport down or drops it. A writer
+    /// busy in a send is left to it.
     pub(crate) async fn close_on_break(self: Arc<Self>) {
-        self.mailbox.break_seen().await;
+        if let TransportError::Ended { .. } = self.mailbox.break_seen().await {
+            return;
+        }
         let spare: Vec<W> = std::mem::take(&mut *self.spare_writers());
         let held = self.writers.iter().filter_map(OnceCell::get);
         for w in held {
