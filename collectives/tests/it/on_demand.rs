@@ -367,3 +367,40 @@ async fn a_peer_with_two_links_departs_after_its_last_message() {
         a.shutdown().await;
     }
 }
+
+/// A generation its owner ends (a reset: the breaker) keeps its links: its
+/// peers see no loss from it, only its goodbye once it shuts down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_generation_keeps_its_links() {
+    let g = Generation(8);
+    let opts = CollectiveOptions {
+        allreduce: AllreduceAlgorithm::Ring,
+        ..Default::default()
+    };
+    let comms = common::grid::communicators(tcp(3, g, &config(true, false)).await, &opts);
+    let mut bufs = vec![vec![1.0f32; 100]; 3];
+    let res = with_buffers(&comms, &mut bufs, |c, b| c.allreduce(b, ReduceOp::Sum)).await;
+    res.into_iter().for_each(|r| r.expect("allreduce"));
+    let mut ts: Vec<DataPlane> = comms
+        .into_iter()
+        .map(Communicator::into_transport)
+        .collect();
+    let ended = ts.remove(1);
+    ended.end("the next generation");
+    let tag = collectives::Tag::new(g, 1 << 20, 0);
+    let (sent, got) = tokio::join!(ts[1].send(0, tag, b"still"), ts[0].recv(2, tag));
+    sent.unwrap();
+    assert_eq!(
+        &got.unwrap()[..],
+        b"still",
+        "rank 2 to rank 0 after rank 1 ended"
+    );
+    ended.shutdown().await;
+    match ts[0].recv(1, collectives::Tag::new(g, 1 << 20, 1)).await {
+        Err(TransportError::PeerLost { rank: 1, cause, .. }) => {
+            assert_eq!(cause, collectives::LossCause::Departed);
+        }
+        other => panic!("{other:?}"),
+    }
+    join_all(ts.into_iter().map(Transport::shutdown)).await;
+}
