@@ -284,6 +284,13 @@ impl<D> Mailbox<D> {
         *self.lock().streams.entry(rank).or_insert(0) += 1;
     }
 
+    /// A stream from `rank` counted by [`Mailbox::opened`] was never made.
+    pub(crate) fn unopened(&self, rank: Rank) {
+        if let Some(n) = self.lock().streams.get_mut(&rank) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
     /// A stream from `rank` ended after its goodbye: `rank` departs
     /// ([`Mailbox::depart`]) once none of its streams is left open.
     pub(crate) fn closed_cleanly(&self, rank: Rank) {

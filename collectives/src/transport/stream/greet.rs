@@ -80,9 +80,33 @@ pub(crate) fn refused(from: SocketAddr, why: &str) {
 pub(crate) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
     s: &mut S,
     from: SocketAddr,
-    (me, dialers): (Hello, Dialers),
+    me: (Hello, Dialers),
     key: &DataKey,
 ) -> Option<Rank> {
+    let heard = hear(s, from, me, key).await?;
+    admit(s, from, &heard, key, Ok(()))
+        .await
+        .then_some(heard.rank)
+}
+
+/// A proven hello, not yet answered.
+#[derive(Debug)]
+pub(crate) struct Heard {
+    /// The dialer's rank.
+    pub(crate) rank: Rank,
+    nonce: control::Nonce,
+    hello: [u8; HELLO_LEN],
+}
+
+/// Challenges a dialer from `from` and reads its hello: the hello if it is
+/// a proven peer of this generation that `dialers` lets dial (answer it
+/// with [`admit`]); `None`, refused and said, for anything else.
+pub(crate) async fn hear<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    from: SocketAddr,
+    (me, dialers): (Hello, Dialers),
+    key: &DataKey,
+) -> Option<Heard> {
     let a = match control::nonce() {
         Ok(a) => a,
         Err(e) => {
@@ -103,9 +127,32 @@ pub(crate) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
     }
     let verdict =
         Hello::decode(&buf, key, &a).and_then(|h| h.check_dialer(&me, dialers).map(|()| h));
+    let heard = |rank| Heard {
+        rank,
+        nonce: a,
+        hello: buf,
+    };
+    match verdict {
+        Ok(h) => Some(heard(h.rank)),
+        Err(r) => {
+            admit(s, from, &heard(0), key, Err(r)).await;
+            None
+        }
+    }
+}
+
+/// Answers a hello heard: with this acceptor's proof (`true` once sent),
+/// or with `verdict`'s refusal (said, but for a crossed dial: no fault).
+pub(crate) async fn admit<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    from: SocketAddr,
+    heard: &Heard,
+    key: &DataKey,
+    verdict: Result<(), Refusal>,
+) -> bool {
     let mut reply = vec![0u8];
     match verdict {
-        Ok(_) => reply.extend_from_slice(&acceptor_proof(key, &a, &buf)),
+        Ok(()) => reply.extend_from_slice(&acceptor_proof(key, &heard.nonce, &heard.hello)),
         Err(r) => reply[0] = r as u8,
     }
     let answered = tokio::time::timeout(HELLO_TIMEOUT, async {
@@ -114,11 +161,12 @@ pub(crate) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
     })
     .await;
     match (verdict, answered) {
-        (Ok(h), Ok(Ok(()))) => Some(h.rank),
+        (Ok(()), Ok(Ok(()))) => true,
+        (Err(Refusal::Crossed), _) => false,
         (Err(r), _) => {
             refused(from, r.reason());
-            None
+            false
         }
-        _ => None,
+        _ => false,
     }
 }

@@ -46,6 +46,9 @@ pub(crate) enum Refusal {
     WrongGeneration = 3,
     WrongWorld = 4,
     UnexpectedRank = 5,
+    /// Connections on demand: both ranks dialed each other at once, and
+    /// the higher rank's connection carries the pair.
+    Crossed = 6,
 }
 
 impl Refusal {
@@ -56,6 +59,7 @@ impl Refusal {
             Refusal::WrongGeneration,
             Refusal::WrongWorld,
             Refusal::UnexpectedRank,
+            Refusal::Crossed,
         ]
         .into_iter()
         .find(|r| *r as u8 == code)
@@ -71,6 +75,9 @@ impl Refusal {
             Refusal::WrongGeneration => "peer is in another generation",
             Refusal::WrongWorld => "peer has another world size",
             Refusal::UnexpectedRank => "peer rank is not one this rank accepts",
+            Refusal::Crossed => {
+                "both ranks dialed each other at once: the higher rank's connection carries the pair"
+            }
         }
     }
 }

@@ -18,10 +18,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex as SyncMutex, PoisonError};
 
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{Mutex, OnceCell, SetError};
+
+use tokio::sync::{Mutex, Notify, OnceCell, SetError};
 use tokio::task::JoinHandle;
 
+use super::handshake::Refusal;
+use super::pairing::{OnSend, Pairing};
 use super::{ReadHalf, StreamMailbox, WriteHalf, read_loop};
 use crate::error::{LossCause, TransportError};
 use crate::tag::Rank;
@@ -44,6 +48,9 @@ pub(crate) type Dialing<'a, R, W> =
 pub(crate) trait Dialer<R, W>: Send + Sync + std::fmt::Debug + 'static {
     /// Connects to `peer`, proves this rank to it and makes the link.
     fn dial(&self, peer: Rank) -> Dialing<'_, R, W>;
+
+    /// How long a send may wait for a peer's link to be made.
+    fn patience(&self) -> Duration;
 }
 
 /// What a transport's sends, its reader tasks and its accept task share.
@@ -58,11 +65,22 @@ pub(crate) struct Links<R, W> {
     /// Peers a link through shared memory reaches.
     shared: SyncMutex<Vec<Rank>>,
     max_frame_bytes: u32,
+    /// Who makes which pair's link (connections on demand).
+    pairing: SyncMutex<Pairing>,
+    /// Woken when a link is made.
+    made: Notify,
 }
 
 impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
-    pub(crate) fn new(size: usize, mailbox: Arc<StreamMailbox<R>>, max_frame_bytes: u32) -> Self {
+    pub(crate) fn new(
+        rank: Rank,
+        size: usize,
+        mailbox: Arc<StreamMailbox<R>>,
+        max_frame_bytes: u32,
+    ) -> Self {
         Self {
+            pairing: SyncMutex::new(Pairing::new(rank, size)),
+            made: Notify::new(),
             mailbox,
             writers: (0..size).map(|_| OnceCell::new()).collect(),
             spare: SyncMutex::new(Vec::new()),
@@ -81,10 +99,14 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
         self.writers.get(peer).and_then(OnceCell::get)
     }
 
-    /// The writer of `peer`'s link, made by `dialer` if there is none yet
-    /// (one dial at a time per peer; the others wait for it). A failed
-    /// dial breaks the generation, as a failed set-up of the full mesh
-    /// fails it.
+    fn pairs(&self) -> std::sync::MutexGuard<'_, Pairing> {
+        self.pairing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The writer of `peer`'s link: dialed by `dialer` if no link to `peer`
+    /// is made or under way, else the one under way once it is made
+    /// ([`Pairing`]). A failed dial breaks the generation, as a failed
+    /// set-up of the full mesh fails it.
     pub(crate) async fn dialed(
         &self,
         peer: Rank,
@@ -96,48 +118,94 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
                 size: self.size(),
             });
         };
-        cell.get_or_try_init(|| async {
-            // Counted before the dial: the peer may send on the link (and
-            // say goodbye on it) as soon as its side is made.
-            self.mailbox.opened(peer);
-            let mut abandoned = Abandoned {
-                mailbox: &self.mailbox,
-                peer,
-                armed: true,
-            };
-            let made = dialer.dial(peer).await;
-            abandoned.armed = false;
-            match made {
-                Ok(link) => Ok(Mutex::new(self.reading(link))),
-                Err(e) => {
-                    self.mailbox.fail(e.clone());
-                    Err(e)
+        let deadline = tokio::time::Instant::now() + dialer.patience();
+        let mut dialed = false;
+        loop {
+            let made = self.made.notified();
+            tokio::pin!(made);
+            made.as_mut().enable();
+            if let Some(w) = cell.get() {
+                return Ok(w);
+            }
+            if !dialed && self.pairs().on_send(peer) == OnSend::Dial {
+                dialed = true;
+                if let Some(w) = self.dial(peer, dialer).await? {
+                    return Ok(w);
+                }
+                continue;
+            }
+            tokio::select! {
+                () = &mut made => {}
+                e = self.mailbox.break_seen() => return Err(e),
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(TransportError::SetupTimeout {
+                        generation: self.mailbox.generation(),
+                        after: dialer.patience(),
+                        missing: vec![peer],
+                    });
                 }
             }
-        })
-        .await
+        }
     }
 
-    /// Counts a link from `peer` about to be made by its dial; call before
-    /// the link's last word to the dialer, so that nothing it says on the
-    /// link can come before it is counted.
-    pub(crate) fn accepting(&self, peer: Rank) {
+    /// Dials `peer`: its writer, or `None` where `peer` was dialing this
+    /// rank at the same time and its link carries the pair.
+    async fn dial(
+        &self,
+        peer: Rank,
+        dialer: &dyn Dialer<R, W>,
+    ) -> Result<Option<&Mutex<W>>, TransportError> {
+        // Counted before the dial: the peer may send on the link (and say
+        // goodbye on it) as soon as its side is made.
         self.mailbox.opened(peer);
+        let mut abandoned = Abandoned {
+            mailbox: &self.mailbox,
+            peer,
+            armed: true,
+        };
+        let made = dialer.dial(peer).await;
+        abandoned.armed = false;
+        match made {
+            Ok(link) => {
+                self.install(link);
+                Ok(self.writer(peer))
+            }
+            Err(TransportError::Handshake { reason, .. })
+                if reason == Refusal::Crossed.reason() =>
+            {
+                self.mailbox.unopened(peer);
+                Ok(None)
+            }
+            Err(e) => {
+                self.mailbox.fail(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether to accept `peer`'s proven hello ([`Pairing::on_hello`]);
+    /// an accepted one is counted before the link's last word to the
+    /// dialer, so that nothing it says on the link can come before.
+    pub(crate) fn accepting(&self, peer: Rank) -> Result<(), Refusal> {
+        self.pairs().on_hello(peer)?;
+        self.mailbox.opened(peer);
+        Ok(())
     }
 
     /// Starts reading a link that `peer` dialed, and gives its writer to
-    /// sends to `peer` unless a link of ours got there first.
+    /// sends to `peer`.
     pub(crate) fn accepted(&self, link: Link<R, W>) {
+        self.install(link);
+    }
+
+    /// Starts reading a link and gives its writer to sends to its peer
+    /// (kept for the goodbye only where the peer has one already).
+    fn install(&self, link: Link<R, W>) {
         let peer = link.peer;
         let w = self.reading(link);
-        let Some(cell) = self.writers.get(peer) else {
-            return;
-        };
-        if let Err(SetError::AlreadyInitializedError(w) | SetError::InitializingError(w)) =
-            cell.set(Mutex::new(w))
-        {
-            self.spare_writers().push(w.into_inner());
-        }
+        self.place(peer, w);
+        self.pairs().on_link(peer);
+        self.made.notify_waiters();
     }
 
     /// Starts a link's reader task; its writer is the caller's to place.
@@ -235,6 +303,21 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
         }
         for mut w in spare {
             let _ = tokio::time::timeout(CLOSE_WITHIN, w.shutdown()).await;
+        }
+    }
+}
+
+impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
+    /// Says goodbye (`header`) on every link, through the writers' locks:
+    /// for a transport leaving while something else still holds its links.
+    pub(crate) async fn goodbye(&self, header: &[u8], within: std::time::Duration) {
+        let spare: Vec<W> = std::mem::take(&mut *self.spare_writers());
+        for w in self.writers.iter().filter_map(OnceCell::get) {
+            let bye = async { super::say_goodbye(&mut *w.lock().await, header).await };
+            let _ = tokio::time::timeout(within, bye).await;
+        }
+        for mut w in spare {
+            let _ = tokio::time::timeout(within, super::say_goodbye(&mut w, header)).await;
         }
     }
 }

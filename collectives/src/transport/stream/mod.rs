@@ -38,6 +38,7 @@ pub(crate) mod frame;
 pub(crate) mod greet;
 pub(crate) mod handshake;
 pub(crate) mod links;
+mod pairing;
 mod pool;
 #[cfg(test)]
 mod props;
@@ -163,7 +164,7 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
 
     fn empty(rank: Rank, generation: Generation, size: usize, limits: StreamLimits) -> Self {
         let mailbox = Arc::new(Mailbox::new(generation));
-        let links = Links::new(size, mailbox.clone(), limits.max_frame_bytes);
+        let links = Links::new(rank, size, mailbox.clone(), limits.max_frame_bytes);
         Self {
             rank,
             generation,
@@ -593,29 +594,37 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
             acceptor.abort();
             let _ = acceptor.await;
         }
-        let empty = Arc::new(Links::new(0, self.mailbox.clone(), 0));
+        let empty = Arc::new(Links::new(0, 0, self.mailbox.clone(), 0));
         let links = std::mem::replace(&mut self.links, empty);
+        let header = frame::encode_header(goodbye(self.generation), 0);
+        let within = self.limits.io_timeout;
         let (writers, readers) = match Arc::try_unwrap(links) {
             Ok(links) => links.into_parts(),
-            // Nothing else holds the links once the accept task has ended.
+            // An accept task's last answers may still hold the links for a
+            // moment: the goodbye then goes through them.
             Err(links) => {
+                links.goodbye(&header, within).await;
                 links.abort_readers();
                 return Vec::new();
             }
         };
-        let header = frame::encode_header(goodbye(self.generation), 0);
         let mut out = Vec::with_capacity(writers.len());
         for mut w in writers {
-            let bye = async {
-                w.write_all(&header).await?;
-                w.shutdown().await
-            };
-            let _ = tokio::time::timeout(self.limits.io_timeout, bye).await;
+            let _ = tokio::time::timeout(within, say_goodbye(&mut w, &header)).await;
             out.push(w);
         }
         readers.iter().for_each(JoinHandle::abort);
         out
     }
+}
+
+/// Writes the goodbye `header` on `w` and ends it.
+pub(crate) async fn say_goodbye<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    header: &[u8],
+) -> std::io::Result<()> {
+    w.write_all(header).await?;
+    w.shutdown().await
 }
 
 impl<R, W> Drop for StreamTransport<R, W> {

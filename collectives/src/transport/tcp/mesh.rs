@@ -502,19 +502,29 @@ pub(crate) async fn answer_hello<L: Layer>(
     key: DataKey,
     layer: L,
 ) -> Option<(Rank, L::Stream)> {
-    let _ = s.set_nodelay(true);
-    let mut s = match tokio::time::timeout(HELLO_TIMEOUT, layer.accept(s)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(why)) => {
-            greet::refused(from, &why);
-            return None;
-        }
-        Err(_) => {
-            greet::refused(from, "no TLS handshake in time");
-            return None;
-        }
-    };
+    let mut s = secured(s, from, &layer).await?;
     greet::answer(&mut s, from, me, &key)
         .await
         .map(|rank| (rank, s))
+}
+
+/// An accepted connection from `from` under `layer` (its TLS session, if
+/// any): `None` (said) where it does not make one in time.
+pub(crate) async fn secured<L: Layer>(
+    s: TcpStream,
+    from: SocketAddr,
+    layer: &L,
+) -> Option<L::Stream> {
+    let _ = s.set_nodelay(true);
+    match tokio::time::timeout(HELLO_TIMEOUT, layer.accept(s)).await {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(why)) => {
+            greet::refused(from, &why);
+            None
+        }
+        Err(_) => {
+            greet::refused(from, "no TLS handshake in time");
+            None
+        }
+    }
 }

@@ -21,15 +21,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout_at};
 
-use super::mesh::{
-    Dial, Layer, LinkedTransport, MeshLink, Side, answer_hello, crowded, link, spun,
-};
+use super::mesh::{Dial, Layer, LinkedTransport, MeshLink, Side, crowded, link, secured, spun};
 use super::{TcpConfig, TcpEndpoint};
-use crate::error::TransportError;
+use crate::error::{LossCause, TransportError};
 use crate::tag::Rank;
 use crate::transport::shm::{ShmRead, ShmWrite};
 use crate::transport::stream::StreamTransport;
-use crate::transport::stream::greet::HELLO_TIMEOUT;
+use crate::transport::stream::greet::{self, HELLO_TIMEOUT};
 use crate::transport::stream::handshake::{Dialers, Hello};
 use crate::transport::stream::links::{Dialer, Dialing, Links};
 
@@ -110,6 +108,10 @@ impl<L: Layer> Dialer<EitherRead<L>, EitherWrite<L>> for TcpDialer<L> {
             self.linker.link(peer, s, Side::Dialer, deadline).await
         })
     }
+
+    fn patience(&self) -> std::time::Duration {
+        self.linker.config.connect_timeout
+    }
 }
 
 impl TcpEndpoint {
@@ -165,22 +167,30 @@ async fn accept_links<L: Layer>(
     }
 }
 
-/// Answers one dial and, for a proven peer, makes and hands over its link;
-/// a link that fails once proven breaks the generation (the peer is lost).
+/// Answers one dial and, for a proven peer whose link this rank is to
+/// accept ([`Links::accepting`]), makes and hands over its link; a link
+/// that fails once accepted breaks the generation (the peer is lost).
 async fn accept_link<L: Layer>(
     s: TcpStream,
     from: SocketAddr,
     linker: Linker<L>,
     links: Arc<Links<EitherRead<L>, EitherWrite<L>>>,
 ) {
-    let me = (linker.me, Dialers::Any);
-    let key = linker.config.job_key.clone();
-    let Some((peer, s)) = answer_hello(s, from, me, key, linker.layer.clone()).await else {
+    let Some(mut s) = secured(s, from, &linker.layer).await else {
         return;
     };
-    // Counted before the link's last word to the dialer (the shared-memory
-    // answer): the dialer can send nothing on it before then.
-    links.accepting(peer);
+    let key = &linker.config.job_key;
+    let Some(heard) = greet::hear(&mut s, from, (linker.me, Dialers::Any), key).await else {
+        return;
+    };
+    let peer = heard.rank;
+    let verdict = links.accepting(peer);
+    let admitted = greet::admit(&mut s, from, &heard, key, verdict).await;
+    match (verdict, admitted) {
+        (Ok(()), true) => {}
+        (Ok(()), false) => return links.mailbox.peer_lost(peer, LossCause::Closed),
+        (Err(_), _) => return,
+    }
     let deadline = Instant::now() + HELLO_TIMEOUT.max(linker.config.connect_timeout);
     match linker.link(peer, s, Side::Acceptor, deadline).await {
         Ok(made) => links.accepted(made),
