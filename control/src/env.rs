@@ -61,18 +61,19 @@ pub const TRANSPORT: &str = "ELASTICRUN_TRANSPORT";
 pub const SHARED_MEMORY: &str = "ELASTICRUN_SHARED_MEMORY";
 
 /// When a worker's data plane connects to its peers (`--connections`):
-/// `all` (or unset) connects every pair before a generation starts (the full
-/// mesh); `on-demand` connects a pair when a collective first sends between
-/// them. The TCP and TLS data planes read it; QUIC's mesh is always full.
+/// `on-demand` (or unset) connects a pair when a collective first sends
+/// between them; `all` connects every pair before a generation starts (the
+/// full mesh). The TCP and TLS data planes read it; QUIC's mesh is always
+/// full.
 pub const CONNECTIONS: &str = "ELASTICRUN_CONNECTIONS";
 
 /// When a data plane's connections are made ([`CONNECTIONS`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Connections {
     /// Every pair, before the generation starts.
-    #[default]
     All,
     /// A pair when a collective first sends between them.
+    #[default]
     OnDemand,
 }
 

@@ -41,7 +41,7 @@ pub(crate) struct Launch {
     /// ([`control::env::SHARED_MEMORY`]; default on).
     pub(crate) shared_memory: bool,
     /// When the TCP and TLS data planes connect to the peers
-    /// ([`control::env::CONNECTIONS`]; default all, before each generation).
+    /// ([`control::env::CONNECTIONS`]; default on demand).
     pub(crate) connections: Connections,
     /// How long to busy-wait before sleeping ([`control::env::SPIN_US`];
     /// `None`: the defaults).

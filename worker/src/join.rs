@@ -161,6 +161,8 @@ mod tests {
             data_all_interfaces: false,
             transport: control::env::TransportKind::Tcp,
             shared_memory: true,
+            // Every pair before the generation starts: the mesh that forms
+            // while the worker waits, below.
             connections: control::env::Connections::All,
             spin: None,
         };

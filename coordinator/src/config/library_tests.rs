@@ -235,16 +235,19 @@ fn connections_from_each_layer_and_garbage_refused() {
     use control::env::Connections::{All, OnDemand};
     let of =
         |args: &str, env: &[(&str, &str)], file: &str| run(args, env, file).unwrap().connections;
-    assert_eq!(of("-np 2 ./t", &[], ""), All);
-    assert_eq!(of("--connections on-demand -np 2 ./t", &[], ""), OnDemand);
-    let env = [("ELASTICRUN_CONNECTIONS", "On_Demand")];
-    assert_eq!(of("-np 2 ./t", &env, ""), OnDemand);
-    let file = "library_options:\n  connections: on-demand\n";
-    assert_eq!(of("-np 2 ./t", &[], file), OnDemand);
+    assert_eq!(of("-np 2 ./t", &[], ""), OnDemand);
+    assert_eq!(of("--connections all -np 2 ./t", &[], ""), All);
+    let env = [("ELASTICRUN_CONNECTIONS", "All")];
+    assert_eq!(of("-np 2 ./t", &env, ""), All);
+    let file = "library_options:\n  connections: all\n";
+    assert_eq!(of("-np 2 ./t", &[], file), All);
     // The command line wins over the environment, which wins over the file.
-    assert_eq!(of("--connections all -np 2 ./t", &env, file), All);
-    let env_all = [("ELASTICRUN_CONNECTIONS", "all")];
-    assert_eq!(of("-np 2 ./t", &env_all, file), All);
+    assert_eq!(
+        of("--connections on-demand -np 2 ./t", &env, file),
+        OnDemand
+    );
+    let env_od = [("ELASTICRUN_CONNECTIONS", "on_demand")];
+    assert_eq!(of("-np 2 ./t", &env_od, file), OnDemand);
     let argv = "elasticrun --connections lazy -np 2 ./t".split(' ');
     let e = Cli::parse_args(argv.map(str::to_owned)).unwrap_err();
     assert!(

@@ -272,8 +272,9 @@ pub struct JobConfig {
     /// data planes use it (with `--transport quic` every peer is reached
     /// over its QUIC connection).
     pub shared_memory: bool,
-    /// `--connections`: every pair of ranks connected before a generation
-    /// starts, or each pair when a collective first needs it.
+    /// `--connections`: each pair of ranks connected when a collective
+    /// first needs it (the default), or every pair before a generation
+    /// starts.
     pub connections: control::env::Connections,
 }
 

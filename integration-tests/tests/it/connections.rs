@@ -1,4 +1,4 @@
-//! `--connections on-demand`: a job of 64 ranks on one machine whose
+//! `--connections on-demand` (the default): a job of 64 ranks on one machine whose
 //! workers hold only the links their collectives need, where the full
 //! mesh holds 63 each.
 
@@ -50,10 +50,9 @@ fn workers_of_64_ranks_on_demand_hold_only_the_links_their_collectives_need() {
     for (rank, &pid) in pids.iter().enumerate() {
         let (held, segments) = (sockets(pid), shared_segments(pid));
         // The ring's two neighbours, the negotiation's partners (recursive
-        // doubling's six, the tree's parent and children), some linked
-        // twice (both ends dialing at once), the listener and the control
-        // connection: 12-16 measured here; the full mesh holds 63 links
-        // (67 sockets) in every worker.
+        // doubling's six, the tree's parent and children), the listener,
+        // the control connection and the program's own; the full mesh
+        // holds 63 links (67 sockets) in every worker.
         assert!(held <= 24, "rank {rank} (pid {pid}) holds {held} sockets");
         assert!(
             (1..=22).contains(&segments),

@@ -70,12 +70,19 @@ fn two_ssh_hosts_of_two_slots_give_the_flat_results_on_both_paths() {
 fn two_local_host_names_of_three_slots_run_hierarchically() {
     let mut args = vec!["-H", "localhost:3,127.0.0.1:3"];
     args.extend(FLAGS);
-    let lines = collectives_job(&args);
-    assert_job(&lines, 2, 3, "hierarchical");
     // Both host names are this machine: every pair shares memory, the
-    // intra-host legs and the cross-host ones alike.
-    for p in &lines {
-        assert_eq!(p["shm_segments"], 5, "{p}");
+    // intra-host legs and the cross-host ones alike; with every pair
+    // connected, five segments a rank; on demand, those of the pairs the
+    // collectives linked.
+    for (connections, segments) in [("all", 5..=5), ("on-demand", 2..=5)] {
+        let mut args = args.clone();
+        args.extend(["--connections", connections]);
+        let lines = collectives_job(&args);
+        assert_job(&lines, 2, 3, "hierarchical");
+        for p in &lines {
+            let n = p["shm_segments"].as_u64().unwrap_or(0);
+            assert!(segments.contains(&n), "--connections {connections}: {p}");
+        }
     }
     args.push("--no-shared-memory");
     let lines = collectives_job(&args);

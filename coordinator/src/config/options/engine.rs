@@ -386,11 +386,11 @@ pub(in super::super) const CONNECTIONS: Opt<Connections> = Opt {
          generation starts: n-1 connections in every worker) or on-demand (a pair when a \
          collective first sends between them, then for the rest of the generation: a ring's \
          two neighbours, recursive doubling's partners; the loss of a peer still reaches every \
-         rank). --transport tcp and tls; quic always connects all [default: all].",
+         rank). --transport tcp and tls; quic always connects all [default: on-demand].",
     ),
     env: &[var(control::env::CONNECTIONS, connections)],
     yaml: key("library_options.connections"),
-    default: Connections::All,
+    default: Connections::OnDemand,
 };
 
 /// Ranks of one host on their TCP connections rather than shared memory
