@@ -42,22 +42,8 @@ fn config(on_demand: bool, shm: bool) -> TcpConfig {
 }
 
 async fn tcp(n: usize, g: Generation, cfg: &TcpConfig) -> Vec<DataPlane> {
-    let mut eps = Vec::new();
-    for _ in 0..n {
-        let ep = TcpEndpoint::bind(LOCAL.parse().unwrap(), cfg.clone());
-        eps.push(ep.await.unwrap());
-    }
-    let addrs: Vec<SocketAddr> = eps.iter().map(|e| e.local_addr().unwrap()).collect();
-    let addrs = &addrs;
-    let ts = join_all(
-        eps.into_iter()
-            .enumerate()
-            .map(|(r, e)| e.connect(r, g, addrs)),
-    )
-    .await;
-    ts.into_iter()
-        .map(|t| t.expect("transport").into())
-        .collect()
+    let ts = mesh_checks::tcp_world(&vec![cfg.clone(); n], g).await;
+    ts.into_iter().map(DataPlane::from).collect()
 }
 
 /// The TLS endpoint, connecting on demand.

@@ -5,19 +5,16 @@
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use collectives::{
     AllreduceAlgorithm, CollectiveOptions, Communicator, DataPlane, Generation, LossCause,
-    ReduceOp, ShmConfig, Tag, TcpConfig, TcpEndpoint, TcpTransport, Transport, TransportError,
-    bf16, f16,
+    ReduceOp, ShmConfig, Tag, TcpConfig, TcpTransport, Transport, TransportError, bf16, f16,
 };
 use common::*;
 use control::DataKey;
 use futures::future::join_all;
 
-const LOCAL: &str = "127.0.0.1:0";
 /// Guards waits that must end by themselves; never a bound on their speed.
 const HANG: Duration = Duration::from_secs(60);
 
@@ -43,23 +40,7 @@ fn tiny_rings() -> ShmConfig {
 
 /// A mesh of `cfgs.len()` ranks, rank `r` with `cfgs[r]`.
 async fn mesh(cfgs: &[TcpConfig], g: Generation) -> Vec<TcpTransport> {
-    let mut eps = Vec::new();
-    for cfg in cfgs {
-        eps.push(
-            TcpEndpoint::bind(LOCAL.parse().unwrap(), cfg.clone())
-                .await
-                .unwrap(),
-        );
-    }
-    let addrs: Vec<SocketAddr> = eps.iter().map(|e| e.local_addr().unwrap()).collect();
-    let addrs = &addrs;
-    let ts = join_all(
-        eps.into_iter()
-            .enumerate()
-            .map(|(r, e)| e.connect(r, g, addrs)),
-    )
-    .await;
-    ts.into_iter().map(|t| t.expect("mesh set-up")).collect()
+    common::mesh::tcp_world(cfgs, g).await
 }
 
 fn others(n: usize, r: usize) -> Vec<usize> {

@@ -14,7 +14,6 @@ use collectives::{
 };
 use common::*;
 use control::DataKey;
-use futures::future::join_all;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -43,29 +42,8 @@ fn config() -> TcpConfig {
     }
 }
 
-async fn endpoints(n: usize, cfg: &TcpConfig) -> (Vec<TcpEndpoint>, Vec<SocketAddr>) {
-    let mut eps = Vec::new();
-    for _ in 0..n {
-        eps.push(
-            TcpEndpoint::bind(LOCAL.parse().unwrap(), cfg.clone())
-                .await
-                .unwrap(),
-        );
-    }
-    let addrs = eps.iter().map(|e| e.local_addr().unwrap()).collect();
-    (eps, addrs)
-}
-
 async fn mesh(n: usize, g: Generation, cfg: &TcpConfig) -> Vec<TcpTransport> {
-    let (eps, addrs) = endpoints(n, cfg).await;
-    let addrs = &addrs;
-    let ts = join_all(
-        eps.into_iter()
-            .enumerate()
-            .map(|(r, e)| e.connect(r, g, addrs)),
-    )
-    .await;
-    ts.into_iter().map(|t| t.expect("mesh set-up")).collect()
+    common::mesh::tcp_world(&vec![cfg.clone(); n], g).await
 }
 
 async fn world(n: usize, opts: &CollectiveOptions) -> Vec<Communicator<DataPlane>> {

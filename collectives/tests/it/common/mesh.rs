@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use collectives::{
     CollectiveError, CollectiveOptions, Communicator, DataPlane, Generation, ReduceOp, Tag,
-    Transport, TransportError,
+    TcpConfig, TcpEndpoint, TcpTransport, Transport, TransportError,
 };
 use control::pki::JobCa;
 use control::{LeafPublicKey, TlsGrant};
@@ -222,6 +222,25 @@ pub async fn other_jobs_and_expired_leaves_are_refused<E: Granted>() {
     let now = SystemTime::now();
     let reason = outsider_refused::<E>(&job_ca(1), Some((now - 3 * day, now - day))).await;
     println!("an expired leaf refused: {reason}");
+}
+
+/// A TCP world of `cfgs.len()` ranks on 127.0.0.1, rank `r` with `cfgs[r]`
+/// (a full mesh, or connections on demand, as each config says).
+pub async fn tcp_world(cfgs: &[TcpConfig], g: Generation) -> Vec<TcpTransport> {
+    let mut eps = Vec::new();
+    for cfg in cfgs {
+        let ep = TcpEndpoint::bind("127.0.0.1:0".parse().unwrap(), cfg.clone());
+        eps.push(ep.await.unwrap());
+    }
+    let addrs: Vec<SocketAddr> = eps.iter().map(|e| e.local_addr().unwrap()).collect();
+    let addrs = &addrs;
+    let ts = join_all(
+        eps.into_iter()
+            .enumerate()
+            .map(|(r, e)| e.connect(r, g, addrs)),
+    )
+    .await;
+    ts.into_iter().map(|t| t.expect("mesh set-up")).collect()
 }
 
 /// The collective grid's world ([`super::grid`]) on the meshes of `E`.
