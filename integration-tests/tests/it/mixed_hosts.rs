@@ -167,9 +167,12 @@ fn nft(c: &Cluster, ns: &str, rules: &str) {
 }
 
 /// Rank 0 on the remote host, rank 1 here; a firewall here refuses every new
-/// connection to the remote host but ssh. Rank 1 cannot dial rank 0's data
-/// plane: the job ends with rank 1 saying so, while both ranks keep
-/// heart-beating (no "no heartbeat" verdict).
+/// connection to the remote host but ssh. With every pair connected before
+/// the generation (`--connections all`: rank 1 dials rank 0), rank 1 cannot
+/// dial rank 0's data plane: the job ends with rank 1 saying so, while both
+/// ranks keep heart-beating (no "no heartbeat" verdict). (On demand, the
+/// pair may instead be linked by rank 0's dial, which the firewall lets
+/// through.)
 #[test]
 fn a_mesh_that_cannot_form_names_the_ranks_and_the_address() {
     if on_path("nft").is_none() {
@@ -196,6 +199,8 @@ fn a_mesh_that_cannot_form_names_the_ranks_and_the_address() {
         hosts,
         "--start-timeout".to_owned(),
         "40".to_owned(),
+        "--connections".to_owned(),
+        "all".to_owned(),
     ];
     args.extend(train_args(1, false));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

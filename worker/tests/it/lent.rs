@@ -71,6 +71,11 @@ fn lent_tensors_get_the_bits_owned_ones_get_fused_or_not() {
     for threshold in [0, 64 << 20] {
         let cfg = EngineConfig {
             fusion_threshold_bytes: threshold,
+            // A burst is complete after 200 ms without a submission: the
+            // eight of a step make one burst however loaded the machine
+            // (with the default 50 µs a descheduled submitting thread split
+            // them into rounds of one on a busy machine).
+            settle_quiet: std::time::Duration::from_millis(200),
             ..EngineConfig::default()
         };
         let owned = on_every_rank(3, cfg.clone(), move |rank, e| {
