@@ -81,7 +81,7 @@ pub(crate) struct Handoff<R> {
 type StreamMailbox<R> = Mailbox<Handoff<R>>;
 
 /// One rank's end of a mesh of byte streams: one per peer, made before the
-/// generation starts, or made on demand ([`links`]).
+/// generation starts, or made on demand (`links.rs`).
 #[derive(Debug)]
 pub struct StreamTransport<R, W> {
     rank: Rank,
