@@ -67,6 +67,50 @@ pub(crate) fn host_key() -> Option<[u8; 32]> {
     Some(h.finalize().into())
 }
 
+/// Bytes of shared memory a full mesh of `local` ranks of one host
+/// allocates up front: a segment of two rings per pair.
+pub(crate) fn full_mesh_bytes(local: usize, ring_bytes: usize) -> u64 {
+    let n = local as u64;
+    n * n.saturating_sub(1) / 2 * 2 * ring_bytes as u64
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
+pub(crate) fn mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// This host's key for a full mesh of `local` ranks of this host, with
+/// `cfg`: `None` where shared memory is off, or (said) where the mesh's
+/// segments would take more than half the memory this host has available:
+/// 128 ranks' full mesh is 16 GiB of segments, allocated up front, and the
+/// kernel's OOM killer ends the job long before a segment fails. Its pairs
+/// then stay on their connections.
+pub(crate) fn host_for_full_mesh(cfg: &ShmConfig, local: usize) -> Option<[u8; 32]> {
+    if !cfg.enabled {
+        return None;
+    }
+    let need = full_mesh_bytes(local, cfg.ring_bytes);
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| mem_available(&m));
+    if let Some(available) = available
+        && need > available / 2
+    {
+        tracing::warn!(
+            local,
+            need_mib = need >> 20,
+            available_mib = available >> 20,
+            "no shared memory in this full mesh: the segments of every pair of this host's \
+             ranks would take more than half the memory available (--connections on-demand \
+             makes only the pairs the collectives use)"
+        );
+        return None;
+    }
+    host_key()
+}
+
 const OFFER_LEN: usize = 32 + 4 + 4 + 8 + 16 + 4 + 4;
 const NO_OFFER: u8 = 0;
 const AN_OFFER: u8 = 1;
@@ -171,6 +215,43 @@ pub(crate) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_meshs_segments_grow_with_the_square_of_its_local_ranks() {
+        let mib = 1 << 20;
+        assert_eq!(full_mesh_bytes(0, mib), 0);
+        assert_eq!(full_mesh_bytes(1, mib), 0);
+        assert_eq!(full_mesh_bytes(2, mib), 2 * mib as u64);
+        // 128 ranks: 8,128 pairs of two 1 MiB rings, the 16 GiB that ran
+        // a 23 GiB machine out of memory.
+        assert_eq!(full_mesh_bytes(128, mib), 8_128 * 2 * mib as u64);
+    }
+
+    #[test]
+    fn available_memory_is_read_from_meminfo_and_garbage_is_none() {
+        let m = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   23000000 kB\n";
+        assert_eq!(mem_available(m), Some(23_000_000 * 1024));
+        assert_eq!(mem_available("MemTotal: 1 kB\n"), None);
+        assert_eq!(mem_available("MemAvailable: lots kB\n"), None);
+        assert_eq!(mem_available(""), None);
+    }
+
+    #[test]
+    fn a_full_mesh_too_large_for_this_host_goes_without_shared_memory() {
+        let cfg = ShmConfig {
+            // 2 TiB rings: no machine running the tests has half of a
+            // three-rank mesh's 12 TiB available.
+            ring_bytes: 1 << 41,
+            ..ShmConfig::default()
+        };
+        assert_eq!(host_for_full_mesh(&cfg, 3), None);
+        assert_eq!(host_for_full_mesh(&ShmConfig::default(), 3), host_key());
+        let off = ShmConfig {
+            enabled: false,
+            ..ShmConfig::default()
+        };
+        assert_eq!(host_for_full_mesh(&off, 3), None);
+    }
 
     #[test]
     fn an_offer_survives_its_encoding() {

@@ -89,20 +89,23 @@ impl TcpEndpoint {
             return Ok(self.on_demand(me, peers, Plain));
         }
         let proven = self.proven(me, deadline, peers, Plain).await?;
-        self.linked::<Plain>(me, deadline, proven).await
+        self.linked::<Plain>(me, deadline, proven, local_ranks(me, peers))
+            .await
     }
 
     /// Makes every proven connection a link (shared memory with a peer on
-    /// this host, where both want it; the connection otherwise) and starts
-    /// the transport.
+    /// this host, where both want it and the mesh's `local` ranks of this
+    /// host fit: [`shm::host_for_full_mesh`]; the connection otherwise) and
+    /// starts the transport.
     pub(crate) async fn linked<L: Layer>(
         &self,
         me: Hello,
         deadline: Instant,
         proven: Vec<(Rank, L::Stream, Side)>,
+        local: usize,
     ) -> Result<LinkedTransport<L>, TransportError> {
         let shm = self.config.shared_memory;
-        let host = shm.enabled.then(shm::host_key).flatten();
+        let host = shm::host_for_full_mesh(&shm, local);
         let mut links = JoinSet::new();
         for (peer, s, side) in proven {
             let linking = link::<L>(me.rank, peer, s, side, shm, host);
@@ -269,6 +272,13 @@ impl Layer for Plain {
 /// spinning, 190 µs sleeping at once), so its links sleep at once.
 pub(crate) fn crowded(local: usize) -> bool {
     std::thread::available_parallelism().map_or(true, |n| local > n.get())
+}
+
+/// How many of `peers` (rank order) are on `me`'s host, itself included:
+/// those published with its address.
+pub(crate) fn local_ranks(me: Hello, peers: &[SocketAddr]) -> usize {
+    let mine = peers.get(me.rank).map(SocketAddr::ip);
+    peers.iter().filter(|a| Some(a.ip()) == mine).count()
 }
 
 /// A link of a mesh over `L`'s connections, some of them shared memory.

@@ -21,7 +21,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout_at};
 
-use super::mesh::{Dial, Layer, LinkedTransport, MeshLink, Side, crowded, link, secured, spun};
+use super::mesh::{
+    Dial, Layer, LinkedTransport, MeshLink, Side, crowded, link, local_ranks, secured, spun,
+};
 use super::{TcpConfig, TcpEndpoint};
 use crate::error::{LossCause, TransportError};
 use crate::tag::Rank;
@@ -125,8 +127,7 @@ impl TcpEndpoint {
         layer: L,
     ) -> LinkedTransport<L> {
         let shm = self.config.shared_memory;
-        let mine = peers.get(me.rank).map(SocketAddr::ip);
-        let local = peers.iter().filter(|a| Some(a.ip()) == mine).count();
+        let local = local_ranks(me, peers);
         let linker = Linker {
             me,
             config: self.config.clone(),

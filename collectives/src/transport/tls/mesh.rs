@@ -19,7 +19,7 @@ use super::settings::{self, TlsSetupError};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
 use crate::transport::stream::handshake::Hello;
-use crate::transport::tcp::mesh::{Layer, failure};
+use crate::transport::tcp::mesh::{Layer, failure, local_ranks};
 use crate::transport::tcp::{TcpConfig, TcpEndpoint};
 
 /// A bound, listening TLS endpoint whose address and public key can be
@@ -93,7 +93,8 @@ impl TlsEndpoint {
             return Ok(self.tcp.on_demand(me, peers, layer));
         }
         let proven = self.tcp.proven(me, deadline, peers, layer).await?;
-        self.tcp.linked::<Tls>(me, deadline, proven).await
+        let local = local_ranks(me, peers);
+        self.tcp.linked::<Tls>(me, deadline, proven, local).await
     }
 }
 
