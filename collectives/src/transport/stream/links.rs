@@ -6,21 +6,19 @@
 //!  send(to) ──> writers[to] set? ──yes──> write the frame
 //!                    │ no
 //!                    └──> Dialer::dial(to) ──> reader task + writers[to]
-//!  accept task ──> a proven link from peer p ──> reader task, and
-//!                  writers[p] if no dial of ours got there first
+//!  accept task ──> a proven link from peer p ──> reader task + writers[p]
 //! ```
 //! Every link, however made, has a reader task: a peer may send on the link
-//! it accepted from us. A peer with two links to this rank (both ends
-//! dialed at once) departs once both said goodbye
+//! it accepted from us. [`Pairing`] keeps one link a pair when both ends
+//! dial at once; a peer departs once every link from it said goodbye
 //! ([`Mailbox::closed_cleanly`](super::super::mailbox::Mailbox)).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex as SyncMutex, PoisonError};
-
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
 
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{Mutex, Notify, OnceCell, SetError};
 use tokio::task::JoinHandle;
 
@@ -59,7 +57,8 @@ pub(crate) struct Links<R, W> {
     pub(crate) mailbox: Arc<StreamMailbox<R>>,
     /// `writers[peer]`: the link sends to `peer` take, once there is one.
     writers: Vec<OnceCell<Mutex<W>>>,
-    /// Writing halves of a peer's second link: kept for the goodbye.
+    /// Writing halves of a link placed where the peer had one already
+    /// (which [`Pairing`] prevents): kept for the goodbye.
     spare: SyncMutex<Vec<W>>,
     readers: SyncMutex<Vec<JoinHandle<()>>>,
     /// Peers a link through shared memory reaches.
@@ -192,15 +191,10 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
         Ok(())
     }
 
-    /// Starts reading a link that `peer` dialed, and gives its writer to
-    /// sends to `peer`.
-    pub(crate) fn accepted(&self, link: Link<R, W>) {
-        self.install(link);
-    }
-
-    /// Starts reading a link and gives its writer to sends to its peer
-    /// (kept for the goodbye only where the peer has one already).
-    fn install(&self, link: Link<R, W>) {
+    /// Starts reading a link (dialed, or accepted from its peer) and gives
+    /// its writer to sends to its peer (kept for the goodbye only where the
+    /// peer has one already).
+    pub(crate) fn install(&self, link: Link<R, W>) {
         let peer = link.peer;
         let w = self.reading(link);
         self.place(peer, w);
@@ -250,8 +244,7 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
             .clone()
     }
 
-    /// How many links this rank has (a peer dialed at once from both ends
-    /// counts twice).
+    /// How many links this rank has.
     pub(crate) fn count(&self) -> usize {
         self.readers
             .lock()
@@ -279,9 +272,7 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
             .unwrap_or_else(PoisonError::into_inner);
         (out, readers)
     }
-}
 
-impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
     /// Once the generation breaks by a loss, closes every link this rank
     /// holds (without a goodbye): with connections on demand not every rank
     /// is linked to the one that was lost, and the loss then reaches them
@@ -294,36 +285,49 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
         if let TransportError::Ended { .. } = self.mailbox.break_seen().await {
             return;
         }
+        self.end_writers(None, CLOSE_WITHIN).await;
+    }
+
+    /// Says goodbye (`header`) on every link, through the writers' locks:
+    /// for a transport leaving while something else still holds its links.
+    pub(crate) async fn goodbye(&self, header: &[u8], within: Duration) {
+        self.end_writers(Some(header), within).await;
+    }
+
+    /// Ends every writing half, each within `within`: after the goodbye
+    /// `bye`, waiting for a writer busy in a send; or, without one (a
+    /// broken generation), skipping a busy writer.
+    async fn end_writers(&self, bye: Option<&[u8]>, within: Duration) {
         let spare: Vec<W> = std::mem::take(&mut *self.spare_writers());
-        let held = self.writers.iter().filter_map(OnceCell::get);
-        for w in held {
-            if let Ok(mut w) = w.try_lock() {
-                let _ = tokio::time::timeout(CLOSE_WITHIN, w.shutdown()).await;
-            }
+        for w in self.writers.iter().filter_map(OnceCell::get) {
+            let ended = async {
+                let mut w = match bye {
+                    Some(_) => w.lock().await,
+                    None => match w.try_lock() {
+                        Ok(w) => w,
+                        Err(_) => return,
+                    },
+                };
+                let _ = end_writer(&mut *w, bye).await;
+            };
+            let _ = tokio::time::timeout(within, ended).await;
         }
         for mut w in spare {
-            let _ = tokio::time::timeout(CLOSE_WITHIN, w.shutdown()).await;
+            let _ = tokio::time::timeout(within, end_writer(&mut w, bye)).await;
         }
     }
 }
 
-impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
-    /// Says goodbye (`header`) on every link, through the writers' locks:
-    /// for a transport leaving while something else still holds its links.
-    pub(crate) async fn goodbye(&self, header: &[u8], within: std::time::Duration) {
-        let spare: Vec<W> = std::mem::take(&mut *self.spare_writers());
-        for w in self.writers.iter().filter_map(OnceCell::get) {
-            let bye = async { super::say_goodbye(&mut *w.lock().await, header).await };
-            let _ = tokio::time::timeout(within, bye).await;
-        }
-        for mut w in spare {
-            let _ = tokio::time::timeout(within, super::say_goodbye(&mut w, header)).await;
-        }
+/// Ends `w`: after the goodbye `bye` if there is one.
+async fn end_writer<W: WriteHalf>(w: &mut W, bye: Option<&[u8]>) -> std::io::Result<()> {
+    match bye {
+        Some(header) => super::say_goodbye(w, header).await,
+        None => w.shutdown().await,
     }
 }
 
 /// How long closing one link of a broken generation may take.
-const CLOSE_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+const CLOSE_WITHIN: Duration = Duration::from_secs(1);
 
 impl<R, W> Links<R, W> {
     /// Stops every reader task: the links close without a goodbye.

@@ -185,7 +185,7 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
 
     /// How many links this rank holds: every other rank's once the full
     /// mesh is made; with connections on demand, those its collectives
-    /// needed so far (a pair dialed from both ends at once has two).
+    /// needed so far (one link a pair).
     pub fn link_count(&self) -> usize {
         self.links.count()
     }

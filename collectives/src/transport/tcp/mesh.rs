@@ -505,7 +505,7 @@ async fn accept_all<L: Layer>(
 
 /// Secures a stream from `from` and runs the acceptor's side of the
 /// handshake on it: `None` (said) for anything that is not a proven peer.
-pub(crate) async fn answer_hello<L: Layer>(
+async fn answer_hello<L: Layer>(
     s: TcpStream,
     from: SocketAddr,
     me: (Hello, Dialers),

@@ -194,7 +194,7 @@ async fn accept_link<L: Layer>(
     }
     let deadline = Instant::now() + HELLO_TIMEOUT.max(linker.config.connect_timeout);
     match linker.link(peer, s, Side::Acceptor, deadline).await {
-        Ok(made) => links.accepted(made),
+        Ok(made) => links.install(made),
         Err(e) => {
             tracing::debug!(peer, %e, "data-plane link from a peer failed");
             links.mailbox.fail(e);
