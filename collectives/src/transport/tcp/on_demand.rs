@@ -5,10 +5,11 @@
 //! ```text
 //!  rank 3: send(to 4) ──dial──> rank 4 (accepts; may send back on it)
 //!  rank 4: send(to 3) ── the link rank 3 dialed, if it got there first;
-//!                        else a dial of its own (both ends at once: two links)
+//!                        else a dial of its own (both ends at once: rank
+//!                        4's dial carries the pair, `stream/pairing.rs`)
 //! ```
 //! A ring allreduce then holds two links per rank, recursive doubling
-//! 2·log2(n), the hierarchical paths the host's ranks and the leaders,
+//! log2(n), the hierarchical paths the host's ranks and the leaders,
 //! where the full mesh holds n - 1 ([`super::mesh`]). Each link is made as
 //! the full mesh's are: the same dial with its retries and refusal grace,
 //! the same proof of membership, shared memory with a peer on this host,
