@@ -1,0 +1,287 @@
+//! The load generator's simulated workers: each a task holding one real
+//! control connection to the coordinator over loopback TCP, speaking the
+//! protocol as a worker of an elastic job does: the job's challenge and
+//! proof, `Register`, a `Heartbeat` a second with its step count, `Running`
+//! on each assignment, `Rejoin` on `Reset` and `HostsUpdated`, `Finished`
+//! at the end. It has no data plane: the coordinator only hands out its
+//! address.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use control::{CoordinatorMsg, Generation, PeerAddress, PendingReport, Registration, Secret, WorkerMsg};
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::stats::Stats;
+
+/// How long a worker keeps dialling a coordinator that refuses or drops
+/// its connection attempts (a full backlog), and waits for its handshake.
+const DIAL_FOR: Duration = Duration::from_secs(60);
+const HANDSHAKE_FOR: Duration = Duration::from_secs(30);
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// Raw wait statuses, as the coordinator's launcher reads them.
+pub(crate) const EXIT_0: i32 = 0;
+pub(crate) const EXIT_1: i32 = 1 << 8;
+pub(crate) const SIGTERM: i32 = 15;
+pub(crate) const SIGKILL: i32 = 9;
+
+/// What the load generator tells a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Command {
+    /// End as a SIGTERM would.
+    Term,
+    /// End as a SIGKILL would: the connection drops, nothing said.
+    Kill,
+    /// Say `Finished` and end with exit 0.
+    Finish,
+}
+
+/// Who a worker is and whom it dials.
+#[derive(Clone, Debug)]
+pub(crate) struct Identity {
+    pub(crate) id: u32,
+    pub(crate) host: String,
+    pub(crate) slot: u32,
+    pub(crate) coordinator: SocketAddr,
+    pub(crate) secret: Arc<Secret>,
+}
+
+/// The live workers' command channels.
+#[derive(Debug, Default)]
+pub(crate) struct Roster {
+    live: Mutex<HashMap<u32, mpsc::UnboundedSender<Command>>>,
+}
+
+impl Roster {
+    pub(crate) fn add(&self, id: u32) -> mpsc::UnboundedReceiver<Command> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.lock().insert(id, tx);
+        rx
+    }
+
+    pub(crate) fn remove(&self, id: u32) {
+        self.lock().remove(&id);
+    }
+
+    /// Tells worker `id`, if it still runs; whether it did.
+    pub(crate) fn tell(&self, id: u32, command: Command) -> bool {
+        self.lock().get(&id).is_some_and(|tx| tx.send(command).is_ok())
+    }
+
+    /// Tells every live worker; how many.
+    pub(crate) fn tell_all(&self, command: Command) -> usize {
+        self.lock().values().filter(|tx| tx.send(command).is_ok()).count()
+    }
+
+    pub(crate) fn ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.lock().keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, mpsc::UnboundedSender<Command>>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Runs worker `who` until it ends; its raw wait status.
+pub(crate) async fn run(who: Identity, stats: Arc<Stats>, mut commands: mpsc::UnboundedReceiver<Command>) -> i32 {
+    let stream = tokio::select! {
+        s = dial(&who, &stats) => s,
+        c = commands.recv() => return ended_by(c),
+    };
+    let mut link = match stream {
+        Ok(link) => link,
+        Err(why) => {
+            stats.failed(format!("worker {} ({}:{}): {why}", who.id, who.host, who.slot));
+            return EXIT_1;
+        }
+    };
+    let mut me = Life {
+        data_addr: data_address(who.id),
+        generation: 0,
+        steps: 0,
+        placed: false,
+    };
+    let register = WorkerMsg::Register(Registration {
+        host: who.host.clone(),
+        slot: who.slot,
+        pid: who.id,
+        data_addr: me.data_addr.clone(),
+        generation: Generation(0),
+    });
+    if link.send(register).await.is_err() {
+        return EXIT_1;
+    }
+    stats.registered();
+    // Heartbeats spread over the second, as workers started apart are.
+    let phase = Duration::from_millis(u64::from(who.id.wrapping_mul(7919) % 1000));
+    let mut beat = tokio::time::interval_at(Instant::now() + phase, HEARTBEAT);
+    loop {
+        let say = tokio::select! {
+            c = commands.recv() => {
+                if c == Some(Command::Finish) {
+                    let _ = link.send(WorkerMsg::Finished).await;
+                    let _ = link.close().await;
+                }
+                return ended_by(c);
+            }
+            msg = link.next() => match msg {
+                Some(Ok(msg)) => match me.hear(msg, &stats) {
+                    Heard::Say(say) => say,
+                    Heard::Nothing => continue,
+                    Heard::End(status) => return status,
+                },
+                // The coordinator closed the connection or sent garbage: a
+                // worker whose coordinator stays away exits 1.
+                _ => return EXIT_1,
+            },
+            _ = beat.tick() => me.heartbeat(),
+        };
+        if link.send(say).await.is_err() {
+            return EXIT_1;
+        }
+    }
+}
+
+fn ended_by(command: Option<Command>) -> i32 {
+    match command {
+        Some(Command::Finish) => EXIT_0,
+        Some(Command::Term) => SIGTERM,
+        Some(Command::Kill) | None => SIGKILL,
+    }
+}
+
+/// A simulated worker's place and progress.
+struct Life {
+    data_addr: PeerAddress,
+    generation: u64,
+    steps: u64,
+    /// Whether it has trained in a generation yet.
+    placed: bool,
+}
+
+enum Heard {
+    Say(WorkerMsg),
+    Nothing,
+    End(i32),
+}
+
+impl Life {
+    fn hear(&mut self, msg: CoordinatorMsg, stats: &Stats) -> Heard {
+        match msg {
+            CoordinatorMsg::Assign(a) if a.generation.0 > self.generation => {
+                stats.assigned(a.generation.0, self.placed);
+                self.generation = a.generation.0;
+                let reached = self.placed.then_some(self.steps);
+                self.placed = true;
+                Heard::Say(WorkerMsg::Running {
+                    generation: a.generation,
+                    step: self.steps,
+                    reached,
+                })
+            }
+            CoordinatorMsg::Reset { .. } | CoordinatorMsg::HostsUpdated { .. } => {
+                Heard::Say(WorkerMsg::Rejoin {
+                    generation: Generation(self.generation + 1),
+                    data_addr: self.data_addr.clone(),
+                })
+            }
+            CoordinatorMsg::Stop { reason } => {
+                stats.failed(format!("stopped: {reason}"));
+                Heard::End(EXIT_1)
+            }
+            CoordinatorMsg::Leave { .. } => Heard::End(EXIT_0),
+            _ => Heard::Nothing,
+        }
+    }
+
+    fn heartbeat(&mut self) -> WorkerMsg {
+        if self.placed {
+            self.steps += 1;
+        }
+        WorkerMsg::Heartbeat {
+            generation: Generation(self.generation),
+            steps: self.steps,
+            collective_bytes: 0,
+            collective_wait: Duration::ZERO,
+            pending: PendingReport::default(),
+        }
+    }
+}
+
+/// A data-plane address for worker `id`, distinct from every other's (the
+/// coordinator only passes it on).
+fn data_address(id: u32) -> PeerAddress {
+    let [_, a, b, c] = id.to_be_bytes();
+    let ip = std::net::Ipv4Addr::new(127, a.max(1), b, c);
+    PeerAddress::tcp(SocketAddr::from((ip, 29_500)))
+}
+
+type Link = control::WorkerLink<Counted>;
+
+/// Dials the coordinator until it answers, then proves the job's key.
+async fn dial(who: &Identity, stats: &Stats) -> Result<Link, String> {
+    let deadline = Instant::now() + DIAL_FOR;
+    let mut pause = Duration::from_millis(20);
+    let stream = loop {
+        match tokio::time::timeout_at(deadline, TcpStream::connect(who.coordinator)).await {
+            Ok(Ok(s)) => break s,
+            Ok(Err(e)) if Instant::now() + pause < deadline => {
+                tracing::debug!(id = who.id, error = %e, "dialling the coordinator again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            Ok(Err(e)) => return Err(format!("cannot reach the coordinator: {e}")),
+            Err(_) => return Err(format!("no connection to the coordinator in {DIAL_FOR:?}")),
+        }
+    };
+    let counted = Counted {
+        inner: stream,
+        bytes: stats.bytes_in(),
+    };
+    control::connect(counted, &who.secret, HANDSHAKE_FOR)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// A TCP stream that counts the bytes it reads: what the coordinator sent.
+pub(crate) struct Counted {
+    inner: TcpStream,
+    bytes: Arc<AtomicU64>,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        this.bytes.fetch_add(read as u64, Ordering::Relaxed);
+        poll
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
