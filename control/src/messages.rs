@@ -111,12 +111,14 @@ pub struct Assignment {
     pub local_size: u32,
     pub cross_rank: u32,
     pub cross_size: u32,
-    /// Data-plane address of every rank, by rank.
-    pub peers: Vec<PeerAddress>,
+    /// Data-plane address of every rank, by rank: one table the
+    /// coordinator shares among every assignment of the generation (it
+    /// encodes as a plain sequence).
+    pub peers: std::sync::Arc<[PeerAddress]>,
     /// Host of every rank, by rank: ranks with equal numbers share a host
     /// (the number is the host's position in the job's host list). The
-    /// hierarchical collectives group ranks by it.
-    pub hosts: Vec<u32>,
+    /// hierarchical collectives group ranks by it. Shared as `peers` is.
+    pub hosts: std::sync::Arc<[u32]>,
     /// Token the data-plane mesh checks, so that two jobs never cross-connect.
     pub data_token: u64,
     pub knobs: Knobs,

@@ -85,7 +85,7 @@ fn coordinator_msgs() -> Vec<CoordinatorMsg> {
             cross_rank: 0,
             cross_size: 2,
             peers: (0..4).map(|p| addr(5000 + p)).collect(),
-            hosts: vec![0, 0, 1, 1],
+            hosts: vec![0, 0, 1, 1].into(),
             data_token: 0xdead_beef,
             knobs,
             tls: Some(control::TlsGrant {

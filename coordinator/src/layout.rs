@@ -68,20 +68,40 @@ pub fn place(hosts: &[HostSlots], np: usize) -> Result<Vec<Placement>, LayoutErr
 /// survivors' order, so a host's ranks need not be consecutive.
 pub fn placements(host_of_rank: &[usize]) -> Vec<Placement> {
     let hosts = host_of_rank.iter().max().map_or(0, |m| m + 1);
-    let on_host = |h: usize| host_of_rank.iter().filter(|&&x| x == h).count();
-    (0..host_of_rank.len())
-        .map(|rank| {
-            let host = host_of_rank[rank];
-            let local_rank = host_of_rank[..rank].iter().filter(|&&x| x == host).count();
-            // Hosts that have a rank with this local rank, in host order.
-            let with_local: Vec<usize> = (0..hosts).filter(|&x| on_host(x) > local_rank).collect();
+    let mut on_host = vec![0usize; hosts];
+    for &h in host_of_rank {
+        on_host[h] += 1;
+    }
+    // cross[h][l]: the position of host h among the hosts, in host order,
+    // that have a rank with local rank l; with_local[l]: how many there are.
+    // Linear in the ranks: thousands of ranks on hundreds of hosts.
+    let deepest = on_host.iter().copied().max().unwrap_or(0);
+    let mut with_local = vec![0usize; deepest];
+    let cross: Vec<Vec<usize>> = on_host
+        .iter()
+        .map(|&count| {
+            (0..count)
+                .map(|l| {
+                    with_local[l] += 1;
+                    with_local[l] - 1
+                })
+                .collect()
+        })
+        .collect();
+    let mut seen = vec![0usize; hosts];
+    host_of_rank
+        .iter()
+        .enumerate()
+        .map(|(rank, &host)| {
+            let local_rank = seen[host];
+            seen[host] += 1;
             Placement {
                 rank,
                 host,
                 local_rank,
-                local_size: on_host(host),
-                cross_rank: with_local.iter().position(|&x| x == host).unwrap_or(0),
-                cross_size: with_local.len(),
+                local_size: on_host[host],
+                cross_rank: cross[host][local_rank],
+                cross_size: with_local[local_rank],
             }
         })
         .collect()
@@ -162,6 +182,58 @@ mod tests {
                     assert!(x.local_rank < x.local_size && x.cross_rank < x.cross_size);
                 }
             }
+        }
+    }
+
+    /// The definition, word for word: quadratic and more, for checking.
+    fn by_definition(host_of_rank: &[usize]) -> Vec<Placement> {
+        let hosts = host_of_rank.iter().max().map_or(0, |m| m + 1);
+        let on_host = |h: usize| host_of_rank.iter().filter(|&&x| x == h).count();
+        (0..host_of_rank.len())
+            .map(|rank| {
+                let host = host_of_rank[rank];
+                let local_rank = host_of_rank[..rank].iter().filter(|&&x| x == host).count();
+                let with_local: Vec<usize> =
+                    (0..hosts).filter(|&x| on_host(x) > local_rank).collect();
+                Placement {
+                    rank,
+                    host,
+                    local_rank,
+                    local_size: on_host(host),
+                    cross_rank: with_local.iter().position(|&x| x == host).unwrap_or(0),
+                    cross_size: with_local.len(),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn placements_match_the_definition_on_scattered_hosts() {
+        // A fixed generator: every run checks the same layouts.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m) as usize
+        };
+        for _ in 0..200 {
+            let hosts = 1 + next(6);
+            let n = 1 + next(24);
+            // Numbered by first rank, as the callers number them.
+            let mut seen = 0;
+            let host_of_rank: Vec<usize> = (0..n)
+                .map(|_| {
+                    let h = next(hosts as u64).min(seen);
+                    seen = seen.max(h + 1);
+                    h
+                })
+                .collect();
+            assert_eq!(
+                placements(&host_of_rank),
+                by_definition(&host_of_rank),
+                "{host_of_rank:?}"
+            );
         }
     }
 }

@@ -34,9 +34,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// round trips): short, since until then it holds one of the [`HANDSHAKES`].
 pub const PROOF_TIMEOUT: Duration = Duration::from_secs(3);
 /// How many TCP connections may be in their handshake at once.
-pub const HANDSHAKES: usize = 64;
-/// The control listener's backlog, as on the data plane.
-const BACKLOG: u32 = 1024;
+pub const HANDSHAKES: usize = 256;
+/// The control listener's backlog: Linux's default cap (`somaxconn`), so
+/// that thousands of workers starting at once wait in it rather than have
+/// their connections dropped (and retried after 1, 3, 7, 15 s).
+const BACKLOG: u32 = 4096;
 /// Refused connections said per [`REFUSALS_WINDOW`]; the rest are counted.
 const REFUSALS_SAID: u32 = 5;
 const REFUSALS_WINDOW: Duration = Duration::from_secs(10);
@@ -90,6 +92,11 @@ impl Arrivals {
     /// arrive any more.
     pub async fn next(&mut self) -> Option<Arrival> {
         self.rx.recv().await
+    }
+
+    /// The next worker if one has arrived already.
+    pub fn try_next(&mut self) -> Option<Arrival> {
+        self.rx.try_recv().ok()
     }
 }
 

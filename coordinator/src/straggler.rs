@@ -84,7 +84,18 @@ pub struct Detector {
     factor: f64,
     steps: u64,
     ranks: Vec<Rank>,
+    /// Past [`EXACT_UP_TO`] ranks: the median of every rank's step time,
+    /// and the observations since it was taken.
+    median: Option<Duration>,
+    since_median: usize,
 }
+
+/// Up to this many ranks each observation compares with the exact median
+/// of the others. Beyond, a rank's own step time moves the median by at
+/// most one place among thousands, and sorting every rank at every
+/// heartbeat (n a second) would cost n^2 log n a second: the median of all
+/// ranks is taken again once a quarter of the ranks have been observed.
+const EXACT_UP_TO: usize = 64;
 
 impl Detector {
     pub fn new(policy: &StragglerPolicy, world_size: usize) -> Self {
@@ -92,6 +103,8 @@ impl Detector {
             factor: policy.factor,
             steps: policy.steps.max(1),
             ranks: vec![Rank::default(); world_size],
+            median: None,
+            since_median: 0,
         }
     }
 
@@ -126,23 +139,41 @@ impl Detector {
         Some(Verdict::Named { rank, step, median })
     }
 
-    /// The median step time of the ranks other than `rank` that have one.
-    fn median_of_others(&self, rank: usize) -> Option<Duration> {
-        let mut others: Vec<Duration> = (self.ranks.iter().enumerate())
-            .filter(|&(i, _)| i != rank)
-            .filter_map(|(_, r)| r.step)
-            .collect();
-        if others.is_empty() {
-            return None;
+    /// The median step time of the ranks other than `rank` that have one
+    /// (of every rank that has one, refreshed now and then, past
+    /// [`EXACT_UP_TO`] ranks).
+    fn median_of_others(&mut self, rank: usize) -> Option<Duration> {
+        if self.ranks.len() <= EXACT_UP_TO {
+            return median(
+                (self.ranks.iter().enumerate())
+                    .filter(|&(i, _)| i != rank)
+                    .filter_map(|(_, r)| r.step)
+                    .collect(),
+            );
         }
-        others.sort();
-        let mid = others.len() / 2;
-        Some(if others.len() % 2 == 1 {
-            others[mid]
-        } else {
-            (others[mid - 1] + others[mid]) / 2
-        })
+        self.since_median += 1;
+        if self.median.is_none() || self.since_median >= self.ranks.len() / 4 {
+            self.median = median(self.ranks.iter().filter_map(|r| r.step).collect());
+            self.since_median = 0;
+        }
+        self.median
     }
+}
+
+/// The median of `times`; linear.
+fn median(mut times: Vec<Duration>) -> Option<Duration> {
+    let n = times.len();
+    if n == 0 {
+        return None;
+    }
+    let mid = n / 2;
+    let (below, &mut upper, _) = times.select_nth_unstable(mid);
+    if n % 2 == 1 {
+        return Some(upper);
+    }
+    // The lower middle: the largest of those below.
+    let lower = below.iter().copied().max()?;
+    Some((lower + upper) / 2)
 }
 
 #[cfg(test)]
@@ -221,5 +252,52 @@ mod tests {
             }
         }
         assert_eq!(d.observe(9, w(10, 100)), None, "no such rank");
+    }
+
+    #[test]
+    fn among_thousands_the_slow_rank_is_named_against_everyone_s_median() {
+        let policy = StragglerPolicy {
+            steps: 20,
+            ..StragglerPolicy::default()
+        };
+        let n = 1000;
+        let mut d = Detector::new(&policy, n);
+        let mut named = Vec::new();
+        for _ in 0..3 {
+            for r in 0..n {
+                // Rank 7 takes 40 ms a step; the rest 9 to 11 ms.
+                let busy = if r == 7 {
+                    400
+                } else {
+                    90 + (r as u64 % 3) * 10
+                };
+                named.extend(d.observe(r, w(10, busy)));
+            }
+        }
+        assert_eq!(
+            named,
+            [Verdict::Named {
+                rank: 7,
+                step: Duration::from_millis(40),
+                median: Duration::from_millis(10)
+            }]
+        );
+    }
+
+    #[test]
+    fn the_linear_median_is_the_sorted_one() {
+        let ms = |v: &[u64]| {
+            v.iter()
+                .map(|&m| Duration::from_millis(m))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(median(Vec::new()), None);
+        assert_eq!(median(ms(&[7])), Some(Duration::from_millis(7)));
+        assert_eq!(median(ms(&[9, 1, 5])), Some(Duration::from_millis(5)));
+        assert_eq!(median(ms(&[9, 1, 5, 3])), Some(Duration::from_millis(4)));
+        assert_eq!(
+            median(ms(&[4, 4, 8, 8, 1, 100])),
+            Some(Duration::from_millis(6))
+        );
     }
 }

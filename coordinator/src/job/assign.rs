@@ -7,6 +7,7 @@ use control::{Assignment, DataEndpoint, Generation, Knobs, PeerAddress, TlsGrant
 use elastic::membership::SlotId;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use crate::layout::placements;
 
@@ -58,7 +59,7 @@ pub fn assignments(
     ranks: &[SlotId],
     addrs: &HashMap<SlotId, PeerAddress>,
 ) -> Result<Vec<Assignment>, SlotId> {
-    let peers = ranks
+    let peers: Arc<[PeerAddress]> = ranks
         .iter()
         .map(|s| {
             addrs
@@ -66,20 +67,17 @@ pub fn assignments(
                 .map(|a| reachable(a, g.loopback_as))
                 .ok_or_else(|| s.clone())
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut host_names: Vec<&str> = Vec::new();
+        .collect::<Result<_, _>>()?;
+    let mut host_numbers: HashMap<&str, usize> = HashMap::new();
     let hosts: Vec<usize> = ranks
         .iter()
         .map(|s| {
-            let at = host_names.iter().position(|h| *h == s.host);
-            at.unwrap_or_else(|| {
-                host_names.push(&s.host);
-                host_names.len() - 1
-            })
+            let next = host_numbers.len();
+            *host_numbers.entry(s.host.as_str()).or_insert(next)
         })
         .collect();
     let size = ranks.len() as u32;
-    let host_ids: Vec<u32> = hosts.iter().map(|&h| h as u32).collect();
+    let host_ids: Arc<[u32]> = hosts.iter().map(|&h| h as u32).collect();
     Ok(placements(&hosts)
         .into_iter()
         .map(|p| Assignment {
@@ -206,7 +204,7 @@ mod tests {
             ca: &ca(),
         };
         let a = assignments(&g, &ranks, &addrs).unwrap();
-        assert!(a.iter().all(|x| x.hosts == [0, 1, 0, 2] && x.size == 4));
+        assert!(a.iter().all(|x| *x.hosts == [0, 1, 0, 2] && x.size == 4));
         let t: Vec<(u32, u32, u32, u32)> = a
             .iter()
             .map(|x| (x.local_rank, x.local_size, x.cross_rank, x.cross_size))

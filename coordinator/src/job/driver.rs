@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Outside;
+use super::batch::{self, Sweeps, Taken, Woke};
 use super::discovery::{HostFeed, Offer};
 use super::journal::Journal;
 use super::links::{LinkEvent, LinkEventKind, Links};
@@ -123,26 +124,36 @@ impl Driver {
         mut stops: Stops,
     ) -> Ending {
         self.adopt_detached();
+        let mut sweeps = Sweeps::new();
+        let mut due = self.next_wake();
         loop {
             // Asleep until something happens or the next thing is due.
-            let due = self.next_wake();
-            let cmds = tokio::select! {
-                () = sleep_until(due) => Vec::new(),
-                () = self.launcher.exit_news() => Vec::new(),
-                outside = stops.next(&self.say) => match outside {
-                    Outside::End(ending) => return ending,
-                    Outside::PassOn(sig) => self.pass_on(sig),
-                },
-                Some(offer) = discovered.next() => self.offer(offer),
-                Some(a) = arrivals.next() => self.arrive(a),
-                Some(e) = events.recv() => self.link_event(e),
+            let woke = tokio::select! {
+                () = sleep_until(sweeps.wake_by(due)) => Woke::Due,
+                () = self.launcher.exit_news() => Woke::ExitNews,
+                outside = stops.next(&self.say) => Woke::Outside(outside),
+                Some(offer) = discovered.next() => Woke::Offer(offer),
+                Some(a) = arrivals.next() => Woke::Arrival(Box::new(a)),
+                Some(e) = events.recv() => Woke::Link(e),
             };
+            // The core settles once, after the batch and the sweep.
+            self.core.defer_settling();
+            let (cmds, quiet) = match self.take(woke, arrivals, &mut events) {
+                Ok(taken) => taken,
+                Err(ending) => return ending,
+            };
+            if !sweeps.sweep_now(quiet, Instant::now()) {
+                let settled = self.core.settle_deferred(self.now());
+                self.carry_out(settled).await;
+                continue;
+            }
             self.carry_out(cmds).await;
             let early = self.retry_early();
             self.carry_out(early).await;
             let mut more = self.poll_exits();
             more.extend(self.core.tick(self.now()));
             more.extend(self.poll_stalls());
+            more.extend(self.core.settle_deferred(self.now()));
             self.carry_out(more).await;
             self.reset_cause = None;
             let by_state = self.core.worker_counts();
@@ -151,7 +162,47 @@ impl Driver {
                 return ending;
             }
             self.say_waiting();
+            due = self.next_wake();
         }
+    }
+
+    /// Handles what woke the driver and the arrivals and link events waiting
+    /// behind it (see `batch.rs`), the core's settling deferred: their
+    /// commands, and whether they were only heartbeats that asked for
+    /// nothing. `Err`: the job ends so.
+    fn take(
+        &mut self,
+        woke: Woke,
+        arrivals: &mut Arrivals,
+        events: &mut mpsc::Receiver<LinkEvent>,
+    ) -> Result<(Vec<Command>, bool), Ending> {
+        let mut quiet = matches!(&woke, Woke::Link(e) if batch::is_beat(e));
+        let mut cmds = match woke {
+            Woke::Due | Woke::ExitNews => Vec::new(),
+            Woke::Outside(Outside::End(ending)) => {
+                // Nothing is started or assigned any more.
+                let _ = self.core.settle_deferred(self.now());
+                return Err(ending);
+            }
+            Woke::Outside(Outside::PassOn(sig)) => self.pass_on(sig),
+            Woke::Offer(offer) => self.offer(offer),
+            Woke::Arrival(a) => self.arrive(*a),
+            Woke::Link(e) => self.link_event(e),
+        };
+        for taken in batch::drain(arrivals, events) {
+            match taken {
+                Taken::Arrival(a) => {
+                    quiet = false;
+                    cmds.extend(self.arrive(*a));
+                }
+                Taken::Link(e) => {
+                    quiet &= batch::is_beat(&e);
+                    cmds.extend(self.link_event(e));
+                }
+            }
+        }
+        let quiet = quiet && cmds.is_empty();
+        Ok((cmds, quiet))
     }
 
     /// Passes `sig` (SIGUSR1, SIGUSR2) on to every worker, and says to how
@@ -322,7 +373,8 @@ impl Driver {
         };
         match e.kind {
             LinkEventKind::Beat { progress, pending } => {
-                let Some(rank) = self.core.members().iter().position(|s| *s == e.slot) else {
+                let (generation, members) = (self.core.generation(), self.core.members());
+                let Some(rank) = self.links.ranks.rank(generation, members, &e.slot) else {
                     return Vec::new();
                 };
                 if let Some(i) = self.inspector.as_mut() {

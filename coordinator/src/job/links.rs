@@ -33,6 +33,8 @@ pub(super) struct Links {
     pub(super) assigned: HashMap<SlotId, Assignment>,
     /// The last `Reset` or `HostsUpdated` sent since.
     pub(super) announced: Option<CoordinatorMsg>,
+    /// Each member's rank, for the heartbeats.
+    pub(super) ranks: RankIndex,
     /// Registrations on slots not offered yet (a pod's etcd key on its
     /// way), with when they came.
     pub(super) early: Vec<(Instant, Arrival)>,
@@ -49,6 +51,7 @@ impl Links {
             addrs: HashMap::new(),
             assigned: HashMap::new(),
             announced: None,
+            ranks: RankIndex::default(),
             early: Vec::new(),
         }
     }
@@ -115,6 +118,42 @@ pub struct LinkEvent {
     pub kind: LinkEventKind,
 }
 
+/// The members' ranks by slot: a heartbeat's rank found without a search
+/// through every member (n heartbeats a second).
+#[derive(Debug, Default)]
+pub(super) struct RankIndex {
+    /// The generation and member count it was built for: members change
+    /// only by an assignment (a new generation) or a loss (one fewer).
+    built_for: (u64, usize),
+    ranks: HashMap<SlotId, usize>,
+}
+
+impl RankIndex {
+    /// `slot`'s position in `members`, the members of `generation`.
+    pub(super) fn rank(
+        &mut self,
+        generation: Generation,
+        members: &[SlotId],
+        slot: &SlotId,
+    ) -> Option<usize> {
+        let key = (generation.0, members.len());
+        if self.built_for != key || self.ranks.len() != members.len() {
+            self.ranks = members
+                .iter()
+                .enumerate()
+                .map(|(r, s)| (s.clone(), r))
+                .collect();
+            self.built_for = key;
+        }
+        self.ranks.get(slot).copied()
+    }
+}
+
+/// Bytes of write buffer a link keeps between messages: an assignment of
+/// thousands of ranks is large and rare, and thousands of links each
+/// keeping room for the largest frame they ever sent would hold gigabytes.
+const KEEP_BUFFER: usize = 16 << 10;
+
 /// Starts the task for `link`; messages sent on the returned channel go to the
 /// worker. Dropping the channel closes the connection.
 pub fn spawn(
@@ -144,6 +183,9 @@ async fn run(
                     let sent = tokio::time::timeout(HANDSHAKE_TIMEOUT, link.send(m)).await;
                     if !matches!(sent, Ok(Ok(()))) {
                         break "a message to it could not be sent".to_owned();
+                    }
+                    if link.write_buffer().capacity() > KEEP_BUFFER {
+                        *link.write_buffer_mut() = tokio_util::bytes::BytesMut::new();
                     }
                 }
                 None => return,

@@ -16,6 +16,7 @@
 //! ```
 
 pub mod assign;
+mod batch;
 mod commands;
 pub mod discovery;
 mod driver;
@@ -387,6 +388,7 @@ impl Stops {
 }
 
 /// What came to the job from outside.
+#[derive(Debug)]
 pub(crate) enum Outside {
     /// It ends so.
     End(Ending),

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::machine::{Cause, Gathering, Membership, Phase, Worker, WorkerState};
+use super::machine::{Cause, Gathering, Membership, Phase, SettleLater, Worker, WorkerState};
 use super::{Command, Generation, JobFailure, SlotId};
 
 impl Membership {
@@ -204,6 +204,11 @@ impl Membership {
     /// After every event: spawn what is missing, note when too few are live, and
     /// assign (or fail) when the gathering is over.
     pub(super) fn settle(&mut self, now: Duration, prefer: &[SlotId], out: &mut Vec<Command>) {
+        if let Some(later) = &mut self.settle_later {
+            later.asked = true;
+            later.prefer.extend_from_slice(prefer);
+            return;
+        }
         self.fill(now, prefer, out);
         let short = self.placeable_live() < self.policy.min_np;
         if let Phase::Gathering(g) = &mut self.phase
@@ -213,6 +218,27 @@ impl Membership {
             g.short_since = Some(now);
         }
         self.try_assign(now, out);
+    }
+
+    /// Defers what follows each event (spawning what is missing, assigning a
+    /// gathered generation) until [`Membership::settle_deferred`]: a driver
+    /// that takes a batch of events settles once for the batch, not once an
+    /// event, which looks at every worker each time.
+    pub fn defer_settling(&mut self) {
+        self.settle_later.get_or_insert_with(SettleLater::default);
+    }
+
+    /// Settles what was deferred since [`Membership::defer_settling`], the
+    /// slots vacated meanwhile preferred for replacements; settling is no
+    /// longer deferred.
+    pub fn settle_deferred(&mut self, now: Duration) -> Vec<Command> {
+        let mut out = Vec::new();
+        if let Some(later) = self.settle_later.take()
+            && later.asked
+        {
+            self.settle(now, &later.prefer, &mut out);
+        }
+        out
     }
 
     fn try_assign(&mut self, now: Duration, out: &mut Vec<Command>) {

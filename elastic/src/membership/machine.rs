@@ -42,6 +42,17 @@ pub struct Membership {
     pub(super) without_runtime: bool,
     /// Slots whose workers could not be started, waiting to be tried again.
     pub(super) start_backoff: StartBackoff,
+    /// While settling is deferred ([`Membership::defer_settling`]): what
+    /// the deferred settling is to do.
+    pub(super) settle_later: Option<SettleLater>,
+}
+
+/// A settling deferred: whether an event asked for it, and the slots
+/// vacated meanwhile (preferred for replacements).
+#[derive(Clone, Debug, Default)]
+pub(super) struct SettleLater {
+    pub(super) asked: bool,
+    pub(super) prefer: Vec<SlotId>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +163,7 @@ impl Membership {
             runtime_seen: false,
             without_runtime: false,
             start_backoff: StartBackoff::default(),
+            settle_later: None,
         }
     }
 

@@ -38,6 +38,7 @@ mod ssh;
 mod stall;
 mod status_page;
 mod stragglers;
+mod swarm;
 mod synthetic_benchmark;
 mod trainer_nodes;
 mod unsafe_policy;

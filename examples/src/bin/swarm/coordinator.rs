@@ -12,6 +12,7 @@ use std::process::{ExitCode, ExitStatus};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use control::Secret;
+use coordinator::HostSlots;
 use coordinator::config::{self, cli::Cli, file::ConfigFile};
 use coordinator::job::discovery::HostFeed;
 use coordinator::job::{Say, Seams, Stops, WallClock};
@@ -20,15 +21,14 @@ use coordinator::launch::{LaunchError, Launcher, Started};
 use coordinator::metrics::JobMetrics;
 use coordinator::server::Server;
 use coordinator::store::MemoryStore;
-use coordinator::HostSlots;
 use elastic::SlotId;
-use futures::future::BoxFuture;
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::{Notify, watch};
 
 use super::pipe::{self, Order};
-use super::{Shape, SECRET_VAR};
+use super::{SECRET_VAR, Shape};
 
 /// Runs the job over `shape`'s hosts until it ends; its exit code is
 /// elasticrun's for the same ending.

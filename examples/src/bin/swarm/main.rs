@@ -36,7 +36,9 @@ use workers::{Identity, Roster};
 const SECRET_VAR: &str = "SWARM_JOB_SECRET";
 
 #[derive(Parser, Debug)]
-#[command(about = "Load generator for elasticrun's coordinator: N simulated workers' control connections, one kill, figures as JSON")]
+#[command(
+    about = "Load generator for elasticrun's coordinator: N simulated workers' control connections, one kill, figures as JSON"
+)]
 struct Args {
     /// Simulated workers.
     #[arg(long, default_value_t = 1000)]
@@ -195,7 +197,11 @@ async fn start(args: &Args, shape: Shape) -> Result<Run, String> {
     let (exits, mut exits_rx) = mpsc::unbounded_channel::<String>();
     tokio::spawn(async move {
         while let Some(line) = exits_rx.recv().await {
-            if into.write_all(format!("{line}\n").as_bytes()).await.is_err() {
+            if into
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -298,13 +304,19 @@ async fn kill_one(run: &mut Run, seed: u64, g1: u64) -> Result<Recovery, String>
     let survivors = run
         .wait("every survivor assigned a new generation", |t| {
             let after = t.generations.range(g1 + 1..);
-            after.map(|(_, a)| a).find(|a| a.survivors >= n - 1).map(|a| a.last_survivor)
+            after
+                .map(|(_, a)| a)
+                .find(|a| a.survivors >= n - 1)
+                .map(|a| a.last_survivor)
         })
         .await?;
     let full = run
         .wait("the whole job assigned a new generation", |t| {
             let after = t.generations.range(g1 + 1..);
-            after.map(|(_, a)| a).find(|a| a.workers >= n).map(|a| a.last)
+            after
+                .map(|(_, a)| a)
+                .find(|a| a.workers >= n)
+                .map(|a| a.last)
         })
         .await?;
     Ok(Recovery {
@@ -320,6 +332,9 @@ async fn end(run: &mut Run) -> Result<i32, String> {
     match tokio::time::timeout(run.within, run.child.wait()).await {
         Ok(Ok(status)) => Ok(status.code().unwrap_or(-1)),
         Ok(Err(e)) => Err(format!("cannot wait for the coordinator process: {e}")),
-        Err(_) => Err(format!("the coordinator did not end within {:?} of the workers finishing", run.within)),
+        Err(_) => Err(format!(
+            "the coordinator did not end within {:?} of the workers finishing",
+            run.within
+        )),
     }
 }

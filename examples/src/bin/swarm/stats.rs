@@ -124,7 +124,10 @@ impl Stats {
                     return Ok(found);
                 }
                 if t.coordinator_gone {
-                    return Err(format!("the coordinator ended while waiting for {what}; {}", t.brief()));
+                    return Err(format!(
+                        "the coordinator ended while waiting for {what}; {}",
+                        t.brief()
+                    ));
                 }
             }
             let changed = tokio::time::timeout_at(deadline, changes.changed()).await;

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use control::{CoordinatorMsg, Generation, PeerAddress, PendingReport, Registration, Secret, WorkerMsg};
+use control::{
+    CoordinatorMsg, Generation, PeerAddress, PendingReport, Registration, Secret, WorkerMsg,
+};
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -75,12 +77,17 @@ impl Roster {
 
     /// Tells worker `id`, if it still runs; whether it did.
     pub(crate) fn tell(&self, id: u32, command: Command) -> bool {
-        self.lock().get(&id).is_some_and(|tx| tx.send(command).is_ok())
+        self.lock()
+            .get(&id)
+            .is_some_and(|tx| tx.send(command).is_ok())
     }
 
     /// Tells every live worker; how many.
     pub(crate) fn tell_all(&self, command: Command) -> usize {
-        self.lock().values().filter(|tx| tx.send(command).is_ok()).count()
+        self.lock()
+            .values()
+            .filter(|tx| tx.send(command).is_ok())
+            .count()
     }
 
     pub(crate) fn ids(&self) -> Vec<u32> {
@@ -95,7 +102,11 @@ impl Roster {
 }
 
 /// Runs worker `who` until it ends; its raw wait status.
-pub(crate) async fn run(who: Identity, stats: Arc<Stats>, mut commands: mpsc::UnboundedReceiver<Command>) -> i32 {
+pub(crate) async fn run(
+    who: Identity,
+    stats: Arc<Stats>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) -> i32 {
     let stream = tokio::select! {
         s = dial(&who, &stats) => s,
         c = commands.recv() => return ended_by(c),
@@ -103,7 +114,10 @@ pub(crate) async fn run(who: Identity, stats: Arc<Stats>, mut commands: mpsc::Un
     let mut link = match stream {
         Ok(link) => link,
         Err(why) => {
-            stats.failed(format!("worker {} ({}:{}): {why}", who.id, who.host, who.slot));
+            stats.failed(format!(
+                "worker {} ({}:{}): {why}",
+                who.id, who.host, who.slot
+            ));
             return EXIT_1;
         }
     };
@@ -262,7 +276,11 @@ pub(crate) struct Counted {
 }
 
 impl AsyncRead for Counted {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -273,7 +291,11 @@ impl AsyncRead for Counted {
 }
 
 impl AsyncWrite for Counted {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
     }
 
