@@ -82,6 +82,10 @@ pub enum TransportError {
     },
     #[error("handshake with rank {rank} failed: {reason}")]
     Handshake { rank: Rank, reason: &'static str },
+    /// Rank `rank`'s data-plane address, which the assignment did not
+    /// carry, could not be had.
+    #[error("no data-plane address for rank {rank}: {reason}")]
+    Lookup { rank: Rank, reason: String },
     #[error("TLS with rank {rank} at {addr} failed: {reason}")]
     Tls {
         rank: Rank,

@@ -44,6 +44,7 @@ pub use reduce::{Combine, ReduceOp, UnknownReduceOp};
 pub use tag::{Generation, Rank, Tag};
 pub use topology::{Hierarchy, NotHierarchical, Topology};
 pub use transport::Transport;
+pub use transport::book::{Lookup, PeerBook};
 pub use transport::end::Breaker;
 pub use transport::endpoint::{Admission, Endpoint, TlsAddress, connect_published};
 pub use transport::mem::MemTransport;

@@ -35,8 +35,9 @@ pub use generation::Generation;
 #[cfg(feature = "io")]
 pub use handshake::{CoordinatorLink, HandshakeError, WorkerLink, accept, connect};
 pub use messages::{
-    Assignment, Autotune, CoordinatorMsg, Knob, Knobs, MAX_PENDING_NAME, MAX_PENDING_REPORTED,
-    PendingReport, PendingTensor, Registration, TlsGrant, Tuning, WorkerMsg, cut_name,
+    Assignment, Autotune, CoordinatorMsg, Knob, Knobs, MAX_LOOKUP, MAX_PENDING_NAME,
+    MAX_PENDING_REPORTED, PeerTable, PendingReport, PendingTensor, Registration, TlsGrant, Tuning,
+    WorkerMsg, cut_name,
 };
 pub use quoted::Quoted;
 pub use throttle::{Say, Throttle};

@@ -1,5 +1,6 @@
 //! Every control-plane message, defined once for both ends.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -51,6 +52,15 @@ pub enum WorkerMsg {
     /// coordinator that does not see its workers' processes, `elasticrun
     /// serve`, tells them apart by this).
     Finished,
+    /// The data-plane addresses of `ranks` (at most [`MAX_LOOKUP`]) in
+    /// `generation`, which its assignment did not carry
+    /// ([`PeerTable::Some`]); answered by [`CoordinatorMsg::Addresses`]
+    /// with the same `id`.
+    Lookup {
+        id: u32,
+        generation: Generation,
+        ranks: Vec<u32>,
+    },
 }
 
 /// Coordinator -> worker.
@@ -86,6 +96,51 @@ pub enum CoordinatorMsg {
     Leave {
         reason: String,
     },
+    /// The answer to a [`WorkerMsg::Lookup`]: each rank asked for with its
+    /// address; none when `generation` is not the current one any more (or
+    /// a rank is not in it).
+    Addresses {
+        id: u32,
+        generation: Generation,
+        entries: Vec<(u32, PeerAddress)>,
+    },
+}
+
+/// Most ranks one [`WorkerMsg::Lookup`] asks for: its answer stays well
+/// within a frame ([`crate::codec::MAX_FRAME`]) whatever the addresses.
+pub const MAX_LOOKUP: usize = 4096;
+
+/// The peers' data-plane addresses an assignment carries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PeerTable {
+    /// Every rank's, by rank: a small generation's (one table, shared by
+    /// every assignment of the generation in the coordinator).
+    Whole(Arc<[PeerAddress]>),
+    /// Only these ranks' (the worker's own, its ring, tree and doubling
+    /// partners, its host's ranks): the others' are looked up when first
+    /// needed ([`WorkerMsg::Lookup`]), so that a reset does not send every
+    /// address to every worker.
+    Some(Vec<(u32, PeerAddress)>),
+}
+
+impl From<Vec<PeerAddress>> for PeerTable {
+    /// Every rank's, `peers[i]` rank `i`'s.
+    fn from(peers: Vec<PeerAddress>) -> Self {
+        PeerTable::Whole(peers.into())
+    }
+}
+
+impl PeerTable {
+    /// Rank `rank`'s address, if the table holds it.
+    pub fn get(&self, rank: usize) -> Option<&PeerAddress> {
+        match self {
+            PeerTable::Whole(all) => all.get(rank),
+            PeerTable::Some(some) => {
+                let r = u32::try_from(rank).ok()?;
+                some.iter().find(|(at, _)| *at == r).map(|(_, a)| a)
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,14 +166,14 @@ pub struct Assignment {
     pub local_size: u32,
     pub cross_rank: u32,
     pub cross_size: u32,
-    /// Data-plane address of every rank, by rank: one table the
-    /// coordinator shares among every assignment of the generation (it
-    /// encodes as a plain sequence).
-    pub peers: std::sync::Arc<[PeerAddress]>,
+    /// Data-plane addresses: every rank's, or some and the rest on demand.
+    pub peers: PeerTable,
     /// Host of every rank, by rank: ranks with equal numbers share a host
     /// (the number is the host's position in the job's host list). The
-    /// hierarchical collectives group ranks by it. Shared as `peers` is.
-    pub hosts: std::sync::Arc<[u32]>,
+    /// hierarchical collectives group ranks by it. Shared as a whole peer
+    /// table is; empty in a large generation whose collectives are not
+    /// hierarchical (nothing else reads it).
+    pub hosts: Arc<[u32]>,
     /// Token the data-plane mesh checks, so that two jobs never cross-connect.
     pub data_token: u64,
     pub knobs: Knobs,

@@ -84,7 +84,7 @@ fn coordinator_msgs() -> Vec<CoordinatorMsg> {
             local_size: 2,
             cross_rank: 0,
             cross_size: 2,
-            peers: (0..4).map(|p| addr(5000 + p)).collect(),
+            peers: (0..4).map(|p| addr(5000 + p)).collect::<Vec<_>>().into(),
             hosts: vec![0, 0, 1, 1].into(),
             data_token: 0xdead_beef,
             knobs,

@@ -63,6 +63,8 @@ pub struct Shared {
     pub steps: Arc<std::sync::atomic::AtomicU64>,
     /// What the session's engines moved and waited for, for heartbeats.
     pub traffic: Arc<crate::engine::Traffic>,
+    /// The data plane's lookups of addresses, waiting for their answers.
+    pub lookups: Arc<crate::lookup::Lookups>,
 }
 
 impl Shared {
@@ -344,6 +346,7 @@ async fn obey(
         CoordinatorMsg::Leave { reason } => {
             let _ = placements.send(Placement::Leave(reason)).await;
         }
+        CoordinatorMsg::Addresses { id, entries, .. } => shared.lookups.answer(id, entries),
         CoordinatorMsg::Challenge { .. } | CoordinatorMsg::Proven { .. } => {
             tracing::debug!("ignored a handshake message after the handshake");
         }

@@ -20,13 +20,15 @@ use collectives::{
     PlaneConfig, PlaneEndpoint, QuicConfig, ShmConfig, TcpConfig, Transport, TransportError,
 };
 use control::env::{Connections, TransportKind};
-use control::{Assignment, PeerAddress, Secret};
+use control::{Assignment, PeerAddress, Secret, WorkerMsg};
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use tokio::sync::mpsc;
 
 use crate::data_plane::DataPlane;
 use crate::engine::{Engine, EngineConfig, Planes, Traffic, TuningMemory};
 use crate::hierarchy::{self, CollectivePaths};
+use crate::lookup::Lookups;
 use crate::settings::engine_config;
 
 /// A generation entered: the assignment and its connected data plane.
@@ -155,10 +157,13 @@ fn tcp_config(b: &DataBind) -> TcpConfig {
 impl Bound {
     /// Connects the mesh of `assignment` within `start_timeout` (at least a
     /// second).
+    /// The addresses `assignment` left out are looked up through `control`
+    /// (the control task's queue and its lookups).
     pub(crate) async fn connect(
         self,
         assignment: Assignment,
         start_timeout: Duration,
+        control: Option<(&mpsc::Sender<WorkerMsg>, &Arc<Lookups>)>,
     ) -> Result<Entered, TransportError> {
         let admission = Admission {
             key: self.secret.data_key(assignment.data_token),
@@ -166,9 +171,11 @@ impl Bound {
             within: start_timeout.max(Duration::from_secs(1)),
         };
         let rank = assignment.rank as usize;
+        let (size, generation) = (assignment.size as usize, assignment.generation);
+        let book = crate::lookup::book(&assignment.peers, size, generation, control);
         let plane = self
             .endpoint
-            .connect(rank, assignment.generation, &assignment.peers, admission)
+            .connect_book(rank, generation, book, admission)
             .await?;
         Ok(Entered { assignment, plane })
     }

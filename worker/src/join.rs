@@ -103,7 +103,10 @@ impl Session {
         let assignment = await_placement(&mut control, Generation(0), wait)
             .await
             .map_err(first_placement)?;
-        let entered = bound.connect(assignment, start_timeout).await?;
+        let lookups = (&control.out, &control.shared.lookups);
+        let entered = bound
+            .connect(assignment, start_timeout, Some(lookups))
+            .await?;
         let link = Link {
             control,
             endpoints,

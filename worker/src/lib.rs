@@ -23,6 +23,7 @@ mod generation;
 mod gpu_api;
 mod hierarchy;
 mod join;
+mod lookup;
 mod optimizer;
 #[cfg(feature = "etcd")]
 mod pod;

@@ -77,7 +77,11 @@ impl Session {
             ask_to_rejoin(&mut link.control, wanted, bound.address.clone(), wait).await?;
         // The control task heartbeats meanwhile.
         let generation = assignment.generation;
-        let entered = match bound.connect(assignment, link.start_timeout).await {
+        let lookups = (&link.control.out, &link.control.shared.lookups);
+        let entered = match bound
+            .connect(assignment, link.start_timeout, Some(lookups))
+            .await
+        {
             Ok(entered) => entered,
             Err(source) => {
                 // In the new generation, with its data plane down.

@@ -18,11 +18,13 @@
 use std::fmt::Debug;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use control::{DataKey, LeafPublicKey, PeerAddress, TlsGrant};
 
 use super::Transport;
+use super::book::PeerBook;
 use super::quic::{QuicAddress, QuicEndpoint, QuicTransport};
 use super::tcp::{TcpEndpoint, TcpTransport};
 use super::tls::{TlsEndpoint, TlsSetupError, TlsTransport};
@@ -73,6 +75,32 @@ pub trait Endpoint: Send + Sized {
         peers: &[Self::Address],
         admission: Admission<'_>,
     ) -> impl Future<Output = Result<Self::Transport, TransportError>> + Send;
+
+    /// Connects with the generation's `book` of addresses (some given, the
+    /// rest looked up). The default looks every missing one up first and
+    /// connects as [`Endpoint::connect`]; a transport that connects on
+    /// demand looks a peer up when it first dials it.
+    fn connect_book(
+        self,
+        rank: Rank,
+        generation: Generation,
+        book: Arc<PeerBook>,
+        admission: Admission<'_>,
+    ) -> impl Future<Output = Result<Self::Transport, TransportError>> + Send {
+        connect_all(self, rank, generation, book, admission)
+    }
+}
+
+/// [`Endpoint::connect_book`]'s default: every address first.
+pub(crate) async fn connect_all<E: Endpoint>(
+    endpoint: E,
+    rank: Rank,
+    generation: Generation,
+    book: Arc<PeerBook>,
+    admission: Admission<'_>,
+) -> Result<E::Transport, TransportError> {
+    let peers = book.all().await?;
+    connect_published(endpoint, rank, generation, &peers, admission).await
 }
 
 /// Connects `endpoint` to the peers an assignment lists (`peers[i]` is what
@@ -131,6 +159,17 @@ impl Endpoint for TcpEndpoint {
     ) -> impl Future<Output = Result<TcpTransport, TransportError>> + Send {
         self.prepare(admission.key, admission.within);
         TcpEndpoint::connect(self, rank, generation, peers)
+    }
+
+    fn connect_book(
+        mut self,
+        rank: Rank,
+        generation: Generation,
+        book: Arc<PeerBook>,
+        admission: Admission<'_>,
+    ) -> impl Future<Output = Result<TcpTransport, TransportError>> + Send {
+        self.prepare(admission.key, admission.within);
+        TcpEndpoint::connect_with_book(self, rank, generation, book)
     }
 }
 
@@ -203,6 +242,28 @@ impl Endpoint for TlsEndpoint {
         self.prepare(admission.key, grant, admission.within)
             .map_err(tls_setup(rank, addr))?;
         TlsEndpoint::connect(self, rank, generation, &addrs).await
+    }
+
+    async fn connect_book(
+        mut self,
+        rank: Rank,
+        generation: Generation,
+        book: Arc<PeerBook>,
+        admission: Admission<'_>,
+    ) -> Result<TlsTransport, TransportError> {
+        if !self.on_demand_set() {
+            return connect_all(self, rank, generation, book, admission).await;
+        }
+        let own = book.get(rank).await?;
+        let own = Self::pick(&own).map(|a| a.addr);
+        let own = own.ok_or(TransportError::Handshake {
+            rank,
+            reason: "this rank's own address offers no TLS endpoint",
+        })?;
+        let (_, addr, grant) = sealed(std::iter::once(own), 0, admission.grant)?;
+        self.prepare(admission.key, grant, admission.within)
+            .map_err(tls_setup(rank, addr))?;
+        self.on_demand_book(rank, generation, book)
     }
 }
 

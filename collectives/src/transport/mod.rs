@@ -41,6 +41,7 @@ macro_rules! each_plane {
     };
 }
 
+pub(crate) mod book;
 pub(crate) mod end;
 pub(crate) mod endpoint;
 pub(crate) mod group;

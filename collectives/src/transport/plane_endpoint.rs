@@ -10,10 +10,12 @@
 //! folder and its [`control::DataEndpoint`] kind.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use control::PeerAddress;
 use control::env::TransportKind;
 
+use super::book::PeerBook;
 use super::endpoint::{Admission, Endpoint, connect_published};
 use super::mem_fabric::MemEndpoint;
 use super::plane::DataPlane;
@@ -100,6 +102,19 @@ impl Endpoint for PlaneEndpoint {
             connect_published(ep, rank, generation, peers, admission)
                 .await?
                 .into()
+        });
+        Ok(plane)
+    }
+
+    async fn connect_book(
+        self,
+        rank: Rank,
+        generation: Generation,
+        book: Arc<PeerBook>,
+        admission: Admission<'_>,
+    ) -> Result<DataPlane, TransportError> {
+        let plane = each_plane!(PlaneEndpoint, self, ep => {
+            ep.connect_book(rank, generation, book, admission).await?.into()
         });
         Ok(plane)
     }

@@ -5,6 +5,7 @@
 //! --test it tls::`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod book;
 mod common;
 mod hierarchical;
 mod mem_failures;

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use super::directory::{WHOLE_UP_TO, table_for};
 use crate::layout::placements;
 
 /// What every assignment of a generation shares.
@@ -24,6 +25,14 @@ pub struct AssignmentBase<'a> {
     /// Certifies the TLS key of each worker on an encrypted (QUIC or TLS)
     /// data plane.
     pub ca: &'a JobCa,
+}
+
+/// A generation's assignments, and its whole address table (which
+/// answers the lookups of the addresses they leave out).
+#[derive(Debug)]
+pub struct Assigned {
+    pub each: Vec<Assignment>,
+    pub table: Arc<[PeerAddress]>,
 }
 
 /// `addr` as every rank of the generation can reach it.
@@ -52,14 +61,16 @@ fn reachable(addr: &PeerAddress, loopback_as: Option<IpAddr>) -> PeerAddress {
     PeerAddress { endpoints }
 }
 
-/// One assignment per rank of `ranks`, in rank order; `Err` names a rank
-/// with no known data-plane address.
+/// One assignment per rank of `ranks`, in rank order, each with the
+/// addresses [`table_for`] gives it and the host table when the
+/// generation is small or its collectives may be hierarchical; `Err`
+/// names a rank with no known data-plane address.
 pub fn assignments(
     g: &AssignmentBase<'_>,
     ranks: &[SlotId],
     addrs: &HashMap<SlotId, PeerAddress>,
-) -> Result<Vec<Assignment>, SlotId> {
-    let peers: Arc<[PeerAddress]> = ranks
+) -> Result<Assigned, SlotId> {
+    let table: Arc<[PeerAddress]> = ranks
         .iter()
         .map(|s| {
             addrs
@@ -76,9 +87,17 @@ pub fn assignments(
             *host_numbers.entry(s.host.as_str()).or_insert(next)
         })
         .collect();
+    let mut by_host: Vec<Vec<usize>> = vec![Vec::new(); host_numbers.len()];
+    for (rank, &h) in hosts.iter().enumerate() {
+        by_host[h].push(rank);
+    }
     let size = ranks.len() as u32;
-    let host_ids: Arc<[u32]> = hosts.iter().map(|&h| h as u32).collect();
-    Ok(placements(&hosts)
+    let host_ids: Arc<[u32]> = if ranks.len() <= WHOLE_UP_TO || hierarchical(g.knobs) {
+        hosts.iter().map(|&h| h as u32).collect()
+    } else {
+        Arc::new([])
+    };
+    let each = placements(&hosts)
         .into_iter()
         .map(|p| Assignment {
             generation: g.generation,
@@ -88,13 +107,22 @@ pub fn assignments(
             local_size: p.local_size as u32,
             cross_rank: p.cross_rank as u32,
             cross_size: p.cross_size as u32,
-            peers: peers.clone(),
+            peers: table_for(p.rank, &table, &by_host[p.host]),
             hosts: host_ids.clone(),
             data_token: g.data_token,
             knobs: g.knobs.clone(),
-            tls: grant(g, p.rank, &peers[p.rank]),
+            tls: grant(g, p.rank, &table[p.rank]),
         })
-        .collect())
+        .collect();
+    Ok(Assigned { each, table })
+}
+
+/// Whether the collectives may take the hierarchical paths, which group
+/// the ranks by host: asked for, or the autotuner's to choose.
+fn hierarchical(knobs: &Knobs) -> bool {
+    knobs.tuning.hierarchical_allreduce
+        || knobs.tuning.hierarchical_allgather
+        || knobs.autotune.is_some()
 }
 
 /// The TLS grant of the worker at `addr`, rank `rank`: `None` for a worker
@@ -111,6 +139,7 @@ fn grant(g: &AssignmentBase<'_>, rank: usize, addr: &PeerAddress) -> Option<TlsG
 mod tests {
     use super::*;
     use crate::test_support::knobs;
+    use control::PeerTable;
 
     fn slot(host: &str, slot: u32) -> SlotId {
         SlotId {
@@ -154,7 +183,7 @@ mod tests {
             loopback_as: Some([10, 0, 0, 1].into()),
             ca: &ca,
         };
-        let a = assignments(&g, &ranks, &addrs).unwrap();
+        let a = assignments(&g, &ranks, &addrs).unwrap().each;
         let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
         for r in 0..2 {
             let grant = a[r].tls.as_ref().expect("a grant for a QUIC or TLS worker");
@@ -172,11 +201,11 @@ mod tests {
         assert!(a[2].tls.is_none());
         // Handed to the other host with this machine's routable address.
         assert_eq!(
-            a[2].peers[0].quic_addr(),
+            a[2].peers.get(0).unwrap().quic_addr(),
             Some((SocketAddr::from(([10, 0, 0, 1], 9000)), keys[0]))
         );
         assert_eq!(
-            a[2].peers[1].tls_addr(),
+            a[2].peers.get(1).unwrap().tls_addr(),
             Some((SocketAddr::from(([10, 0, 0, 1], 9001)), keys[1]))
         );
     }
@@ -203,14 +232,17 @@ mod tests {
             loopback_as: None,
             ca: &ca(),
         };
-        let a = assignments(&g, &ranks, &addrs).unwrap();
+        let a = assignments(&g, &ranks, &addrs).unwrap().each;
         assert!(a.iter().all(|x| *x.hosts == [0, 1, 0, 2] && x.size == 4));
         let t: Vec<(u32, u32, u32, u32)> = a
             .iter()
             .map(|x| (x.local_rank, x.local_size, x.cross_rank, x.cross_size))
             .collect();
         assert_eq!(t, [(0, 2, 0, 3), (0, 1, 1, 3), (1, 2, 0, 1), (0, 1, 2, 3)]);
-        assert_eq!(a[3].peers[3].tcp_addr().map(|a| a.port()), Some(9003));
+        assert_eq!(
+            a[3].peers.get(3).unwrap().tcp_addr().map(|a| a.port()),
+            Some(9003)
+        );
         assert!(
             a.iter()
                 .all(|x| x.generation == Generation(3) && x.data_token == 7)
@@ -245,8 +277,11 @@ mod tests {
             loopback_as: Some([10, 0, 0, 1].into()),
             ca: &ca(),
         };
-        let a = assignments(&g, &ranks, &addrs).unwrap();
-        let peers: Vec<_> = a[1].peers.iter().map(|p| p.tcp_addr().unwrap()).collect();
+        let a = assignments(&g, &ranks, &addrs).unwrap().each;
+        let PeerTable::Whole(whole) = &a[1].peers else {
+            panic!("a small generation's whole table")
+        };
+        let peers: Vec<_> = whole.iter().map(|p| p.tcp_addr().unwrap()).collect();
         assert_eq!(
             peers,
             [

@@ -156,7 +156,7 @@ impl Driver {
             loopback_as: self.loopback_as(ranks),
             ca: &self.terms.ca,
         };
-        let all = match assignments(&g, ranks, &self.links.addrs) {
+        let assigned = match assignments(&g, ranks, &self.links.addrs) {
             Ok(a) => a,
             Err(slot) => {
                 // Cannot happen for a worker that registered or rejoined.
@@ -184,7 +184,8 @@ impl Driver {
         self.recovery.assigned(generation, ranks);
         self.links.announced = None;
         self.links.assigned.clear();
-        for (slot, a) in ranks.iter().zip(all) {
+        self.links.directory.set(generation, assigned.table);
+        for (slot, a) in ranks.iter().zip(assigned.each) {
             self.workers.tell(slot, CoordinatorMsg::Assign(a.clone()));
             self.links.assigned.insert(slot.clone(), a);
         }

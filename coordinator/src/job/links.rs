@@ -12,6 +12,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::directory::Directory;
 use super::workers::Live;
 use crate::metrics::Progress;
 use crate::server::{Arrival, HANDSHAKE_TIMEOUT, Link};
@@ -35,6 +36,9 @@ pub(super) struct Links {
     pub(super) announced: Option<CoordinatorMsg>,
     /// Each member's rank, for the heartbeats.
     pub(super) ranks: RankIndex,
+    /// The generation's address table, which the link tasks answer
+    /// lookups from.
+    pub(super) directory: Directory,
     /// Registrations on slots not offered yet (a pod's etcd key on its
     /// way), with when they came.
     pub(super) early: Vec<(Instant, Arrival)>,
@@ -52,6 +56,7 @@ impl Links {
             assigned: HashMap::new(),
             announced: None,
             ranks: RankIndex::default(),
+            directory: Directory::default(),
             early: Vec::new(),
         }
     }
@@ -62,8 +67,15 @@ impl Links {
         self.next += 1;
         live.link_id = self.next;
         live.link_ended = None;
-        let events = self.events.clone();
-        live.link = Some(spawn(link, slot.clone(), self.next, self.silence, events));
+        let (events, directory) = (self.events.clone(), self.directory.clone());
+        let talk = Talk {
+            slot: slot.clone(),
+            id: self.next,
+            silence: self.silence,
+            events,
+            directory,
+        };
+        live.link = Some(spawn(link, talk));
     }
 
     /// What a worker reconnecting on `slot` in `generation` may have missed
@@ -154,76 +166,107 @@ impl RankIndex {
 /// keeping room for the largest frame they ever sent would hold gigabytes.
 const KEEP_BUFFER: usize = 16 << 10;
 
+/// What a link task needs besides its link.
+#[derive(Debug)]
+pub struct Talk {
+    pub slot: SlotId,
+    /// The link's number among the job's links.
+    pub id: usize,
+    /// A worker silent (no heartbeat) this long has failed.
+    pub silence: Duration,
+    pub events: mpsc::Sender<LinkEvent>,
+    /// Where its worker's lookups are answered from.
+    pub directory: Directory,
+}
+
 /// Starts the task for `link`; messages sent on the returned channel go to the
 /// worker. Dropping the channel closes the connection.
-pub fn spawn(
-    link: Link,
-    slot: SlotId,
-    id: usize,
-    silence: Duration,
-    events: mpsc::Sender<LinkEvent>,
-) -> mpsc::Sender<CoordinatorMsg> {
+pub fn spawn(link: Link, talk: Talk) -> mpsc::Sender<CoordinatorMsg> {
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(run(link, slot, id, silence, events, rx));
+    tokio::spawn(run(link, talk, rx));
     tx
 }
 
-async fn run(
-    mut link: Link,
-    slot: SlotId,
-    id: usize,
-    silence: Duration,
-    events: mpsc::Sender<LinkEvent>,
-    mut out: mpsc::Receiver<CoordinatorMsg>,
-) {
+async fn run(mut link: Link, talk: Talk, mut out: mpsc::Receiver<CoordinatorMsg>) {
+    let Talk {
+        slot,
+        id,
+        silence,
+        events,
+        directory,
+    } = talk;
     let ended = loop {
-        tokio::select! {
+        let heard = tokio::select! {
             m = out.recv() => match m {
-                Some(m) => {
-                    let sent = tokio::time::timeout(HANDSHAKE_TIMEOUT, link.send(m)).await;
-                    if !matches!(sent, Ok(Ok(()))) {
-                        break "a message to it could not be sent".to_owned();
-                    }
-                    if link.write_buffer().capacity() > KEEP_BUFFER {
-                        *link.write_buffer_mut() = tokio_util::bytes::BytesMut::new();
-                    }
-                }
+                Some(m) => m,
                 None => return,
             },
             m = tokio::time::timeout(silence, link.next()) => match m {
-                Ok(Some(Ok(WorkerMsg::Heartbeat {
-                    steps,
-                    collective_bytes,
-                    collective_wait,
-                    pending,
-                    ..
-                }))) => {
-                    let progress = Progress {
-                        steps,
-                        collective_bytes,
-                        collective_wait,
-                    };
-                    send(&events, &slot, id, LinkEventKind::Beat { progress, pending }).await;
+                Ok(Some(Ok(WorkerMsg::Lookup { id, generation, ranks }))) => {
+                    let entries = directory.look_up(generation, &ranks);
+                    CoordinatorMsg::Addresses { id, generation, entries }
                 }
-                Ok(Some(Ok(WorkerMsg::Rejoin { generation, data_addr }))) => {
-                    let kind = LinkEventKind::Rejoin { generation, data_addr };
-                    send(&events, &slot, id, kind).await;
+                Ok(Some(Ok(msg))) => {
+                    if let Some(kind) = event(msg, &slot) {
+                        send(&events, &slot, id, kind).await;
+                    }
+                    continue;
                 }
-                Ok(Some(Ok(WorkerMsg::Running { generation, step, reached }))) => {
-                    let kind = LinkEventKind::Running { generation, step, reached };
-                    send(&events, &slot, id, kind).await;
-                }
-                Ok(Some(Ok(WorkerMsg::Finished))) => {
-                    send(&events, &slot, id, LinkEventKind::Finished).await;
-                }
-                Ok(Some(Ok(other))) => tracing::debug!(%slot, ?other, "ignored message"),
                 Ok(Some(Err(e))) => break format!("its control connection failed: {e}"),
                 Ok(None) => break "its control connection closed".to_owned(),
                 Err(_) => break format!("no heartbeat for {silence:?}"),
             },
+        };
+        let sent = tokio::time::timeout(HANDSHAKE_TIMEOUT, link.send(heard)).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            break "a message to it could not be sent".to_owned();
+        }
+        if link.write_buffer().capacity() > KEEP_BUFFER {
+            *link.write_buffer_mut() = tokio_util::bytes::BytesMut::new();
         }
     };
     send(&events, &slot, id, LinkEventKind::Ended(ended)).await;
+}
+
+/// What a worker's message tells the driver, if anything.
+fn event(msg: WorkerMsg, slot: &SlotId) -> Option<LinkEventKind> {
+    Some(match msg {
+        WorkerMsg::Heartbeat {
+            steps,
+            collective_bytes,
+            collective_wait,
+            pending,
+            ..
+        } => {
+            let progress = Progress {
+                steps,
+                collective_bytes,
+                collective_wait,
+            };
+            LinkEventKind::Beat { progress, pending }
+        }
+        WorkerMsg::Rejoin {
+            generation,
+            data_addr,
+        } => LinkEventKind::Rejoin {
+            generation,
+            data_addr,
+        },
+        WorkerMsg::Running {
+            generation,
+            step,
+            reached,
+        } => LinkEventKind::Running {
+            generation,
+            step,
+            reached,
+        },
+        WorkerMsg::Finished => LinkEventKind::Finished,
+        other => {
+            tracing::debug!(%slot, ?other, "ignored message");
+            return None;
+        }
+    })
 }
 
 async fn send(events: &mpsc::Sender<LinkEvent>, slot: &SlotId, id: usize, kind: LinkEventKind) {

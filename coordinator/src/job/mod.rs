@@ -18,6 +18,7 @@
 pub mod assign;
 mod batch;
 mod commands;
+pub mod directory;
 pub mod discovery;
 mod driver;
 mod journal;

@@ -1,7 +1,8 @@
 //! The coordinator holding a thousand workers: `swarm` runs elasticrun's
 //! coordinator in a process of its own with 1,000 simulated workers' real
 //! control connections over loopback (register, heartbeats, assignments
-//! answered, resets rejoined), kills one, and ends the job. Every phase has
+//! answered, an address looked up, resets rejoined), kills one, and ends
+//! the job. Every phase has
 //! the swarm's deadline; the figures it prints are checked for what they
 //! say happened, never for speed.
 
@@ -68,4 +69,8 @@ fn a_thousand_workers_register_train_lose_one_and_all_take_the_new_generation() 
     // The reset reached every worker: at least a Reset and an assignment each.
     assert!(field("reset_bytes_per_worker") > 100.0, "{figures}");
     assert!(field("coordinator_peak_rss_mib") > 0.0, "{figures}");
+    // A thousand ranks get partial address tables: each worker looked one
+    // peer up at each assignment, and the coordinator answered.
+    assert!(field("lookups") >= f64::from(n), "{figures}");
+    assert!(field("lookups_answered") >= f64::from(n), "{figures}");
 }

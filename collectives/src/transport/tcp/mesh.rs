@@ -23,6 +23,7 @@ use tokio_util::either::Either;
 
 use control::DataKey;
 
+use super::on_demand::PeerAddrs;
 use super::{TcpConfig, TcpTransport};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
@@ -86,7 +87,7 @@ impl TcpEndpoint {
     ) -> Result<TcpTransport, TransportError> {
         let (me, deadline) = self.start(rank, generation, peers.len())?;
         if self.config.on_demand {
-            return Ok(self.on_demand(me, peers, Plain));
+            return Ok(self.on_demand(me, PeerAddrs::Listed(peers.to_vec()), Plain));
         }
         let proven = self.proven(me, deadline, peers, Plain).await?;
         self.linked::<Plain>(me, deadline, proven, local_ranks(me, peers))

@@ -19,7 +19,7 @@ use super::shm::{ShmConfig, ShmRead, ShmWrite};
 use super::stream::StreamTransport;
 
 pub(crate) mod mesh;
-mod on_demand;
+pub(crate) mod on_demand;
 
 pub use mesh::TcpEndpoint;
 

@@ -18,6 +18,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use control::PeerAddress;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout_at};
@@ -28,6 +29,7 @@ use super::mesh::{
 use super::{TcpConfig, TcpEndpoint};
 use crate::error::{LossCause, TransportError};
 use crate::tag::Rank;
+use crate::transport::book::PeerBook;
 use crate::transport::shm::{ShmRead, ShmWrite};
 use crate::transport::stream::StreamTransport;
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT};
@@ -72,17 +74,70 @@ impl<L: Layer> Linker<L> {
     }
 }
 
-/// Dials the peers at `peers` (rank order).
+/// Where an on-demand mesh finds the peer it dials.
+#[derive(Debug)]
+pub(crate) enum PeerAddrs {
+    /// Every rank's socket address, by rank.
+    Listed(Vec<SocketAddr>),
+    /// A generation's book (some addresses given, the rest looked up when
+    /// first dialled), read by `pick` (the TCP or the TLS address).
+    Book {
+        book: Arc<PeerBook>,
+        pick: fn(&PeerAddress) -> Option<SocketAddr>,
+    },
+}
+
+impl PeerAddrs {
+    fn size(&self) -> usize {
+        match self {
+            PeerAddrs::Listed(all) => all.len(),
+            PeerAddrs::Book { book, .. } => book.size(),
+        }
+    }
+
+    async fn of(&self, peer: Rank) -> Result<SocketAddr, TransportError> {
+        let size = self.size();
+        match self {
+            PeerAddrs::Listed(all) => all
+                .get(peer)
+                .copied()
+                .ok_or(TransportError::InvalidRank { rank: peer, size }),
+            PeerAddrs::Book { book, pick } => {
+                pick(&book.get(peer).await?).ok_or(TransportError::Handshake {
+                    rank: peer,
+                    reason: "the peer offers no address of this data plane \
+                             (is every worker's ELASTICRUN_TRANSPORT the same?)",
+                })
+            }
+        }
+    }
+
+    /// This host's ranks, `me` among them, judged by the IP of the
+    /// addresses known (a book holds its host's ranks from the start).
+    fn local(&self, me: Hello) -> usize {
+        match self {
+            PeerAddrs::Listed(all) => local_ranks(me, all),
+            PeerAddrs::Book { book, pick } => {
+                let Some(mine) = book.known(me.rank).as_ref().and_then(*pick) else {
+                    return 1;
+                };
+                book.count_known(|a| pick(a).is_some_and(|a| a.ip() == mine.ip()))
+            }
+        }
+    }
+}
+
+/// Dials the peers at `peers`.
 struct TcpDialer<L> {
     linker: Linker<L>,
-    peers: Vec<SocketAddr>,
+    peers: PeerAddrs,
 }
 
 impl<L> std::fmt::Debug for TcpDialer<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpDialer")
             .field("me", &self.linker.me)
-            .field("peers", &self.peers.len())
+            .field("peers", &self.peers.size())
             .finish_non_exhaustive()
     }
 }
@@ -90,12 +145,7 @@ impl<L> std::fmt::Debug for TcpDialer<L> {
 impl<L: Layer> Dialer<EitherRead<L>, EitherWrite<L>> for TcpDialer<L> {
     fn dial(&self, peer: Rank) -> Dialing<'_, EitherRead<L>, EitherWrite<L>> {
         Box::pin(async move {
-            let Some(&addr) = self.peers.get(peer) else {
-                return Err(TransportError::InvalidRank {
-                    rank: peer,
-                    size: self.peers.len(),
-                });
-            };
+            let addr = self.peers.of(peer).await?;
             let me = self.linker.me;
             let deadline = Instant::now() + self.linker.config.connect_timeout;
             let dial = Dial {
@@ -118,17 +168,35 @@ impl<L: Layer> Dialer<EitherRead<L>, EitherWrite<L>> for TcpDialer<L> {
 }
 
 impl TcpEndpoint {
+    /// Connects `rank` of `generation` with the addresses in `book`: on
+    /// demand, each peer looked up when first dialled; else the full mesh
+    /// ([`TcpEndpoint::connect`]) with every address looked up first.
+    pub async fn connect_with_book(
+        self,
+        rank: Rank,
+        generation: crate::tag::Generation,
+        book: Arc<PeerBook>,
+    ) -> Result<super::TcpTransport, TransportError> {
+        if !self.config.on_demand {
+            let all = picked(&book, PeerAddress::tcp_addr).await?;
+            return self.connect(rank, generation, &all).await;
+        }
+        let (me, _) = self.start(rank, generation, book.size())?;
+        let pick = PeerAddress::tcp_addr;
+        Ok(self.on_demand(me, PeerAddrs::Book { book, pick }, super::mesh::Plain))
+    }
+
     /// The transport of `me`'s generation with connections on demand over
     /// `layer`: no connection yet; this endpoint's listener goes to the
     /// task that accepts the peers' dials.
     pub(crate) fn on_demand<L: Layer>(
         self,
         me: Hello,
-        peers: &[SocketAddr],
+        peers: PeerAddrs,
         layer: L,
     ) -> LinkedTransport<L> {
         let shm = self.config.shared_memory;
-        let local = local_ranks(me, peers);
+        let local = peers.local(me);
         let linker = Linker {
             me,
             config: self.config.clone(),
@@ -138,7 +206,7 @@ impl TcpEndpoint {
         };
         let dialer = Arc::new(TcpDialer {
             linker: linker.clone(),
-            peers: peers.to_vec(),
+            peers,
         });
         let limits = self.limits();
         let listener = self.listener;
@@ -201,4 +269,23 @@ async fn accept_link<L: Layer>(
             links.mailbox.fail(e);
         }
     }
+}
+
+/// Every address in `book`, looked up where missing, as `pick` reads it; a
+/// peer with none of that kind is a handshake error naming it.
+pub(crate) async fn picked(
+    book: &PeerBook,
+    pick: fn(&PeerAddress) -> Option<SocketAddr>,
+) -> Result<Vec<SocketAddr>, TransportError> {
+    let all = book.all().await?;
+    all.iter()
+        .enumerate()
+        .map(|(rank, a)| {
+            pick(a).ok_or(TransportError::Handshake {
+                rank,
+                reason: "the peer offers no address of this data plane \
+                         (is every worker's ELASTICRUN_TRANSPORT the same?)",
+            })
+        })
+        .collect()
 }

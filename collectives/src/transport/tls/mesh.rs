@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control::pki::{LeafKey, leaf_name};
-use control::{DataKey, LeafPublicKey, TlsGrant};
+use control::{DataKey, LeafPublicKey, PeerAddress, TlsGrant};
 use rustls_pki_types::ServerName;
 use tokio::io::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
@@ -18,8 +18,10 @@ use super::TlsTransport;
 use super::settings::{self, TlsSetupError};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
+use crate::transport::book::PeerBook;
 use crate::transport::stream::handshake::Hello;
 use crate::transport::tcp::mesh::{Layer, failure, local_ranks};
+use crate::transport::tcp::on_demand::PeerAddrs;
 use crate::transport::tcp::{TcpConfig, TcpEndpoint};
 
 /// A bound, listening TLS endpoint whose address and public key can be
@@ -74,6 +76,33 @@ impl TlsEndpoint {
         Ok(())
     }
 
+    /// Connects with connections on demand, each peer's address found in
+    /// `book` when it is first dialled. [`TlsEndpoint::prepare`] must have
+    /// been called, and [`TcpConfig::on_demand`] set.
+    pub(crate) fn on_demand_book(
+        self,
+        rank: Rank,
+        generation: Generation,
+        book: Arc<PeerBook>,
+    ) -> Result<TlsTransport, TransportError> {
+        let (me, _) = self.tcp.start(rank, generation, book.size())?;
+        let Some(layer) = self.layer else {
+            return Err(TransportError::Handshake {
+                rank,
+                reason: "no certificate was granted to this rank",
+            });
+        };
+        let pick = |a: &PeerAddress| a.tls_addr().map(|(addr, _)| addr);
+        Ok(self
+            .tcp
+            .on_demand(me, PeerAddrs::Book { book, pick }, layer))
+    }
+
+    /// Whether it connects on demand ([`TcpConfig::on_demand`]).
+    pub(crate) fn on_demand_set(&self) -> bool {
+        self.tcp.on_demand_set()
+    }
+
     /// Connects to every peer (`peers[i]` is rank `i`'s address) and starts
     /// the transport. [`TlsEndpoint::prepare`] must have been called.
     pub async fn connect(
@@ -90,7 +119,9 @@ impl TlsEndpoint {
             });
         };
         if self.tcp.on_demand_set() {
-            return Ok(self.tcp.on_demand(me, peers, layer));
+            return Ok(self
+                .tcp
+                .on_demand(me, PeerAddrs::Listed(peers.to_vec()), layer));
         }
         let proven = self.tcp.proven(me, deadline, peers, layer).await?;
         let local = local_ranks(me, peers);

@@ -125,9 +125,17 @@ async fn measure(args: &Args, shape: Shape) -> Result<serde_json::Value, String>
     let registered = run.stats.now().last_registered.unwrap_or(first.last);
     let steady = steady(&run, args.steady).await?;
     let recovery = kill_one(&mut run, seed, g1).await?;
+    let quiet = run
+        .wait("every worker placed and every lookup answered", |t| {
+            let whole = t.newest().is_some_and(|(_, a)| a.workers == n);
+            (whole && t.rejoining == 0 && t.answers == t.lookups).then_some(())
+        })
+        .await;
+    quiet?;
     let before_end = usage(run.pid).unwrap_or_default();
     let exit = end(&mut run).await?;
-    let failures = run.stats.now().failures.len();
+    let tally = run.stats.now();
+    let failures = tally.failures.len();
     Ok(serde_json::json!({
         "workers": n,
         "slots_per_host": shape.slots_per_host,
@@ -147,6 +155,8 @@ async fn measure(args: &Args, shape: Shape) -> Result<serde_json::Value, String>
         "load_generator_rss_mib": round(usage(std::process::id()).unwrap_or_default().rss_mib),
         "coordinator_exit_code": exit,
         "worker_failures": failures,
+        "lookups": tally.lookups,
+        "lookups_answered": tally.lookups_answered,
     }))
 }
 

@@ -27,6 +27,12 @@ pub(crate) struct Tally {
     /// trained before (survivors), and when the last one came.
     pub(crate) generations: BTreeMap<u64, Assigned>,
     pub(crate) failures: Vec<String>,
+    /// Address lookups asked, answered, and answered with an address.
+    pub(crate) lookups: usize,
+    pub(crate) answers: usize,
+    pub(crate) lookups_answered: usize,
+    /// Workers that asked to rejoin and wait for their assignment.
+    pub(crate) rejoining: usize,
     /// The coordinator process ended.
     pub(crate) coordinator_gone: bool,
 }
@@ -82,6 +88,28 @@ impl Stats {
             if survivor {
                 g.survivors += 1;
                 g.last_survivor = now;
+            }
+        });
+    }
+
+    pub(crate) fn looking_up(&self) {
+        self.change(|t| t.lookups += 1);
+    }
+
+    pub(crate) fn looked_up(&self, found: bool) {
+        self.change(|t| {
+            t.answers += 1;
+            t.lookups_answered += usize::from(found);
+        });
+    }
+
+    /// A worker asked to rejoin (`true`) or was placed after asking.
+    pub(crate) fn rejoining(&self, asking: bool) {
+        self.change(|t| {
+            if asking {
+                t.rejoining += 1;
+            } else {
+                t.rejoining = t.rejoining.saturating_sub(1);
             }
         });
     }

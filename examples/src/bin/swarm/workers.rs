@@ -15,7 +15,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use control::{
-    CoordinatorMsg, Generation, PeerAddress, PendingReport, Registration, Secret, WorkerMsg,
+    CoordinatorMsg, Generation, PeerAddress, PeerTable, PendingReport, Registration, Secret,
+    WorkerMsg,
 };
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -126,6 +127,7 @@ pub(crate) async fn run(
         generation: 0,
         steps: 0,
         placed: false,
+        rejoining: false,
     };
     let register = WorkerMsg::Register(Registration {
         host: who.host.clone(),
@@ -142,7 +144,7 @@ pub(crate) async fn run(
     let phase = Duration::from_millis(u64::from(who.id.wrapping_mul(7919) % 1000));
     let mut beat = tokio::time::interval_at(Instant::now() + phase, HEARTBEAT);
     loop {
-        let say = tokio::select! {
+        let says = tokio::select! {
             c = commands.recv() => {
                 if c == Some(Command::Finish) {
                     let _ = link.send(WorkerMsg::Finished).await;
@@ -152,7 +154,7 @@ pub(crate) async fn run(
             }
             msg = link.next() => match msg {
                 Some(Ok(msg)) => match me.hear(msg, &stats) {
-                    Heard::Say(say) => say,
+                    Heard::Say(says) => says,
                     Heard::Nothing => continue,
                     Heard::End(status) => return status,
                 },
@@ -160,10 +162,12 @@ pub(crate) async fn run(
                 // worker whose coordinator stays away exits 1.
                 _ => return EXIT_1,
             },
-            _ = beat.tick() => me.heartbeat(),
+            _ = beat.tick() => vec![me.heartbeat()],
         };
-        if link.send(say).await.is_err() {
-            return EXIT_1;
+        for say in says {
+            if link.send(say).await.is_err() {
+                return EXIT_1;
+            }
         }
     }
 }
@@ -183,10 +187,12 @@ struct Life {
     steps: u64,
     /// Whether it has trained in a generation yet.
     placed: bool,
+    /// Whether it asked to rejoin and waits for its assignment.
+    rejoining: bool,
 }
 
 enum Heard {
-    Say(WorkerMsg),
+    Say(Vec<WorkerMsg>),
     Nothing,
     End(i32),
 }
@@ -197,19 +203,42 @@ impl Life {
             CoordinatorMsg::Assign(a) if a.generation.0 > self.generation => {
                 stats.assigned(a.generation.0, self.placed);
                 self.generation = a.generation.0;
+                if std::mem::take(&mut self.rejoining) {
+                    stats.rejoining(false);
+                }
                 let reached = self.placed.then_some(self.steps);
                 self.placed = true;
-                Heard::Say(WorkerMsg::Running {
+                let mut says = vec![WorkerMsg::Running {
                     generation: a.generation,
                     step: self.steps,
                     reached,
-                })
+                }];
+                // A partial table: the peer half the world away is looked
+                // up, as a collective that first reaches it would.
+                if matches!(a.peers, PeerTable::Some(_)) {
+                    let far = (a.rank + a.size / 2) % a.size.max(1);
+                    stats.looking_up();
+                    says.push(WorkerMsg::Lookup {
+                        id: a.rank,
+                        generation: a.generation,
+                        ranks: vec![far],
+                    });
+                }
+                Heard::Say(says)
             }
-            CoordinatorMsg::Reset { .. } | CoordinatorMsg::HostsUpdated { .. } => {
-                Heard::Say(WorkerMsg::Rejoin {
+            CoordinatorMsg::Addresses { entries, .. } => {
+                stats.looked_up(!entries.is_empty());
+                Heard::Nothing
+            }
+            CoordinatorMsg::Reset { .. } | CoordinatorMsg::HostsUpdated { .. }
+                if !self.rejoining =>
+            {
+                self.rejoining = true;
+                stats.rejoining(true);
+                Heard::Say(vec![WorkerMsg::Rejoin {
                     generation: Generation(self.generation + 1),
                     data_addr: self.data_addr.clone(),
-                })
+                }])
             }
             CoordinatorMsg::Stop { reason } => {
                 stats.failed(format!("stopped: {reason}"));
