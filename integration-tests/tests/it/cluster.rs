@@ -67,6 +67,32 @@ async fn a_killed_worker_is_replaced_on_its_slot_and_the_survivors_go_on_from_th
     assert_eq!(first_step(&events, 2), Some(16));
 }
 
+/// Forty workers on five hosts: more than the 32 ranks whose assignments
+/// carry every address, so each worker is given its partners' and its
+/// host's, and its data plane (the in-memory fabric, a full mesh) looks the
+/// others up through its control connection, answered by the coordinator's
+/// link tasks, in both generations: every step's sum over exactly 40 ranks
+/// says each mesh was whole.
+#[tokio::test(start_paused = true)]
+async fn forty_workers_look_up_the_addresses_their_assignments_left_out() {
+    let training = Training {
+        steps: 20,
+        ..Training::default()
+    };
+    let cluster = Cluster::new(training);
+    let cfg = elastic_job(&["--min-np", "40", "--max-np", "40"]);
+    let coordinator = cluster.start_coordinator(&cfg, Box::new(MemoryStore::new()));
+    coordinator.discover("h0:8,h1:8,h2:8,h3:8,h4:8").await;
+    let first = wait_generation(&cluster, 1, 40, WAIT).await;
+    wait_step(&cluster, 1, 7, WAIT).await;
+    cluster.kill(first[17].pid);
+    wait_generation(&cluster, 2, 40, WAIT).await;
+    let ending = coordinator.ending(&cluster, JOB).await;
+    assert_eq!(ending, Ending::Success);
+    let finish = check_run(&cluster.events(), &training);
+    assert_eq!((finish.generation, finish.members.len()), (2, 40));
+}
+
 #[tokio::test(start_paused = true)]
 async fn new_slots_grow_the_world_at_the_next_commit_without_rollback() {
     let training = Training::default();
