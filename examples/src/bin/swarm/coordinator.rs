@@ -144,7 +144,8 @@ impl Table {
 }
 
 /// Reads the load generator's exit lines until it closes the pipe, which
-/// ends this process: nobody is left to run the workers.
+/// ends this process (after a grace in which a job ending anyway exits as
+/// it does): nobody is left to run the workers.
 async fn hear_exits(table: Arc<Table>) {
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
@@ -159,6 +160,9 @@ async fn hear_exits(table: Arc<Table>) {
             Err(e) => eprintln!("swarm coordinator: {e}"),
         }
     }
+    // The load generator closes the pipe when it ends, which may be just
+    // as this job ends too: a job still running after a grace is orphaned.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     eprintln!("swarm coordinator: the load generator is gone; ending");
     std::process::exit(3);
 }
