@@ -144,7 +144,11 @@ impl Driver {
             };
             if !sweeps.sweep_now(quiet, Instant::now()) {
                 let settled = self.core.settle_deferred(self.now());
-                self.carry_out(settled).await;
+                if !settled.is_empty() {
+                    // A heartbeat asked for something after all.
+                    self.carry_out(settled).await;
+                    due = self.next_wake();
+                }
                 continue;
             }
             self.carry_out(cmds).await;
