@@ -18,22 +18,7 @@ use common::*;
 use control::{DataKey, PeerAddress};
 use futures::future::{BoxFuture, join_all};
 
-const KEY: [u8; 32] = [0xB0; 32];
-
-fn config(on_demand: bool, shm: bool) -> TcpConfig {
-    TcpConfig {
-        connect_timeout: Duration::from_secs(10),
-        io_timeout: Duration::from_secs(20),
-        job_key: DataKey::new(KEY),
-        shared_memory: ShmConfig {
-            enabled: shm,
-            ring_bytes: 4096,
-            ..Default::default()
-        },
-        on_demand,
-        ..Default::default()
-    }
-}
+use crate::on_demand::{KEY, config};
 
 /// The coordinator's table, counting the ranks each rank looks up.
 #[derive(Debug)]

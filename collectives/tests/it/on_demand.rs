@@ -23,9 +23,11 @@ use control::{DataKey, LeafPublicKey, TlsGrant};
 use futures::future::join_all;
 
 const LOCAL: &str = "127.0.0.1:0";
-const KEY: [u8; 32] = [0xD3; 32];
+pub(crate) const KEY: [u8; 32] = [0xD3; 32];
 
-fn config(on_demand: bool, shm: bool) -> TcpConfig {
+/// TCP settings for the tests: the job's key, page-sized shared-memory
+/// rings (large messages wrap them many times), on demand or not.
+pub(crate) fn config(on_demand: bool, shm: bool) -> TcpConfig {
     TcpConfig {
         connect_timeout: Duration::from_secs(10),
         io_timeout: Duration::from_secs(20),

@@ -86,12 +86,7 @@ impl TlsEndpoint {
         book: Arc<PeerBook>,
     ) -> Result<TlsTransport, TransportError> {
         let (me, _) = self.tcp.start(rank, generation, book.size())?;
-        let Some(layer) = self.layer else {
-            return Err(TransportError::Handshake {
-                rank,
-                reason: "no certificate was granted to this rank",
-            });
-        };
+        let layer = granted(self.layer, rank)?;
         let pick = |a: &PeerAddress| a.tls_addr().map(|(addr, _)| addr);
         Ok(self
             .tcp
@@ -112,12 +107,7 @@ impl TlsEndpoint {
         peers: &[SocketAddr],
     ) -> Result<TlsTransport, TransportError> {
         let (me, deadline) = self.tcp.start(rank, generation, peers.len())?;
-        let Some(layer) = self.layer else {
-            return Err(TransportError::Handshake {
-                rank,
-                reason: "no certificate was granted to this rank",
-            });
-        };
+        let layer = granted(self.layer, rank)?;
         if self.tcp.on_demand_set() {
             return Ok(self
                 .tcp
@@ -127,6 +117,15 @@ impl TlsEndpoint {
         let local = local_ranks(me, peers);
         self.tcp.linked::<Tls>(me, deadline, proven, local).await
     }
+}
+
+/// The TLS of a prepared endpoint; `Err` for one that was granted no
+/// certificate.
+fn granted(layer: Option<Tls>, rank: Rank) -> Result<Tls, TransportError> {
+    layer.ok_or(TransportError::Handshake {
+        rank,
+        reason: "no certificate was granted to this rank",
+    })
 }
 
 /// Both ends of the job's TLS.
