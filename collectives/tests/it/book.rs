@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use collectives::{
     Admission, AllreduceAlgorithm, CollectiveOptions, Communicator, DataPlane, Endpoint,
-    Generation, Lookup, PeerBook, Rank, ReduceOp, ShmConfig, TcpConfig, TcpEndpoint,
+    Generation, Lookup, PeerBook, Rank, ReduceOp, TcpConfig, TcpEndpoint,
 };
 use common::*;
 use control::{DataKey, PeerAddress};
