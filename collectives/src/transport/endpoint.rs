@@ -116,17 +116,20 @@ pub async fn connect_published<E: Endpoint>(
     let addresses = peers
         .iter()
         .enumerate()
-        .map(|(peer, p)| {
-            E::pick(p).ok_or(TransportError::Handshake {
-                rank: peer,
-                reason: "the peer offers no address of this data plane \
-                         (is every worker's ELASTICRUN_TRANSPORT the same?)",
-            })
-        })
+        .map(|(peer, p)| E::pick(p).ok_or_else(|| no_address(peer)))
         .collect::<Result<Vec<_>, _>>()?;
     endpoint
         .connect(rank, generation, &addresses, admission)
         .await
+}
+
+/// The error of a peer that published no address of this data plane.
+pub(crate) fn no_address(rank: Rank) -> TransportError {
+    TransportError::Handshake {
+        rank,
+        reason: "the peer offers no address of this data plane \
+                 (is every worker's ELASTICRUN_TRANSPORT the same?)",
+    }
 }
 
 /// `addr` with `ip` in place of its address.
@@ -161,15 +164,18 @@ impl Endpoint for TcpEndpoint {
         TcpEndpoint::connect(self, rank, generation, peers)
     }
 
-    fn connect_book(
+    async fn connect_book(
         mut self,
         rank: Rank,
         generation: Generation,
         book: Arc<PeerBook>,
         admission: Admission<'_>,
-    ) -> impl Future<Output = Result<TcpTransport, TransportError>> + Send {
+    ) -> Result<TcpTransport, TransportError> {
+        if !self.on_demand_set() {
+            return connect_all(self, rank, generation, book, admission).await;
+        }
         self.prepare(admission.key, admission.within);
-        TcpEndpoint::connect_with_book(self, rank, generation, book)
+        self.on_demand_book(rank, generation, book)
     }
 }
 

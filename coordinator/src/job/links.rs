@@ -149,7 +149,7 @@ impl RankIndex {
         slot: &SlotId,
     ) -> Option<usize> {
         let key = (generation.0, members.len());
-        if self.built_for != key || self.ranks.len() != members.len() {
+        if self.built_for != key {
             self.ranks = members
                 .iter()
                 .enumerate()

@@ -30,6 +30,7 @@ use super::{TcpConfig, TcpEndpoint};
 use crate::error::{LossCause, TransportError};
 use crate::tag::Rank;
 use crate::transport::book::PeerBook;
+use crate::transport::endpoint::no_address;
 use crate::transport::shm::{ShmRead, ShmWrite};
 use crate::transport::stream::StreamTransport;
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT};
@@ -103,11 +104,7 @@ impl PeerAddrs {
                 .copied()
                 .ok_or(TransportError::InvalidRank { rank: peer, size }),
             PeerAddrs::Book { book, pick } => {
-                pick(&book.get(peer).await?).ok_or(TransportError::Handshake {
-                    rank: peer,
-                    reason: "the peer offers no address of this data plane \
-                             (is every worker's ELASTICRUN_TRANSPORT the same?)",
-                })
+                pick(&book.get(peer).await?).ok_or_else(|| no_address(peer))
             }
         }
     }
@@ -168,19 +165,16 @@ impl<L: Layer> Dialer<EitherRead<L>, EitherWrite<L>> for TcpDialer<L> {
 }
 
 impl TcpEndpoint {
-    /// Connects `rank` of `generation` with the addresses in `book`: on
-    /// demand, each peer looked up when first dialled; else the full mesh
-    /// ([`TcpEndpoint::connect`]) with every address looked up first.
-    pub async fn connect_with_book(
+    /// Connects `rank` of `generation` on demand, each peer's address found
+    /// in `book` (looked up if need be) when it is first dialled.
+    /// [`TcpEndpoint::prepare`] must have been called, and
+    /// [`TcpConfig::on_demand`] set.
+    pub(crate) fn on_demand_book(
         self,
         rank: Rank,
         generation: crate::tag::Generation,
         book: Arc<PeerBook>,
     ) -> Result<super::TcpTransport, TransportError> {
-        if !self.config.on_demand {
-            let all = picked(&book, PeerAddress::tcp_addr).await?;
-            return self.connect(rank, generation, &all).await;
-        }
         let (me, _) = self.start(rank, generation, book.size())?;
         let pick = PeerAddress::tcp_addr;
         Ok(self.on_demand(me, PeerAddrs::Book { book, pick }, super::mesh::Plain))
@@ -269,23 +263,4 @@ async fn accept_link<L: Layer>(
             links.mailbox.fail(e);
         }
     }
-}
-
-/// Every address in `book`, looked up where missing, as `pick` reads it; a
-/// peer with none of that kind is a handshake error naming it.
-pub(crate) async fn picked(
-    book: &PeerBook,
-    pick: fn(&PeerAddress) -> Option<SocketAddr>,
-) -> Result<Vec<SocketAddr>, TransportError> {
-    let all = book.all().await?;
-    all.iter()
-        .enumerate()
-        .map(|(rank, a)| {
-            pick(a).ok_or(TransportError::Handshake {
-                rank,
-                reason: "the peer offers no address of this data plane \
-                         (is every worker's ELASTICRUN_TRANSPORT the same?)",
-            })
-        })
-        .collect()
 }
