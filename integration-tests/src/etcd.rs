@@ -4,16 +4,19 @@
 //! killed with its process when the [`Etcd`] is dropped.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::needs::{Need, on_path};
 use crate::netns::command_in;
+use crate::ports;
 
 /// How long a member may take to answer `/health`.
 const START_LIMIT: Duration = Duration::from_secs(30);
+/// How many times a cluster whose member exits at start is started again.
+const START_ATTEMPTS: usize = 3;
 
 /// One member: its ports and data directory, and its process while it runs.
 #[derive(Debug)]
@@ -33,14 +36,6 @@ pub struct Etcd {
     cluster: String,
     ip: String,
     ns: Option<String>,
-}
-
-/// A port that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free loopback port: {e}"))
 }
 
 impl Etcd {
@@ -67,15 +62,34 @@ impl Etcd {
             Need::Etcd.unavailable("no etcd on PATH (Debian package etcd-server)");
             return None;
         }
-        let tag = format!("elasticrun-etcd-{}-{}", std::process::id(), free_port());
+        // A member that exits at start lost its port after all (to a
+        // daemon of a test beside this one): the cluster starts again on
+        // other ports.
+        let mut exits = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let mut etcd = Self::unstarted(n, ip, ns.clone());
+            for i in 0..n {
+                etcd.spawn(i, v2);
+            }
+            match (0..n).try_for_each(|i| etcd.wait_healthy(i)) {
+                Ok(()) => return Some(etcd),
+                Err(exit) => exits.push(exit),
+            }
+        }
+        panic!("etcd did not start in {START_ATTEMPTS} attempts: {exits:?}");
+    }
+
+    /// `n` members on ports of their own, not started yet.
+    fn unstarted(n: usize, ip: &str, ns: Option<String>) -> Etcd {
+        let tag = format!("elasticrun-etcd-{}-{}", std::process::id(), ports::unused());
         let members: Vec<Member> = (0..n)
             .map(|i| {
                 let dir = std::env::temp_dir().join(format!("{tag}-{i}"));
                 let _ = std::fs::remove_dir_all(&dir);
                 Member {
                     name: format!("m{i}"),
-                    client: free_port(),
-                    peer: free_port(),
+                    client: ports::unused(),
+                    peer: ports::unused(),
                     dir,
                     child: None,
                 }
@@ -86,19 +100,12 @@ impl Etcd {
             .map(|m| format!("{}=http://{ip}:{}", m.name, m.peer))
             .collect::<Vec<_>>()
             .join(",");
-        let mut etcd = Etcd {
+        Etcd {
             members,
             cluster,
             ip: ip.to_owned(),
             ns,
-        };
-        for i in 0..n {
-            etcd.spawn(i, v2);
         }
-        for i in 0..n {
-            etcd.wait_healthy(i);
-        }
-        Some(etcd)
     }
 
     fn spawn(&mut self, i: usize, v2: bool) {
@@ -150,14 +157,16 @@ impl Etcd {
         command_in(self.ns.as_deref(), program)
     }
 
-    fn wait_healthy(&mut self, i: usize) {
+    /// Waits until member `i` answers; `Err` (how it ended) when it exits
+    /// first.
+    fn wait_healthy(&mut self, i: usize) -> Result<(), String> {
         let port = self.members[i].client;
         let url = format!("http://{}:{port}", self.ip);
         crate::wait_for(&format!("etcd member {i} healthy"), START_LIMIT, || {
             if let Some(c) = self.members[i].child.as_mut()
                 && let Ok(Some(st)) = c.try_wait()
             {
-                panic!("etcd member {i} exited at start: {st}");
+                return Some(Err(format!("member {i} exited at start: {st}")));
             }
             let ok = match self.ns {
                 None => healthy(port),
@@ -176,8 +185,8 @@ impl Etcd {
                     .status()
                     .is_ok_and(|s| s.success()),
             };
-            ok.then_some(())
-        });
+            ok.then_some(Ok(()))
+        })
     }
 
     /// Every member's client URL, comma-separated (for `--etcd`).
@@ -218,7 +227,9 @@ impl Etcd {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start etcd again: {e}"));
         self.members[i].child = Some(child);
-        self.wait_healthy(i);
+        if let Err(exit) = self.wait_healthy(i) {
+            panic!("etcd {exit} (restarted on its data)");
+        }
     }
 
     /// `etcdctl` with this cluster's endpoints and `args`; its stdout.

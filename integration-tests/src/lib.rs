@@ -17,6 +17,7 @@ pub mod etcd;
 pub mod needs;
 pub mod netns;
 pub mod pods;
+pub mod ports;
 pub mod prometheus;
 pub mod slurm;
 pub mod sshd;

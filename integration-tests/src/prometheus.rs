@@ -20,9 +20,7 @@ pub struct Prometheus {
 }
 
 fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap_or_else(|e| panic!("no free loopback port: {e}"))
+    SocketAddr::from(([127, 0, 0, 1], crate::ports::unused()))
 }
 
 /// `GET path` from `addr` over HTTP/1.1: the status code and the body.

@@ -36,13 +36,6 @@ struct Node {
     ns: Option<String>,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free loopback port: {e}"))
-}
-
 /// This machine's short host name: the node's name in the configuration.
 pub fn node_name() -> String {
     let out = Command::new("hostname")
@@ -78,8 +71,8 @@ fn config(dir: &Path, controller: (&str, &str), nodes: &[Node], cpus: usize) -> 
          MpiDefault=none\n\
          ReturnToService=1\n\
          KillWait=2\n",
-        ctld = free_port(),
-        slurmd = free_port(),
+        ctld = crate::ports::unused(),
+        slurmd = crate::ports::unused(),
     );
     for n in nodes {
         text.push_str(&format!(

@@ -4,7 +4,7 @@
 //! Tests start it with [`TestSshd::start_or_skip`]: without OpenSSH they skip,
 //! or fail where [`Need::Sshd`] is required.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,14 +54,6 @@ pub(crate) fn keygen(path: &Path) {
     assert!(st.success(), "ssh-keygen failed");
 }
 
-fn free_port(ip: &str) -> u16 {
-    TcpListener::bind((ip, 0))
-        .expect("bind a free port")
-        .local_addr()
-        .expect("local addr")
-        .port()
-}
-
 impl TestSshd {
     /// [`TestSshd::start_on`]; `None` (the test skips) when OpenSSH is
     /// missing and [`Need::Sshd`] is not required.
@@ -91,7 +83,7 @@ impl TestSshd {
         keygen(&dir.join("id"));
         std::fs::copy(dir.join("id.pub"), dir.join("authorized_keys")).expect("authorized_keys");
         for attempt in 0..5 {
-            let port = free_port(ip);
+            let port = crate::ports::unused_on(ip.parse().expect("an IP address"));
             let config = dir.join("sshd_config");
             std::fs::write(&config, config_text(&dir, ips, port)).expect("sshd_config");
             let child = Command::new(SSHD)

@@ -472,11 +472,8 @@ fn a_leader_cut_off_from_etcd_steps_down_and_a_standby_takes_over() {
 
 #[test]
 fn etcd_unreachable_at_start_is_a_clear_error_after_the_deadline() {
-    // A port nothing listens on (bound, then closed).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"));
+    // A port nothing listens on.
+    let port = integration_tests::ports::unused();
     let dir = integration_tests::elastic::Scratch::new("etcd_unreachable");
     let secret = dir.write("secret", &"ab".repeat(32));
     let url = format!("http://127.0.0.1:{port}");

@@ -13,14 +13,6 @@ use nix::unistd::Pid;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
-/// A port free on loopback now, for a replica's control plane
-/// (`PET_MASTER_PORT`): each node is a pod with an address of its own in a
-/// cluster, here they share one.
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("its address").port()
-}
-
 /// What Trainer's torch plugin gives node `rank` of `nodes`, two workers
 /// each.
 fn trainer_env(nodes: usize, rank: usize) -> Vec<(&'static str, String)> {
@@ -29,7 +21,12 @@ fn trainer_env(nodes: usize, rank: usize) -> Vec<(&'static str, String)> {
         ("PET_NPROC_PER_NODE", "2".into()),
         ("PET_NODE_RANK", rank.to_string()),
         ("PET_MASTER_ADDR", "127.0.0.1".into()),
-        ("PET_MASTER_PORT", free_port().to_string()),
+        // A replica's control plane: each node is a pod with an address
+        // of its own in a cluster, here they share one.
+        (
+            "PET_MASTER_PORT",
+            integration_tests::ports::unused().to_string(),
+        ),
     ]
 }
 
