@@ -7,7 +7,7 @@ after 20 steps, elasticrun's own memory, and recovery (kill -9 of a random
 non-zero rank to the first step of the next generation).
 
 Usage: scripts/bench_ranks.py [--np 64,256] [--connections all,on-demand] [--rounds 2]
-       [--kills 1] [--delay-ms 10] [--seed 1]
+       [--kills 1] [--delay-ms 10] [--seed 1] [--transport tcp|tls|quic]
 Prints one JSON line per job (fields carry their unit) and a table.
 Build first: cargo build --release --bins"""
 import argparse
@@ -44,7 +44,7 @@ def rss_kib(pid):
     return None
 
 
-def run_job(np, mode, kills, delay_ms, rng):
+def run_job(np, mode, kills, delay_ms, rng, transport="tcp"):
     tmp = tempfile.mkdtemp(prefix="bench-ranks-")
     hosts = os.path.join(tmp, "hosts.txt")
     with open(hosts, "w") as f:
@@ -54,7 +54,8 @@ def run_job(np, mode, kills, delay_ms, rng):
     job = br.Job([
         os.path.join(ROOT, "target", "release", "elasticrun"), "--min-np", "2", "--max-np", str(np),
         "--host-discovery-script", f"{ROOT}/discovery-scripts/hosts-from-file.sh {hosts}",
-        "--connections", mode, "--elastic-timeout", "600", "--start-timeout", "600",
+        "--connections", mode, "--transport", transport,
+        "--elastic-timeout", "600", "--start-timeout", "600",
         train, "--epochs", "100000", "--samples", "4096", "--step-delay-ms", str(delay_ms),
         "--commit-every", "10", "--log-steps",
     ])
@@ -65,7 +66,7 @@ def run_job(np, mode, kills, delay_ms, rng):
         socks = [s for s in map(sockets, workers) if s is not None]
         mem = [m for m in map(rss_kib, workers) if m is not None]
         row = {
-            "np": np, "connections": mode, "startup_ms": round((first - t0) * 1000),
+            "np": np, "transport": transport, "connections": mode, "startup_ms": round((first - t0) * 1000),
             "sockets_per_worker_median": statistics.median(socks), "sockets_per_worker_max": max(socks),
             "worker_rss_mib_median": round(statistics.median(mem) / 1024, 1),
             "coordinator_rss_mib": round((rss_kib(job.proc.pid) or 0) / 1024, 1),
@@ -92,6 +93,8 @@ def main():
     p.add_argument("--kills", type=int, default=1)
     p.add_argument("--delay-ms", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--transport", default="tcp", choices=["tcp", "tls", "quic"],
+                   help="elasticrun's --transport (default tcp)")
     a = p.parse_args()
     rng = random.Random(a.seed)
     print(f"# seed {a.seed}")
@@ -99,7 +102,7 @@ def main():
     for np in [int(x) for x in a.np.split(",")]:
         for r in range(a.rounds):
             for mode in a.connections.split(","):
-                row = run_job(np, mode, a.kills, a.delay_ms, rng)
+                row = run_job(np, mode, a.kills, a.delay_ms, rng, a.transport)
                 row["round"] = r + 1
                 print(json.dumps(row), flush=True)
                 rows.append(row)

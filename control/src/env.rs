@@ -63,8 +63,7 @@ pub const SHARED_MEMORY: &str = "ELASTICRUN_SHARED_MEMORY";
 /// When a worker's data plane connects to its peers (`--connections`):
 /// `on-demand` (or unset) connects a pair when a collective first sends
 /// between them; `all` connects every pair before a generation starts (the
-/// full mesh). The TCP and TLS data planes read it; QUIC's mesh is always
-/// full.
+/// full mesh). Every data plane reads it (TCP, TLS and QUIC).
 pub const CONNECTIONS: &str = "ELASTICRUN_CONNECTIONS";
 
 /// When a data plane's connections are made ([`CONNECTIONS`]).

@@ -98,6 +98,7 @@ impl Endpoints for DataBind {
             tcp: tcp_config(self),
             quic: QuicConfig {
                 io_timeout: self.data_timeout,
+                on_demand: self.connections == Connections::OnDemand,
                 ..QuicConfig::default()
             },
         };

@@ -260,12 +260,7 @@ impl Endpoint for TlsEndpoint {
         if !self.on_demand_set() {
             return connect_all(self, rank, generation, book, admission).await;
         }
-        let own = book.get(rank).await?;
-        let own = Self::pick(&own).map(|a| a.addr);
-        let own = own.ok_or(TransportError::Handshake {
-            rank,
-            reason: "this rank's own address offers no TLS endpoint",
-        })?;
+        let own = own_address(&book, rank, |p| p.tls_addr().map(|(a, _)| a)).await?;
         let (_, addr, grant) = sealed(std::iter::once(own), 0, admission.grant)?;
         self.prepare(admission.key, grant, admission.within)
             .map_err(tls_setup(rank, addr))?;
@@ -306,6 +301,36 @@ impl Endpoint for QuicEndpoint {
             .map_err(tls_setup(rank, addr))?;
         QuicEndpoint::connect(self, rank, generation, &addrs).await
     }
+
+    async fn connect_book(
+        mut self,
+        rank: Rank,
+        generation: Generation,
+        book: Arc<PeerBook>,
+        admission: Admission<'_>,
+    ) -> Result<QuicTransport, TransportError> {
+        if !self.on_demand_set() {
+            return connect_all(self, rank, generation, book, admission).await;
+        }
+        let own = own_address(&book, rank, |p| p.quic_addr().map(|(a, _)| a)).await?;
+        let (_, addr, grant) = sealed(std::iter::once(own), 0, admission.grant)?;
+        self.prepare(admission.key, grant, admission.within)
+            .map_err(tls_setup(rank, addr))?;
+        self.on_demand_book(rank, generation, book)
+    }
+}
+
+/// This rank's own address in `book`, of the plane `pick` reads.
+async fn own_address(
+    book: &PeerBook,
+    rank: Rank,
+    pick: fn(&PeerAddress) -> Option<SocketAddr>,
+) -> Result<SocketAddr, TransportError> {
+    let own = book.get(rank).await?;
+    pick(&own).ok_or(TransportError::Handshake {
+        rank,
+        reason: "this rank's own address offers no endpoint of this data plane",
+    })
 }
 
 #[cfg(test)]

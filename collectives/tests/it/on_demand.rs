@@ -1,5 +1,5 @@
-//! Connections on demand (`TcpConfig::on_demand`) over TCP, shared memory
-//! and TLS: the collective grid; every algorithm's results bit for bit
+//! Connections on demand (`TcpConfig::on_demand`, `QuicConfig::on_demand`)
+//! over TCP, shared memory, TLS and QUIC: the collective grid; every algorithm's results bit for bit
 //! those of the full mesh (inputs whose sums depend on the order of the
 //! additions); only the links the collectives need (a ring's two, recursive
 //! doubling's partners), one a pair even when both ends dial at once; a
@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use collectives::{
     AllreduceAlgorithm, BroadcastAlgorithm, CollectiveError, CollectiveOptions, Communicator,
-    DataPlane, Generation, ReduceOp, ShmConfig, TcpConfig, TcpEndpoint, TlsEndpoint, TlsTransport,
-    Transport, TransportError, bf16, f16,
+    DataPlane, Generation, QuicConfig, QuicEndpoint, QuicTransport, ReduceOp, ShmConfig, TcpConfig,
+    TcpEndpoint, TlsEndpoint, TlsTransport, Transport, TransportError, bf16, f16,
 };
 use common::mesh::{self as mesh_checks, Granted};
 use common::*;
@@ -82,6 +82,49 @@ impl Granted for OnDemandTls {
     }
 }
 
+/// The QUIC endpoint, connecting on demand.
+struct OnDemandQuic(QuicEndpoint);
+
+impl Granted for OnDemandQuic {
+    type T = QuicTransport;
+
+    async fn bind() -> Self {
+        let cfg = QuicConfig {
+            connect_timeout: Duration::from_secs(10),
+            io_timeout: Duration::from_secs(20),
+            on_demand: true,
+            ..Default::default()
+        };
+        OnDemandQuic(
+            QuicEndpoint::bind(LOCAL.parse().unwrap(), cfg)
+                .await
+                .unwrap(),
+        )
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.0.local_addr().unwrap()
+    }
+
+    fn key(&self) -> LeafPublicKey {
+        self.0.public_key()
+    }
+
+    fn take(&mut self, grant: &TlsGrant) {
+        let within = Duration::from_secs(10);
+        self.0.prepare(DataKey::new(KEY), grant, within).unwrap();
+    }
+
+    async fn join(
+        self,
+        rank: usize,
+        g: Generation,
+        peers: &[SocketAddr],
+    ) -> Result<QuicTransport, TransportError> {
+        self.0.connect(rank, g, peers).await
+    }
+}
+
 /// The grid's world: TCP with shared memory between these ranks, on demand.
 struct World;
 
@@ -99,18 +142,26 @@ crate::grid_tests!();
 enum Plane {
     Tcp { on_demand: bool, shm: bool },
     Tls,
+    Quic,
 }
 
 async fn world(plane: Plane, n: usize, opts: &CollectiveOptions) -> Vec<Communicator<DataPlane>> {
-    let g = Generation(7);
-    let ts = match plane {
+    common::grid::communicators(planes(plane, n, Generation(7)).await, opts)
+}
+
+/// The transports of a world of `n` in generation `g`.
+async fn planes(plane: Plane, n: usize, g: Generation) -> Vec<DataPlane> {
+    match plane {
         Plane::Tcp { on_demand, shm } => tcp(n, g, &config(on_demand, shm)).await,
         Plane::Tls => {
             let ts = mesh_checks::mesh::<OnDemandTls>(n, g).await;
             ts.into_iter().map(DataPlane::from).collect()
         }
-    };
-    common::grid::communicators(ts, opts)
+        Plane::Quic => {
+            let ts = mesh_checks::mesh::<OnDemandQuic>(n, g).await;
+            ts.into_iter().map(DataPlane::from).collect()
+        }
+    }
 }
 
 /// Every rank's results of the collectives under `opts`, in one vector
@@ -179,6 +230,7 @@ async fn every_algorithm_gives_the_full_meshs_bits() {
             shm: true,
         },
         Plane::Tls,
+        Plane::Quic,
     ];
     for n in [3, 5] {
         for (name, opts) in common::grid::variants() {
@@ -195,46 +247,65 @@ async fn every_algorithm_gives_the_full_meshs_bits() {
     }
 }
 
-async fn links_after_allreduce(n: usize, algorithm: AllreduceAlgorithm, shm: bool) -> Vec<usize> {
-    let ts = tcp(n, Generation(2), &config(true, shm)).await;
+async fn links_after_allreduce(
+    n: usize,
+    algorithm: AllreduceAlgorithm,
+    plane: Plane,
+) -> Vec<usize> {
     let opts = CollectiveOptions {
         allreduce: algorithm,
         broadcast: BroadcastAlgorithm::Chain,
         ..Default::default()
     };
-    let comms = common::grid::communicators(ts, &opts);
+    let comms = world(plane, n, &opts).await;
     for len in [10, 100_000] {
         let mut bufs = vec![vec![1.0f32; len]; n];
         let res = with_buffers(&comms, &mut bufs, |c, b| c.allreduce(b, ReduceOp::Sum)).await;
         res.into_iter().for_each(|r| r.expect("allreduce"));
         assert!(bufs.iter().flatten().all(|&x| x == n as f32));
     }
-    let links = comms
-        .iter()
-        .map(|c| match c.transport() {
-            DataPlane::Tcp(t) => t.link_count(),
-            other => panic!("not TCP: {other:?}"),
-        })
-        .collect();
+    let links = comms.iter().map(|c| link_count(c.transport())).collect();
     shutdown_all(comms).await;
     links
 }
 
+fn link_count(t: &DataPlane) -> usize {
+    match t {
+        DataPlane::Tcp(t) => t.link_count(),
+        DataPlane::Quic(t) => t.link_count(),
+        other => panic!("not TCP or QUIC: {other:?}"),
+    }
+}
+
+/// The planes whose links are counted: TCP with and without shared
+/// memory, and QUIC.
+const COUNTED: [Plane; 3] = [
+    Plane::Tcp {
+        on_demand: true,
+        shm: false,
+    },
+    Plane::Tcp {
+        on_demand: true,
+        shm: true,
+    },
+    Plane::Quic,
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ring_links_each_rank_to_its_two_neighbours_only() {
-    for shm in [false, true] {
-        let links = links_after_allreduce(8, AllreduceAlgorithm::Ring, shm).await;
-        assert_eq!(links, vec![2; 8], "shared memory {shm}");
+    for plane in COUNTED {
+        let links = links_after_allreduce(8, AllreduceAlgorithm::Ring, plane).await;
+        assert_eq!(links, vec![2; 8], "{plane:?}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recursive_doubling_links_each_rank_to_its_partners_only() {
-    for shm in [false, true] {
-        let links = links_after_allreduce(16, AllreduceAlgorithm::RecursiveDoubling, shm).await;
+    for plane in COUNTED {
+        let links = links_after_allreduce(16, AllreduceAlgorithm::RecursiveDoubling, plane).await;
         // Four partners, each exchanging with this rank at once (the two
         // dials cross, one link is kept); the full mesh holds 15.
-        assert_eq!(links, vec![4; 16], "shared memory {shm}");
+        assert_eq!(links, vec![4; 16], "{plane:?}");
     }
 }
 
@@ -243,13 +314,18 @@ async fn recursive_doubling_links_each_rank_to_its_partners_only() {
 /// ranks 1 and 3 were ever linked to it: the loss travels along the links.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_peer_reaches_ranks_never_linked_to_it() {
+    for plane in [COUNTED[0], Plane::Quic] {
+        a_lost_peer_reaches_the_others(plane).await;
+    }
+}
+
+async fn a_lost_peer_reaches_the_others(plane: Plane) {
     let n = 4;
-    let ts = tcp(n, Generation(3), &config(true, false)).await;
     let opts = CollectiveOptions {
         allreduce: AllreduceAlgorithm::Ring,
         ..Default::default()
     };
-    let mut comms = common::grid::communicators(ts, &opts);
+    let mut comms = common::grid::communicators(planes(plane, n, Generation(3)).await, &opts);
     let mut bufs = vec![vec![1.0f32; 1000]; n];
     let res = with_buffers(&comms, &mut bufs, |c, b| c.allreduce(b, ReduceOp::Sum)).await;
     res.into_iter().for_each(|r| r.expect("first allreduce"));
@@ -259,7 +335,7 @@ async fn a_lost_peer_reaches_ranks_never_linked_to_it() {
     for (r, got) in res.into_iter().enumerate() {
         match got {
             Err(CollectiveError::Transport(TransportError::PeerLost { .. })) => {}
-            other => panic!("rank {}: {other:?}", r + 1),
+            other => panic!("{plane:?}, rank {}: {other:?}", r + 1),
         }
     }
 }
@@ -332,18 +408,16 @@ async fn another_jobs_rank_is_refused_at_its_first_dial() {
 /// after its last message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crossed_dials_keep_one_link_and_a_clean_leave_departs() {
-    for round in 0..20u64 {
-        let mut ts = tcp(2, Generation(6), &config(true, round % 2 == 1)).await;
+    for round in 0..21u64 {
+        let plane = COUNTED[round as usize % COUNTED.len()];
+        let mut ts = planes(plane, 2, Generation(6)).await;
         let (b, a) = (ts.pop().unwrap(), ts.pop().unwrap());
         let tag = collectives::Tag::new(Generation(6), round, 0);
         let (x, y) = tokio::join!(a.send(1, tag, b"a"), b.send(0, tag, b"b"));
         x.unwrap();
         y.unwrap();
         for t in [&a, &b] {
-            match t {
-                DataPlane::Tcp(t) => assert_eq!(t.link_count(), 1, "round {round}"),
-                other => panic!("not TCP: {other:?}"),
-            }
+            assert_eq!(link_count(t), 1, "round {round}, {plane:?}");
         }
         let last = collectives::Tag::new(Generation(6), round, 1);
         b.send(0, last, b"last").await.unwrap();
@@ -355,9 +429,13 @@ async fn crossed_dials_keep_one_link_and_a_clean_leave_departs() {
             .await;
         match more {
             Err(TransportError::PeerLost { rank: 1, cause, .. }) => {
-                assert_eq!(cause, collectives::LossCause::Departed, "round {round}");
+                assert_eq!(
+                    cause,
+                    collectives::LossCause::Departed,
+                    "round {round}, {plane:?}"
+                );
             }
-            other => panic!("round {round}: {other:?}"),
+            other => panic!("round {round}, {plane:?}: {other:?}"),
         }
         a.shutdown().await;
     }

@@ -17,6 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout, timeout_at};
 
+use super::on_demand::Conns;
 use super::sender::Sender;
 use super::{QuicConfig, QuicTransport, path, tls};
 use crate::error::TransportError;
@@ -24,11 +25,12 @@ use crate::tag::{Generation, Rank};
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT, prove};
 use crate::transport::stream::handshake::{Dialers, Hello};
 use crate::transport::stream::{StreamLimits, StreamTransport};
+use crate::transport::tcp::on_demand::PeerAddrs;
 use crate::transport::tls::TlsSetupError;
 
 /// The dialer's first bytes on its stream: a QUIC stream is announced to the
 /// acceptor only by data, and the acceptor speaks first in the handshake.
-const STREAM_MAGIC: &[u8; 4] = b"ERDQ";
+pub(super) const STREAM_MAGIC: &[u8; 4] = b"ERDQ";
 
 /// Longest one dial attempt waits for an answer. A peer whose endpoint is
 /// not yet granted ignores the attempt (as does an address where nothing
@@ -48,17 +50,17 @@ pub struct QuicAddress {
 /// before the mesh is built.
 #[derive(Debug)]
 pub struct QuicEndpoint {
-    endpoint: QuinnEndpoint,
+    pub(super) endpoint: QuinnEndpoint,
     key: LeafKey,
-    config: QuicConfig,
-    client: Option<quinn::ClientConfig>,
+    pub(super) config: QuicConfig,
+    pub(super) client: Option<quinn::ClientConfig>,
     /// The server side's settings, each accepted connection's transport
     /// settings made for its peer's route ([`path`]).
     server: Option<Arc<quinn::ServerConfig>>,
 }
 
-type Halves = (RecvStream, SendStream);
-type Link = (Rank, Connection, Halves);
+pub(super) type Halves = (RecvStream, SendStream);
+pub(super) type Link = (Rank, Connection, Halves);
 
 fn udp_socket(addr: SocketAddr, bytes: usize) -> std::io::Result<std::net::UdpSocket> {
     use nix::sys::socket::{setsockopt, sockopt};
@@ -104,13 +106,13 @@ impl QuicEndpoint {
 
     /// The address this endpoint listens on (unspecified when it listens on
     /// every interface).
-    fn local_ip(&self) -> IpAddr {
+    pub(super) fn local_ip(&self) -> IpAddr {
         self.endpoint
             .local_addr()
             .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip())
     }
 
-    fn accepting(&self) -> Accepting {
+    pub(super) fn accepting(&self) -> Accepting {
         Accepting {
             server: self.server.clone(),
             local: self.local_ip(),
@@ -154,6 +156,14 @@ impl QuicEndpoint {
         if rank >= size {
             return Err(TransportError::InvalidRank { rank, size });
         }
+        if self.config.on_demand {
+            let me = Hello {
+                generation,
+                rank,
+                size,
+            };
+            return self.on_demand(me, PeerAddrs::Listed(peers.to_vec()));
+        }
         let Some(client) = self.client.clone() else {
             return Err(TransportError::Handshake {
                 rank,
@@ -195,14 +205,14 @@ impl QuicEndpoint {
         };
         Ok(QuicTransport {
             inner: Some(StreamTransport::start(rank, generation, streams, limits)),
-            connections,
+            connections: Conns::from_vec(connections),
             endpoint: self.endpoint,
         })
     }
 }
 
 /// `client` with transport settings made for the route to `peer`.
-fn for_peer(
+pub(super) fn for_peer(
     client: &quinn::ClientConfig,
     config: &QuicConfig,
     local: IpAddr,
@@ -237,17 +247,17 @@ fn is_tls(e: &ConnectionError) -> bool {
     (0x100..0x200).contains(&u64::from(code))
 }
 
-/// One dial of a lower rank.
-struct Dial {
-    endpoint: QuinnEndpoint,
-    client: quinn::ClientConfig,
-    peer: Rank,
-    addr: SocketAddr,
-    me: Hello,
+/// One dial of a peer (of a lower rank, in the full mesh).
+pub(super) struct Dial {
+    pub(super) endpoint: QuinnEndpoint,
+    pub(super) client: quinn::ClientConfig,
+    pub(super) peer: Rank,
+    pub(super) addr: SocketAddr,
+    pub(super) me: Hello,
 }
 
 impl Dial {
-    async fn run(self, key: DataKey, deadline: Instant) -> Result<Link, TransportError> {
+    pub(super) async fn run(self, key: DataKey, deadline: Instant) -> Result<Link, TransportError> {
         let conn = self.connection(deadline).await?;
         let (mut send, recv) = match timeout_at(deadline, conn.open_bi()).await {
             Ok(Ok(s)) => s,
@@ -329,10 +339,10 @@ impl Dial {
 /// How an incoming connection is taken: the server settings, this
 /// endpoint's address, and the configuration the transport settings come from.
 #[derive(Clone)]
-struct Accepting {
+pub(super) struct Accepting {
     server: Option<Arc<quinn::ServerConfig>>,
     local: IpAddr,
-    config: QuicConfig,
+    pub(super) config: QuicConfig,
 }
 
 impl Accepting {
@@ -391,6 +401,28 @@ async fn accept_all(
 /// answers its hello: `None` (said, connection closed) for anything that is
 /// not a proven peer of this generation.
 async fn answer(accepting: Accepting, inc: Incoming, me: Hello, key: DataKey) -> Option<Link> {
+    let (from, conn, halves) = opened(&accepting, inc).await?;
+    let mut s = tokio::io::join(halves.0, halves.1);
+    match greet::answer(&mut s, from, (me, Dialers::Above), &key).await {
+        Some(rank) => {
+            let mut halves = s.into_inner();
+            let _ = halves.1.flush().await;
+            Some((rank, conn, halves))
+        }
+        None => {
+            conn.close(quinn::VarInt::from_u32(super::CLOSE_ABANDONED), b"refused");
+            None
+        }
+    }
+}
+
+/// Completes an incoming connection's TLS handshake and takes the stream
+/// its dialer opened: where it came from, the connection and the stream;
+/// `None` (said, connection closed) where either fails.
+pub(super) async fn opened(
+    accepting: &Accepting,
+    inc: Incoming,
+) -> Option<(SocketAddr, Connection, Halves)> {
     let from = inc.remote_address();
     let conn = match timeout(HELLO_TIMEOUT, async { accepting.accept(inc)?.await }).await {
         Ok(Ok(c)) => c,
@@ -410,21 +442,10 @@ async fn answer(accepting: Accepting, inc: Incoming, me: Hello, key: DataKey) ->
         Ok::<_, std::io::Error>((magic == *STREAM_MAGIC).then_some((recv, send)))
     })
     .await;
-    let Ok(Ok(Some((recv, send)))) = opened else {
+    let Ok(Ok(Some(halves))) = opened else {
         greet::refused(from, "no data-plane stream opened");
         conn.close(quinn::VarInt::from_u32(super::CLOSE_ABANDONED), b"refused");
         return None;
     };
-    let mut s = tokio::io::join(recv, send);
-    match greet::answer(&mut s, from, (me, Dialers::Above), &key).await {
-        Some(rank) => {
-            let mut halves = s.into_inner();
-            let _ = halves.1.flush().await;
-            Some((rank, conn, halves))
-        }
-        None => {
-            conn.close(quinn::VarInt::from_u32(super::CLOSE_ABANDONED), b"refused");
-            None
-        }
-    }
+    Some((from, conn, halves))
 }

@@ -12,6 +12,9 @@
 //! mesh, higher ranks dialing lower ones and asking for the exact name of the
 //! peer's leaf.
 //!
+//! With [`QuicConfig::on_demand`] no mesh is built: a rank connects to a
+//! peer when a send first needs it (`on_demand.rs`), as over TCP.
+//!
 //! Loss: as over TCP, plus the QUIC idle timeout: a killed peer's host says
 //! nothing over UDP, so its connection is lost once nothing has come from it
 //! for [`QuicConfig::idle_timeout`] (keep-alives flow four times as often).
@@ -19,16 +22,18 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use quinn::{Connection, Endpoint as QuinnEndpoint, RecvStream, VarInt};
+use quinn::{Endpoint as QuinnEndpoint, RecvStream, VarInt};
 
 use super::Transport;
 use super::end::Breaker;
 use super::stream::StreamTransport;
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank, Tag};
+use on_demand::Conns;
 use sender::Sender;
 
 mod mesh;
+mod on_demand;
 mod path;
 mod sender;
 mod tls;
@@ -72,6 +77,10 @@ pub struct QuicConfig {
     /// The job's data-plane key, which the handshake inside each connection
     /// proves. Default: all zeroes (tests and benchmarks).
     pub job_key: control::DataKey,
+    /// Connect a peer only when a send first needs it, accepting peers'
+    /// dials all through the generation, instead of the full mesh before
+    /// the generation starts. Default: false (the full mesh).
+    pub on_demand: bool,
 }
 
 impl Default for QuicConfig {
@@ -87,6 +96,7 @@ impl Default for QuicConfig {
             initial_window_bytes: 14_720,
             socket_buffer_bytes: 8 << 20,
             job_key: control::DataKey::default(),
+            on_demand: false,
         }
     }
 }
@@ -102,7 +112,7 @@ const LINGER: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct QuicTransport {
     inner: Option<StreamTransport<RecvStream, Sender>>,
-    connections: Vec<Connection>,
+    connections: Conns,
     endpoint: QuinnEndpoint,
 }
 
@@ -110,6 +120,12 @@ impl QuicTransport {
     fn inner(&self) -> &StreamTransport<RecvStream, Sender> {
         // Taken out only by `shutdown`, which consumes the transport.
         self.inner.as_ref().unwrap_or_else(|| unreachable!())
+    }
+
+    /// How many links (QUIC connections) this rank holds: every other
+    /// rank's in the full mesh; on demand, those its collectives needed.
+    pub fn link_count(&self) -> usize {
+        self.inner().link_count()
     }
 }
 
@@ -167,8 +183,12 @@ impl Transport for QuicTransport {
     }
 
     /// Says goodbye, waits (at most `LINGER`) until each peer's QUIC stack
-    /// has acknowledged everything sent, then closes: closing at once would
-    /// drop data still unsent, which TCP's kernel would have delivered.
+    /// has acknowledged everything sent, then leaves the connections open
+    /// until each peer closes its end (at most `LINGER` more, in the
+    /// background): closing at once would drop data still unsent, which
+    /// TCP's kernel would have delivered, and a peer's QUIC stack that
+    /// acknowledged the goodbye but was not read yet would lose it to the
+    /// close (the peer would see a lost connection, not a departure).
     async fn shutdown(mut self) {
         let Some(inner) = self.inner.take() else {
             return;
@@ -181,10 +201,17 @@ impl Transport for QuicTransport {
                 .map(|s| s.stopped()),
         );
         let _ = tokio::time::timeout(LINGER, acked).await;
-        for c in std::mem::take(&mut self.connections) {
-            tracing::debug!(peer = %c.remote_address(), stats = ?c.stats(), "QUIC connection done");
-            c.close(VarInt::from_u32(CLOSE_DONE), b"done");
-        }
+        let connections = self.connections.take();
+        let endpoint = self.endpoint.clone();
+        tokio::spawn(async move {
+            let closed = futures::future::join_all(connections.iter().map(|c| c.closed()));
+            let _ = tokio::time::timeout(LINGER, closed).await;
+            for c in connections {
+                tracing::debug!(peer = %c.remote_address(), stats = ?c.stats(), "QUIC connection done");
+                c.close(VarInt::from_u32(CLOSE_DONE), b"done");
+            }
+            drop(endpoint);
+        });
     }
 }
 
@@ -192,9 +219,7 @@ impl Drop for QuicTransport {
     fn drop(&mut self) {
         // Without a goodbye: the peers see the connections closed and treat
         // this rank as crashed, at once rather than after the idle timeout.
-        for c in &self.connections {
-            c.close(VarInt::from_u32(CLOSE_ABANDONED), b"abandoned");
-        }
+        self.connections.close(CLOSE_ABANDONED, b"abandoned");
         let _ = &self.endpoint;
     }
 }

@@ -89,14 +89,14 @@ pub(crate) enum PeerAddrs {
 }
 
 impl PeerAddrs {
-    fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         match self {
             PeerAddrs::Listed(all) => all.len(),
             PeerAddrs::Book { book, .. } => book.size(),
         }
     }
 
-    async fn of(&self, peer: Rank) -> Result<SocketAddr, TransportError> {
+    pub(crate) async fn of(&self, peer: Rank) -> Result<SocketAddr, TransportError> {
         let size = self.size();
         match self {
             PeerAddrs::Listed(all) => all

@@ -386,7 +386,7 @@ pub(in super::super) const CONNECTIONS: Opt<Connections> = Opt {
          generation starts: n-1 connections in every worker) or on-demand (a pair when a \
          collective first sends between them, then for the rest of the generation: a ring's \
          two neighbours, recursive doubling's partners; the loss of a peer still reaches every \
-         rank). --transport tcp and tls; quic always connects all [default: on-demand].",
+         rank). Every --transport [default: on-demand].",
     ),
     env: &[var(control::env::CONNECTIONS, connections)],
     yaml: key("library_options.connections"),
