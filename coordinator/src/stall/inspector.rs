@@ -142,6 +142,10 @@ type Key = (Vec<usize>, Vec<usize>);
 pub struct Inspector {
     cfg: StallConfig,
     reports: BTreeMap<usize, Report>,
+    /// How many of the reports list a pending tensor: with none, nothing
+    /// can be stalled, and the sweeps skip the reports (thousands of ranks
+    /// at rest).
+    listing: usize,
     /// Stalled tensors already warned about, and the age at which to warn again.
     next_warning: HashMap<String, Duration>,
     shut_down: bool,
@@ -152,6 +156,7 @@ impl Inspector {
         Inspector {
             cfg,
             reports: BTreeMap::new(),
+            listing: 0,
             next_warning: HashMap::new(),
             shut_down: false,
         }
@@ -172,12 +177,17 @@ impl Inspector {
             pending,
             complete: r.is_complete(),
         };
-        self.reports.insert(rank, report);
+        self.listing += usize::from(!report.pending.is_empty());
+        if let Some(old) = self.reports.insert(rank, report) {
+            self.listing -= usize::from(!old.pending.is_empty());
+        }
     }
 
     /// Forgets `rank` (it left the job): it is neither waited on nor waiting.
     pub fn forget(&mut self, rank: usize) {
-        self.reports.remove(&rank);
+        if let Some(old) = self.reports.remove(&rank) {
+            self.listing -= usize::from(!old.pending.is_empty());
+        }
     }
 
     /// What to do at `now`: warnings for tensors newly stalled (or stalled
@@ -231,6 +241,9 @@ impl Inspector {
     /// Each pending tensor's age on each rank that listed it, at `now`.
     fn ages(&self, now: Instant) -> BTreeMap<&str, BTreeMap<usize, Duration>> {
         let mut ages: BTreeMap<&str, BTreeMap<usize, Duration>> = BTreeMap::new();
+        if self.listing == 0 {
+            return ages;
+        }
         for (&rank, r) in &self.reports {
             let since = now.saturating_duration_since(r.at);
             for (name, age) in &r.pending {

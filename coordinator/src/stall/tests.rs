@@ -286,3 +286,22 @@ fn the_next_due_time_is_when_poll_next_speaks() {
     ));
     assert_eq!(due(&sim, 3000), None, "nothing after the shutdown");
 }
+
+/// Reports replaced and ranks forgotten keep the count of ranks listing a
+/// tensor right: a stall is found again once listed again, and none while
+/// no rank lists anything.
+#[test]
+fn a_tensor_listed_again_after_empty_reports_and_a_forgotten_rank_is_found_again() {
+    let mut sim = Sim::new(None);
+    sim.report(0, 0, &[("grad.1", 0)]);
+    sim.report(0, 1, &[]);
+    sim.report(0, 2, &[("grad.1", 0)]);
+    sim.insp.forget(2);
+    sim.report(100, 0, &[]);
+    assert_eq!(sim.poll(2000), [], "nothing listed, nothing stalled");
+    assert_eq!(sim.insp.next_due(sim.t0 + ms(2000)), None);
+    sim.report(2000, 0, &[("grad.1", 0)]);
+    let s = sim.warning(3000);
+    assert_eq!(s.missing, [at(1)]);
+    assert_eq!(s.submitted, [0]);
+}

@@ -1,24 +1,47 @@
 //! Slot accounting: which slots are usable, how many workers are live, and spawning
 //! on free usable slots up to the target world size.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::machine::{Membership, Phase, Worker, WorkerState};
 use super::{Command, Generation, SlotId};
 
+/// Which slots of one host are usable.
+#[derive(Clone, Copy)]
+pub(super) enum HostView<'a> {
+    None,
+    Below(usize),
+    Listed(&'a BTreeSet<u32>),
+}
+
+impl HostView<'_> {
+    pub(super) fn has(self, slot: u32) -> bool {
+        match self {
+            HostView::None => false,
+            HostView::Below(n) => (slot as usize) < n,
+            HostView::Listed(set) => set.contains(&slot),
+        }
+    }
+}
+
 impl Membership {
     /// The slot belongs to a discovered, non-blacklisted host that offers it.
     pub(super) fn usable(&self, slot: &SlotId) -> bool {
-        if self.blacklist.is_blacklisted(&slot.host) {
-            return false;
+        self.host_view(&slot.host).has(slot.slot)
+    }
+
+    /// The usable slots of `host`: none if it is blacklisted, else those
+    /// discovery offers.
+    pub(super) fn host_view(&self, host: &str) -> HostView<'_> {
+        if self.blacklist.is_blacklisted(host) {
+            return HostView::None;
         }
-        match &self.slot_sets {
-            Some(sets) => sets.get(&slot.host).is_some_and(|s| s.contains(&slot.slot)),
-            None => self
-                .host_slots
-                .get(&slot.host)
-                .is_some_and(|&n| (slot.slot as usize) < n),
-        }
+        let view = match &self.slot_sets {
+            Some(sets) => sets.get(host).map(HostView::Listed),
+            None => self.host_slots.get(host).map(|&n| HostView::Below(n)),
+        };
+        view.unwrap_or(HostView::None)
     }
 
     /// Usable slots in spawn preference order: hosts in discovery order, then slot
@@ -66,10 +89,26 @@ impl Membership {
 
     /// Live workers on usable slots: those the next generation may place.
     pub(super) fn placeable_live(&self) -> usize {
-        self.workers
-            .iter()
-            .filter(|(s, w)| w.state != WorkerState::Finished && self.usable(s))
-            .count()
+        // The workers are ordered by host: each host is looked up once for
+        // its run of slots (a sweep of thousands of workers, many times a
+        // second), not once a slot.
+        let mut seen: Option<(&str, HostView<'_>)> = None;
+        let mut n = 0;
+        for (s, w) in &self.workers {
+            if w.state == WorkerState::Finished {
+                continue;
+            }
+            let view = match seen {
+                Some((host, view)) if host == s.host => view,
+                _ => {
+                    let view = self.host_view(&s.host);
+                    seen = Some((&s.host, view));
+                    view
+                }
+            };
+            n += usize::from(view.has(s.slot));
+        }
+        n
     }
 
     /// Spawns pending registration.

@@ -144,6 +144,10 @@ fn pick_slot(m: &Membership, rng: &mut Lcg, names: [&str; 3]) -> SlotId {
 
 fn check(m: &Membership, out: &[Command], max_np: usize, min_np: usize, last_gen: &mut Generation) {
     let placeable = m.placeable_live();
+    let by_definition = (m.workers.iter())
+        .filter(|(s, w)| w.state != WorkerState::Finished && m.usable(s))
+        .count();
+    assert_eq!(placeable, by_definition, "placeable_live, host by host");
     if out.iter().any(|c| matches!(c, Command::Spawn(_))) {
         assert!(
             placeable <= max_np,
