@@ -7,8 +7,10 @@
 //! rest and n^2 per reset. So the driver takes every event already waiting
 //! (up to [`BATCH`]) before it settles the core once and sweeps once; and a
 //! batch of nothing but heartbeats that asked for nothing changes nothing
-//! the sweep looks at, so it is swept at most every [`BEAT_SWEEP`] (a
-//! heartbeat's pending tensors are seen by the stall inspector that soon).
+//! the sweep looks at but the stall inspector's reports: it is swept at
+//! most every [`BEAT_SWEEP`] while some rank lists a pending tensor (the
+//! inspector sees it that soon), and not at all while none does (the
+//! sweep's timers wake the driver by themselves).
 //!
 //! ```text
 //!  select! ─► Woke ─► handle ─┬─ drain waiting arrivals and link events (≤ BATCH)
@@ -87,9 +89,14 @@ impl Sweeps {
         }
     }
 
-    /// Whether a batch that was `quiet` (heartbeats only, asking nothing)
-    /// is swept now: not until [`BEAT_SWEEP`] after the last sweep.
-    pub(super) fn sweep_now(&mut self, quiet: bool, now: Instant) -> bool {
+    /// Whether a batch is swept now: one that was `quiet` (heartbeats only,
+    /// asking nothing) not until [`BEAT_SWEEP`] after the last sweep while
+    /// the stall inspector is `listing` pending tensors, and not at all
+    /// while it is not.
+    pub(super) fn sweep_now(&mut self, quiet: bool, listing: bool, now: Instant) -> bool {
+        if quiet && !listing {
+            return false;
+        }
         if quiet && now < self.last + BEAT_SWEEP {
             self.beats_unswept = true;
             return false;
@@ -118,14 +125,14 @@ mod tests {
         let mut s = Sweeps::new();
         let t0 = Instant::now();
         assert!(
-            !s.sweep_now(true, t0),
+            !s.sweep_now(true, true, t0),
             "a heartbeat right after a sweep waits"
         );
         assert_eq!(s.wake_by(None), Some(t0 + BEAT_SWEEP));
         let far = t0 + Duration::from_secs(9);
         assert_eq!(s.wake_by(Some(far)), Some(t0 + BEAT_SWEEP));
         assert!(
-            s.sweep_now(true, t0 + BEAT_SWEEP),
+            s.sweep_now(true, true, t0 + BEAT_SWEEP),
             "due once the sweep interval passed"
         );
         assert_eq!(
@@ -134,8 +141,22 @@ mod tests {
             "nothing unswept: the wake stands"
         );
         assert!(
-            s.sweep_now(false, t0 + BEAT_SWEEP),
+            s.sweep_now(false, true, t0 + BEAT_SWEEP),
             "anything else is swept at once"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn quiet_batches_are_not_swept_while_no_tensor_is_pending() {
+        let mut s = Sweeps::new();
+        let t0 = Instant::now();
+        let later = t0 + BEAT_SWEEP * 10;
+        assert!(!s.sweep_now(true, false, later), "nothing to inspect");
+        assert_eq!(s.wake_by(None), None, "and no wake for it");
+        assert!(s.sweep_now(false, false, later), "anything else is swept");
+        assert!(
+            s.sweep_now(true, true, later + BEAT_SWEEP),
+            "heartbeats listing tensors are swept again"
         );
     }
 }

@@ -142,7 +142,8 @@ impl Driver {
                 Ok(taken) => taken,
                 Err(ending) => return ending,
             };
-            if !sweeps.sweep_now(quiet, Instant::now()) {
+            let listing = self.inspector.as_ref().is_some_and(Inspector::listing);
+            if !sweeps.sweep_now(quiet, listing, Instant::now()) {
                 let settled = self.core.settle_deferred(self.now());
                 if !settled.is_empty() {
                     // A heartbeat asked for something after all.

@@ -183,6 +183,12 @@ impl Inspector {
         }
     }
 
+    /// Whether some rank's latest report lists a pending tensor (with none,
+    /// nothing can be stalled).
+    pub fn listing(&self) -> bool {
+        self.listing > 0
+    }
+
     /// Forgets `rank` (it left the job): it is neither waited on nor waiting.
     pub fn forget(&mut self, rank: usize) {
         if let Some(old) = self.reports.remove(&rank) {
