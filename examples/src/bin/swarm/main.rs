@@ -9,10 +9,15 @@
 //!
 //! ```text
 //! swarm --workers 10000 [--slots-per-host 8] [--steady 5] [--seed N] [-- ELASTICRUN OPTIONS]
+//! swarm --etcd http://127.0.0.1:2379 --workers 1000 [...]
 //! ```
+//! With `--etcd`, the workers are pods of etcd mode instead, against two
+//! `elasticrun serve` replicas (`pods.rs`).
 
 mod coordinator;
 mod pipe;
+#[cfg(feature = "etcd")]
+mod pods;
 mod stats;
 mod workers;
 
@@ -55,6 +60,10 @@ struct Args {
     /// Seconds each phase (start, recovery, end) may take before the run fails.
     #[arg(long, default_value_t = 300.0)]
     within: f64,
+    /// Simulate pods of etcd mode against the etcd at this URL and two
+    /// `elasticrun serve` replicas (the `elasticrun` beside this program).
+    #[arg(long, value_name = "URL")]
+    etcd: Option<String>,
     /// Run as the coordinator process (the load generator starts it).
     #[arg(long, hide = true)]
     coordinator: bool,
@@ -114,6 +123,9 @@ async fn measure(args: &Args, shape: Shape) -> Result<serde_json::Value, String>
     let _ = control::limits::raise_open_files();
     let seed = args.seed.unwrap_or_else(clock_seed);
     eprintln!("swarm: {} workers, seed {seed}", shape.workers);
+    if let Some(url) = &args.etcd {
+        return etcd_mode(args, shape, url, seed).await;
+    }
     let t0 = Instant::now();
     let mut run = start(args, shape).await?;
     let n = shape.workers;
@@ -158,6 +170,21 @@ async fn measure(args: &Args, shape: Shape) -> Result<serde_json::Value, String>
         "lookups": tally.lookups,
         "lookups_answered": tally.lookups_answered,
     }))
+}
+
+#[cfg(feature = "etcd")]
+async fn etcd_mode(
+    args: &Args,
+    shape: Shape,
+    url: &str,
+    seed: u64,
+) -> Result<serde_json::Value, String> {
+    pods::measure(args, shape, url, seed).await
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn etcd_mode(_: &Args, _: Shape, _: &str, _: u64) -> Result<serde_json::Value, String> {
+    Err("built without etcd mode (cargo feature `etcd`)".into())
 }
 
 fn clock_seed() -> u64 {
@@ -248,7 +275,7 @@ fn obey(
                 id,
                 host,
                 slot,
-                coordinator,
+                coordinator: workers::Reach::At(coordinator),
                 secret: secret.clone(),
             };
             let commands = roster.add(id);

@@ -23,6 +23,10 @@ pub(crate) struct Stats {
 pub(crate) struct Tally {
     pub(crate) registered: usize,
     pub(crate) last_registered: Option<Instant>,
+    /// Registrations again after a lost connection (pods following a new
+    /// leader), and when the last came.
+    pub(crate) reattached: usize,
+    pub(crate) last_reattached: Option<Instant>,
     /// By generation: how many workers it assigned, how many of those had
     /// trained before (survivors), and when the last one came.
     pub(crate) generations: BTreeMap<u64, Assigned>,
@@ -64,6 +68,13 @@ impl Stats {
 
     fn lock(&self) -> MutexGuard<'_, Tally> {
         self.tally.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn reattached(&self) {
+        self.change(|t| {
+            t.reattached += 1;
+            t.last_reattached = Some(Instant::now());
+        });
     }
 
     pub(crate) fn registered(&self) {

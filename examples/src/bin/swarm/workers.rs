@@ -55,8 +55,34 @@ pub(crate) struct Identity {
     pub(crate) id: u32,
     pub(crate) host: String,
     pub(crate) slot: u32,
-    pub(crate) coordinator: SocketAddr,
+    pub(crate) coordinator: Reach,
     pub(crate) secret: Arc<Secret>,
+}
+
+/// Where a worker finds its coordinator.
+#[derive(Clone, Debug)]
+pub(crate) enum Reach {
+    /// At one address, for good: a lost connection ends the worker.
+    At(SocketAddr),
+    /// Wherever the job's leader is now (a pod of etcd mode): a lost
+    /// connection is dialled again, to the leader of the moment, and the
+    /// worker registers again in its generation.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    Leader(Arc<dyn Leader>),
+}
+
+/// The address of the coordinator that leads now, if one does.
+pub(crate) trait Leader: Send + Sync + std::fmt::Debug {
+    fn addr(&self) -> Option<SocketAddr>;
+}
+
+impl Reach {
+    fn addr(&self) -> Option<SocketAddr> {
+        match self {
+            Reach::At(a) => Some(*a),
+            Reach::Leader(l) => l.addr(),
+        }
+    }
 }
 
 /// The live workers' command channels.
@@ -108,20 +134,6 @@ pub(crate) async fn run(
     stats: Arc<Stats>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) -> i32 {
-    let stream = tokio::select! {
-        s = dial(&who, &stats) => s,
-        c = commands.recv() => return ended_by(c),
-    };
-    let mut link = match stream {
-        Ok(link) => link,
-        Err(why) => {
-            stats.failed(format!(
-                "worker {} ({}:{}): {why}",
-                who.id, who.host, who.slot
-            ));
-            return EXIT_1;
-        }
-    };
     let mut me = Life {
         data_addr: data_address(who.id),
         generation: 0,
@@ -129,17 +141,55 @@ pub(crate) async fn run(
         placed: false,
         rejoining: false,
     };
+    let mut again = false;
+    loop {
+        let stream = tokio::select! {
+            s = dial(&who, &stats) => s,
+            c = commands.recv() => return ended_by(c),
+        };
+        let link = match stream {
+            Ok(link) => link,
+            Err(why) => {
+                stats.failed(format!(
+                    "worker {} ({}:{}): {why}",
+                    who.id, who.host, who.slot
+                ));
+                return EXIT_1;
+            }
+        };
+        match session(&who, &stats, &mut me, link, &mut commands, again).await {
+            Some(status) => return status,
+            // The coordinator went away: a pod follows the next leader.
+            None if matches!(who.coordinator, Reach::Leader(_)) => again = true,
+            None => return EXIT_1,
+        }
+    }
+}
+
+/// One connection's life: registers (`again`: in its generation, to a new
+/// leader) and speaks until the worker ends (`Some`, its status) or the
+/// connection is lost (`None`).
+async fn session(
+    who: &Identity,
+    stats: &Stats,
+    me: &mut Life,
+    mut link: Link,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    again: bool,
+) -> Option<i32> {
     let register = WorkerMsg::Register(Registration {
         host: who.host.clone(),
         slot: who.slot,
         pid: who.id,
         data_addr: me.data_addr.clone(),
-        generation: Generation(0),
+        generation: Generation(me.generation),
     });
-    if link.send(register).await.is_err() {
-        return EXIT_1;
+    link.send(register).await.ok()?;
+    if again {
+        stats.reattached();
+    } else {
+        stats.registered();
     }
-    stats.registered();
     // Heartbeats spread over the second, as workers started apart are.
     let phase = Duration::from_millis(u64::from(who.id.wrapping_mul(7919) % 1000));
     let mut beat = tokio::time::interval_at(Instant::now() + phase, HEARTBEAT);
@@ -150,24 +200,21 @@ pub(crate) async fn run(
                     let _ = link.send(WorkerMsg::Finished).await;
                     let _ = link.close().await;
                 }
-                return ended_by(c);
+                return Some(ended_by(c));
             }
             msg = link.next() => match msg {
-                Some(Ok(msg)) => match me.hear(msg, &stats) {
+                Some(Ok(msg)) => match me.hear(msg, stats) {
                     Heard::Say(says) => says,
                     Heard::Nothing => continue,
-                    Heard::End(status) => return status,
+                    Heard::End(status) => return Some(status),
                 },
-                // The coordinator closed the connection or sent garbage: a
-                // worker whose coordinator stays away exits 1.
-                _ => return EXIT_1,
+                // The coordinator closed the connection or sent garbage.
+                _ => return None,
             },
             _ = beat.tick() => vec![me.heartbeat()],
         };
         for say in says {
-            if link.send(say).await.is_err() {
-                return EXIT_1;
-            }
+            link.send(say).await.ok()?;
         }
     }
 }
@@ -273,29 +320,58 @@ fn data_address(id: u32) -> PeerAddress {
 
 type Link = control::WorkerLink<Counted>;
 
-/// Dials the coordinator until it answers, then proves the job's key.
+/// Dials the coordinator until it answers, then proves the job's key; a
+/// pod tries again, at whoever leads then, when the handshake fails too (a
+/// replica that stops leading, or stands by, drops its connections).
 async fn dial(who: &Identity, stats: &Stats) -> Result<Link, String> {
     let deadline = Instant::now() + DIAL_FOR;
     let mut pause = Duration::from_millis(20);
-    let stream = loop {
-        match tokio::time::timeout_at(deadline, TcpStream::connect(who.coordinator)).await {
-            Ok(Ok(s)) => break s,
-            Ok(Err(e)) if Instant::now() + pause < deadline => {
-                tracing::debug!(id = who.id, error = %e, "dialling the coordinator again");
+    loop {
+        let stream = connected(who, deadline, &mut pause).await?;
+        let counted = Counted {
+            inner: stream,
+            bytes: stats.bytes_in(),
+        };
+        match control::connect(counted, &who.secret, HANDSHAKE_FOR).await {
+            Ok(link) => return Ok(link),
+            Err(e)
+                if matches!(who.coordinator, Reach::Leader(_))
+                    && Instant::now() + pause < deadline =>
+            {
+                tracing::debug!(id = who.id, error = %e, "the handshake failed; dialling the leader again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// A TCP connection to the coordinator, dialled until it answers.
+async fn connected(
+    who: &Identity,
+    deadline: Instant,
+    pause: &mut Duration,
+) -> Result<TcpStream, String> {
+    loop {
+        let Some(addr) = who.coordinator.addr() else {
+            if Instant::now() + *pause >= deadline {
+                return Err(format!("no coordinator led the job in {DIAL_FOR:?}"));
+            }
+            tokio::time::sleep(*pause).await;
+            continue;
+        };
+        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err(e)) if Instant::now() + *pause < deadline => {
+                tracing::debug!(id = who.id, error = %e, "dialling the coordinator again");
+                tokio::time::sleep(*pause).await;
+                *pause = (*pause * 2).min(Duration::from_millis(500));
             }
             Ok(Err(e)) => return Err(format!("cannot reach the coordinator: {e}")),
             Err(_) => return Err(format!("no connection to the coordinator in {DIAL_FOR:?}")),
         }
-    };
-    let counted = Counted {
-        inner: stream,
-        bytes: stats.bytes_in(),
-    };
-    control::connect(counted, &who.secret, HANDSHAKE_FOR)
-        .await
-        .map_err(|e| e.to_string())
+    }
 }
 
 /// A TCP stream that counts the bytes it reads: what the coordinator sent.
