@@ -250,20 +250,36 @@ impl Endpoint for TlsEndpoint {
         TlsEndpoint::connect(self, rank, generation, &addrs).await
     }
 
-    async fn connect_book(
-        mut self,
+    fn connect_book(
+        self,
         rank: Rank,
         generation: Generation,
         book: Arc<PeerBook>,
         admission: Admission<'_>,
+    ) -> impl Future<Output = Result<TlsTransport, TransportError>> + Send {
+        sealed_book(self, rank, generation, book, admission)
+    }
+}
+
+impl Sealed for TlsEndpoint {
+    fn on_demand(&self) -> bool {
+        self.on_demand_set()
+    }
+
+    fn own(peer: &PeerAddress) -> Option<SocketAddr> {
+        peer.tls_addr().map(|(a, _)| a)
+    }
+
+    fn granted(&mut self, a: &Admission<'_>, grant: &TlsGrant) -> Result<(), TlsSetupError> {
+        self.prepare(a.key.clone(), grant, a.within)
+    }
+
+    fn on_book(
+        self,
+        rank: Rank,
+        generation: Generation,
+        book: Arc<PeerBook>,
     ) -> Result<TlsTransport, TransportError> {
-        if !self.on_demand_set() {
-            return connect_all(self, rank, generation, book, admission).await;
-        }
-        let own = own_address(&book, rank, |p| p.tls_addr().map(|(a, _)| a)).await?;
-        let (_, addr, grant) = sealed(std::iter::once(own), 0, admission.grant)?;
-        self.prepare(admission.key, grant, admission.within)
-            .map_err(tls_setup(rank, addr))?;
         self.on_demand_book(rank, generation, book)
     }
 }
@@ -302,35 +318,81 @@ impl Endpoint for QuicEndpoint {
         QuicEndpoint::connect(self, rank, generation, &addrs).await
     }
 
-    async fn connect_book(
-        mut self,
+    fn connect_book(
+        self,
         rank: Rank,
         generation: Generation,
         book: Arc<PeerBook>,
         admission: Admission<'_>,
+    ) -> impl Future<Output = Result<QuicTransport, TransportError>> + Send {
+        sealed_book(self, rank, generation, book, admission)
+    }
+}
+
+impl Sealed for QuicEndpoint {
+    fn on_demand(&self) -> bool {
+        self.on_demand_set()
+    }
+
+    fn own(peer: &PeerAddress) -> Option<SocketAddr> {
+        peer.quic_addr().map(|(a, _)| a)
+    }
+
+    fn granted(&mut self, a: &Admission<'_>, grant: &TlsGrant) -> Result<(), TlsSetupError> {
+        self.prepare(a.key.clone(), grant, a.within)
+    }
+
+    fn on_book(
+        self,
+        rank: Rank,
+        generation: Generation,
+        book: Arc<PeerBook>,
     ) -> Result<QuicTransport, TransportError> {
-        if !self.on_demand_set() {
-            return connect_all(self, rank, generation, book, admission).await;
-        }
-        let own = own_address(&book, rank, |p| p.quic_addr().map(|(a, _)| a)).await?;
-        let (_, addr, grant) = sealed(std::iter::once(own), 0, admission.grant)?;
-        self.prepare(admission.key, grant, admission.within)
-            .map_err(tls_setup(rank, addr))?;
         self.on_demand_book(rank, generation, book)
     }
 }
 
-/// This rank's own address in `book`, of the plane `pick` reads.
-async fn own_address(
-    book: &PeerBook,
+/// An encrypted plane's endpoint (TLS, QUIC), as [`sealed_book`] connects
+/// it with a book of addresses.
+trait Sealed: Endpoint {
+    /// Whether it connects on demand.
+    fn on_demand(&self) -> bool;
+    /// The socket address of this plane in what a peer published.
+    fn own(peer: &PeerAddress) -> Option<SocketAddr>;
+    /// Takes the job key and this rank's certificate.
+    fn granted(&mut self, a: &Admission<'_>, grant: &TlsGrant) -> Result<(), TlsSetupError>;
+    /// The transport on demand, addresses from `book`.
+    fn on_book(
+        self,
+        rank: Rank,
+        generation: Generation,
+        book: Arc<PeerBook>,
+    ) -> Result<Self::Transport, TransportError>;
+}
+
+/// [`Endpoint::connect_book`] of an encrypted plane: on demand, this rank's
+/// own address (for its certificate's errors) and its grant, then the
+/// transport; otherwise every address first.
+async fn sealed_book<E: Sealed>(
+    mut endpoint: E,
     rank: Rank,
-    pick: fn(&PeerAddress) -> Option<SocketAddr>,
-) -> Result<SocketAddr, TransportError> {
+    generation: Generation,
+    book: Arc<PeerBook>,
+    admission: Admission<'_>,
+) -> Result<E::Transport, TransportError> {
+    if !endpoint.on_demand() {
+        return connect_all(endpoint, rank, generation, book, admission).await;
+    }
     let own = book.get(rank).await?;
-    pick(&own).ok_or(TransportError::Handshake {
+    let own = E::own(&own).ok_or(TransportError::Handshake {
         rank,
         reason: "this rank's own address offers no endpoint of this data plane",
-    })
+    })?;
+    let (_, addr, grant) = sealed(std::iter::once(own), 0, admission.grant)?;
+    endpoint
+        .granted(&admission, grant)
+        .map_err(tls_setup(rank, addr))?;
+    endpoint.on_book(rank, generation, book)
 }
 
 #[cfg(test)]

@@ -153,15 +153,8 @@ impl QuicEndpoint {
         peers: &[SocketAddr],
     ) -> Result<QuicTransport, TransportError> {
         let size = peers.len();
-        if rank >= size {
-            return Err(TransportError::InvalidRank { rank, size });
-        }
+        let me = Hello::of(rank, generation, size)?;
         if self.config.on_demand {
-            let me = Hello {
-                generation,
-                rank,
-                size,
-            };
             return self.on_demand(me, PeerAddrs::Listed(peers.to_vec()));
         }
         let Some(client) = self.client.clone() else {
@@ -169,11 +162,6 @@ impl QuicEndpoint {
                 rank,
                 reason: "no certificate was granted to this rank",
             });
-        };
-        let me = Hello {
-            generation,
-            rank,
-            size,
         };
         let deadline = Instant::now() + self.config.connect_timeout;
         let mut dials = JoinSet::new();

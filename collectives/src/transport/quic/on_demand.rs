@@ -180,15 +180,7 @@ impl QuicEndpoint {
         generation: crate::tag::Generation,
         book: Arc<PeerBook>,
     ) -> Result<QuicTransport, TransportError> {
-        let size = book.size();
-        if rank >= size {
-            return Err(TransportError::InvalidRank { rank, size });
-        }
-        let me = Hello {
-            generation,
-            rank,
-            size,
-        };
+        let me = Hello::of(rank, generation, book.size())?;
         let pick = |p: &PeerAddress| p.quic_addr().map(|(a, _)| a);
         self.on_demand(me, PeerAddrs::Book { book, pick })
     }

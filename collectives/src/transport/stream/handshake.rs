@@ -130,6 +130,23 @@ pub(crate) fn check_acceptor_proof(
 }
 
 impl Hello {
+    /// The hello of `rank` of a generation of `size` ranks; an error for a
+    /// rank outside it.
+    pub(crate) fn of(
+        rank: Rank,
+        generation: Generation,
+        size: usize,
+    ) -> Result<Hello, crate::error::TransportError> {
+        if rank >= size {
+            return Err(crate::error::TransportError::InvalidRank { rank, size });
+        }
+        Ok(Hello {
+            generation,
+            rank,
+            size,
+        })
+    }
+
     /// This hello, proven with `key` for the acceptor whose nonce is `a`;
     /// `d` is the dialer's own nonce.
     pub(crate) fn encode(&self, key: &DataKey, a: &Nonce, d: &Nonce) -> [u8; HELLO_LEN] {

@@ -143,14 +143,7 @@ impl TcpEndpoint {
         generation: Generation,
         size: usize,
     ) -> Result<(Hello, Instant), TransportError> {
-        if rank >= size {
-            return Err(TransportError::InvalidRank { rank, size });
-        }
-        let me = Hello {
-            generation,
-            rank,
-            size,
-        };
+        let me = Hello::of(rank, generation, size)?;
         Ok((me, Instant::now() + self.config.connect_timeout))
     }
 
