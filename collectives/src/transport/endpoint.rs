@@ -132,6 +132,15 @@ pub(crate) fn no_address(rank: Rank) -> TransportError {
     }
 }
 
+/// What an encrypted endpoint was prepared with (its TLS settings); the
+/// error of `rank`'s endpoint that was granted no certificate.
+pub(crate) fn granted<T>(prepared: Option<T>, rank: Rank) -> Result<T, TransportError> {
+    prepared.ok_or(TransportError::Handshake {
+        rank,
+        reason: "no certificate was granted to this rank",
+    })
+}
+
 /// `addr` with `ip` in place of its address.
 fn at(ip: IpAddr, addr: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, addr.port())

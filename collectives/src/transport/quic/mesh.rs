@@ -22,15 +22,16 @@ use super::sender::Sender;
 use super::{QuicConfig, QuicTransport, path, tls};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
+use crate::transport::endpoint::granted;
+use crate::transport::stream::StreamTransport;
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT, prove};
 use crate::transport::stream::handshake::{Dialers, Hello};
-use crate::transport::stream::{StreamLimits, StreamTransport};
 use crate::transport::tcp::on_demand::PeerAddrs;
 use crate::transport::tls::TlsSetupError;
 
 /// The dialer's first bytes on its stream: a QUIC stream is announced to the
 /// acceptor only by data, and the acceptor speaks first in the handshake.
-pub(super) const STREAM_MAGIC: &[u8; 4] = b"ERDQ";
+const STREAM_MAGIC: &[u8; 4] = b"ERDQ";
 
 /// Longest one dial attempt waits for an answer. A peer whose endpoint is
 /// not yet granted ignores the attempt (as does an address where nothing
@@ -157,12 +158,7 @@ impl QuicEndpoint {
         if self.config.on_demand {
             return self.on_demand(me, PeerAddrs::Listed(peers.to_vec()));
         }
-        let Some(client) = self.client.clone() else {
-            return Err(TransportError::Handshake {
-                rank,
-                reason: "no certificate was granted to this rank",
-            });
-        };
+        let client = granted(self.client.clone(), rank)?;
         let deadline = Instant::now() + self.config.connect_timeout;
         let mut dials = JoinSet::new();
         for (peer, &addr) in peers.iter().enumerate().take(rank) {
@@ -187,10 +183,7 @@ impl QuicEndpoint {
             streams[peer] = Some((halves.0, Sender::new(halves.1)));
             connections.push(conn);
         }
-        let limits = StreamLimits {
-            io_timeout: self.config.io_timeout,
-            max_frame_bytes: self.config.max_frame_bytes,
-        };
+        let limits = self.config.limits();
         Ok(QuicTransport {
             inner: Some(StreamTransport::start(rank, generation, streams, limits)),
             connections: Conns::from_vec(connections),

@@ -26,7 +26,7 @@ use quinn::{Endpoint as QuinnEndpoint, RecvStream, VarInt};
 
 use super::Transport;
 use super::end::Breaker;
-use super::stream::StreamTransport;
+use super::stream::{StreamLimits, StreamTransport};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank, Tag};
 use on_demand::Conns;
@@ -81,6 +81,16 @@ pub struct QuicConfig {
     /// dials all through the generation, instead of the full mesh before
     /// the generation starts. Default: false (the full mesh).
     pub on_demand: bool,
+}
+
+impl QuicConfig {
+    /// The stream transport's limits under these settings.
+    fn limits(&self) -> StreamLimits {
+        StreamLimits {
+            io_timeout: self.io_timeout,
+            max_frame_bytes: self.max_frame_bytes,
+        }
+    }
 }
 
 impl Default for QuicConfig {

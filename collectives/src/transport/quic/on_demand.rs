@@ -31,10 +31,11 @@ use super::{CLOSE_ABANDONED, QuicConfig, QuicTransport};
 use crate::error::{LossCause, TransportError};
 use crate::tag::Rank;
 use crate::transport::book::PeerBook;
+use crate::transport::endpoint::granted;
+use crate::transport::stream::StreamTransport;
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT};
 use crate::transport::stream::handshake::{Dialers, Hello};
 use crate::transport::stream::links::{Dialer, Dialing, Link, Links};
-use crate::transport::stream::{StreamLimits, StreamTransport};
 use crate::transport::tcp::on_demand::PeerAddrs;
 use control::PeerAddress;
 
@@ -129,12 +130,7 @@ impl QuicEndpoint {
         me: Hello,
         peers: PeerAddrs,
     ) -> Result<QuicTransport, TransportError> {
-        let Some(client) = self.client.clone() else {
-            return Err(TransportError::Handshake {
-                rank: me.rank,
-                reason: "no certificate was granted to this rank",
-            });
-        };
+        let client = granted(self.client.clone(), me.rank)?;
         let conns = Conns::default();
         let dialer = Arc::new(QuicDialer {
             endpoint: self.endpoint.clone(),
@@ -145,10 +141,7 @@ impl QuicEndpoint {
             peers,
             conns: conns.clone(),
         });
-        let limits = StreamLimits {
-            io_timeout: self.config.io_timeout,
-            max_frame_bytes: self.config.max_frame_bytes,
-        };
+        let limits = self.config.limits();
         let taking = Taking {
             endpoint: self.endpoint.clone(),
             accepting: self.accepting(),
@@ -164,9 +157,7 @@ impl QuicEndpoint {
             endpoint: self.endpoint,
         })
     }
-}
 
-impl QuicEndpoint {
     /// Whether it connects on demand ([`QuicConfig::on_demand`]).
     pub(crate) fn on_demand_set(&self) -> bool {
         self.config.on_demand

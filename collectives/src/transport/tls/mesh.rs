@@ -19,6 +19,7 @@ use super::settings::{self, TlsSetupError};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
 use crate::transport::book::PeerBook;
+use crate::transport::endpoint::granted;
 use crate::transport::stream::handshake::Hello;
 use crate::transport::tcp::mesh::{Layer, failure, local_ranks};
 use crate::transport::tcp::on_demand::PeerAddrs;
@@ -117,15 +118,6 @@ impl TlsEndpoint {
         let local = local_ranks(me, peers);
         self.tcp.linked::<Tls>(me, deadline, proven, local).await
     }
-}
-
-/// The TLS of a prepared endpoint; `Err` for one that was granted no
-/// certificate.
-fn granted(layer: Option<Tls>, rank: Rank) -> Result<Tls, TransportError> {
-    layer.ok_or(TransportError::Handshake {
-        rank,
-        reason: "no certificate was granted to this rank",
-    })
 }
 
 /// Both ends of the job's TLS.
