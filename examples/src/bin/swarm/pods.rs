@@ -107,7 +107,7 @@ pub(crate) async fn measure(
         .await?;
     let start = delta(&before, &etcd_counts(etcd).await);
     let steady = pods.steady(args.steady).await?;
-    let failover = pods.fail_over(g1).await?;
+    let (failover, made) = pods.fail_over(g1).await?;
     let loss = pods.lose_one(seed, g1).await?;
     let exit = pods.end().await?;
     let tally = pods.stats.now();
@@ -122,7 +122,7 @@ pub(crate) async fn measure(
         "leader_heartbeat_cpu_pct": steady.0,
         "etcd_requests_per_s_steady": steady.1,
         "failover_ms": failover.took_ms,
-        "failover_new_generations": failover.new_generations,
+        "failover_new_generations": made,
         "etcd_requests_failover": failover.requests,
         "pod_loss_recovery_ms": loss.took_ms,
         "etcd_requests_pod_loss": loss.requests,
@@ -172,7 +172,6 @@ impl Serve {
 
 struct Phase {
     took_ms: f64,
-    new_generations: usize,
     requests: BTreeMap<String, f64>,
 }
 
@@ -241,8 +240,8 @@ impl Pods {
     }
 
     /// Kills the leading replica; times until every pod registered again
-    /// with the next leader.
-    async fn fail_over(&mut self, g1: u64) -> Result<Phase, String> {
+    /// with the next leader, and how many generations it made meanwhile.
+    async fn fail_over(&mut self, g1: u64) -> Result<(Phase, usize), String> {
         let pid = self.leader_pid().ok_or("no leader")?;
         let before = etcd_counts(self.etcd).await;
         let n = self.roster.ids().len();
@@ -262,12 +261,12 @@ impl Pods {
             .await?;
         // Let a reset, if the new leader were to make one, show itself.
         tokio::time::sleep(Duration::from_secs(LEASE_TTL)).await;
-        let tally = self.stats.now();
-        Ok(Phase {
+        let made = self.stats.now().generations.range(g1 + 1..).count();
+        let phase = Phase {
             took_ms: ms(last - at),
-            new_generations: tally.generations.range(g1 + 1..).count(),
             requests: delta(&before, &etcd_counts(self.etcd).await),
-        })
+        };
+        Ok((phase, made))
     }
 
     /// Kills one pod, chosen by `seed`; times until every survivor was
@@ -297,7 +296,6 @@ impl Pods {
             .await?;
         Ok(Phase {
             took_ms: ms(last - at),
-            new_generations: 1,
             requests: delta(&before, &etcd_counts(self.etcd).await),
         })
     }

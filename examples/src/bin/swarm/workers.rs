@@ -339,8 +339,7 @@ async fn dial(who: &Identity, stats: &Stats) -> Result<Link, String> {
                     && Instant::now() + pause < deadline =>
             {
                 tracing::debug!(id = who.id, error = %e, "the handshake failed; dialling the leader again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(500));
+                back_off(&mut pause).await;
             }
             Err(e) => return Err(e.to_string()),
         }
@@ -365,13 +364,18 @@ async fn connected(
             Ok(Ok(s)) => return Ok(s),
             Ok(Err(e)) if Instant::now() + *pause < deadline => {
                 tracing::debug!(id = who.id, error = %e, "dialling the coordinator again");
-                tokio::time::sleep(*pause).await;
-                *pause = (*pause * 2).min(Duration::from_millis(500));
+                back_off(pause).await;
             }
             Ok(Err(e)) => return Err(format!("cannot reach the coordinator: {e}")),
             Err(_) => return Err(format!("no connection to the coordinator in {DIAL_FOR:?}")),
         }
     }
+}
+
+/// Waits `pause`, then doubles it (up to 500 ms) for the next try.
+async fn back_off(pause: &mut Duration) {
+    tokio::time::sleep(*pause).await;
+    *pause = (*pause * 2).min(Duration::from_millis(500));
 }
 
 /// A TCP stream that counts the bytes it reads: what the coordinator sent.
