@@ -28,6 +28,8 @@ pub enum LossCause {
     Shutdown,
     #[error("it left the generation (finished its work and closed cleanly)")]
     Departed,
+    #[error("it left the generation for the next one, keeping the link")]
+    Carried,
 }
 
 /// Errors of a [`Transport`](crate::Transport).

@@ -35,6 +35,11 @@ pub enum DataEndpoint {
         addr: SocketAddr,
         key: LeafPublicKey,
     },
+    /// Not a way in but the process behind the others: a number it drew
+    /// when it started, the same in every generation it joins. A peer that
+    /// held a link to it in the last generation may carry that link on
+    /// instead of dialing anew (`collectives`' `LinkCarry`).
+    Process(u64),
 }
 
 /// A worker's TLS public key: the 32 bytes of an Ed25519 public key.
@@ -130,6 +135,23 @@ impl PeerAddress {
         })
     }
 
+    /// The process behind this address ([`DataEndpoint::Process`]), if
+    /// the worker says.
+    pub fn process(&self) -> Option<u64> {
+        self.endpoints.iter().find_map(|e| match e {
+            DataEndpoint::Process(p) => Some(*p),
+            _ => None,
+        })
+    }
+
+    /// This address with the process behind it named.
+    pub fn with_process(mut self, process: u64) -> Self {
+        self.endpoints
+            .retain(|e| !matches!(e, DataEndpoint::Process(_)));
+        self.endpoints.push(DataEndpoint::Process(process));
+        self
+    }
+
     /// The in-memory fabric endpoint, if the worker offers one.
     pub fn mem_addr(&self) -> Option<u64> {
         self.endpoints.iter().find_map(|e| match e {
@@ -148,7 +170,9 @@ impl From<SocketAddr> for PeerAddress {
 /// Why a data-plane address could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AddressError {
-    #[error("unknown data-plane address kind {kind:?} (this build knows: tcp, quic, tls, mem)")]
+    #[error(
+        "unknown data-plane address kind {kind:?} (this build knows: tcp, quic, tls, mem, process)"
+    )]
     UnknownKind { kind: String },
     #[error("malformed {kind} data-plane address {address:?}")]
     Malformed { kind: &'static str, address: String },
@@ -165,6 +189,7 @@ const TCP: &str = "tcp";
 const MEM: &str = "mem";
 const QUIC: &str = "quic";
 const TLS: &str = "tls";
+const PROCESS: &str = "process";
 
 impl From<DataEndpoint> for WireEndpoint {
     fn from(e: DataEndpoint) -> Self {
@@ -185,6 +210,10 @@ impl From<DataEndpoint> for WireEndpoint {
             DataEndpoint::Tls { addr, key } => WireEndpoint {
                 kind: TLS.into(),
                 address: format!("{addr}/{}", hex(&key.0)),
+            },
+            DataEndpoint::Process(p) => WireEndpoint {
+                kind: PROCESS.into(),
+                address: format!("{p:016x}"),
             },
         }
     }
@@ -213,6 +242,14 @@ impl TryFrom<WireEndpoint> for DataEndpoint {
                 }),
             QUIC => keyed(QUIC, w.address).map(|(addr, key)| DataEndpoint::Quic { addr, key }),
             TLS => keyed(TLS, w.address).map(|(addr, key)| DataEndpoint::Tls { addr, key }),
+            PROCESS => u64::from_str_radix(&w.address, 16)
+                .ok()
+                .filter(|_| w.address.len() == 16)
+                .map(DataEndpoint::Process)
+                .ok_or(AddressError::Malformed {
+                    kind: PROCESS,
+                    address: w.address,
+                }),
             _ => Err(AddressError::UnknownKind { kind: w.kind }),
         }
     }
@@ -246,6 +283,31 @@ mod tests {
         assert_eq!(back.tcp_addr(), Some("10.1.2.3:4567".parse().unwrap()));
         let v6 = PeerAddress::tcp("[::1]:9".parse().unwrap());
         assert_eq!(decode(&encode(&v6)).unwrap(), v6);
+    }
+
+    #[test]
+    fn the_process_behind_an_address_round_trips_once_and_garbage_is_refused() {
+        let a = PeerAddress::tcp("127.0.0.1:9".parse().unwrap())
+            .with_process(0xfeed)
+            .with_process(u64::MAX);
+        assert_eq!(a.endpoints.len(), 2, "one process, the last named");
+        let back = decode(&encode(&a)).unwrap();
+        assert_eq!(back, a);
+        assert_eq!(back.process(), Some(u64::MAX));
+        assert_eq!(PeerAddress::mem(1).process(), None);
+        for garbage in [
+            "",
+            "12",
+            "-000000000000001",
+            "zzzzzzzzzzzzzzzz",
+            "00000000000000001",
+        ] {
+            let bad = vec![WireEndpoint {
+                kind: PROCESS.into(),
+                address: garbage.into(),
+            }];
+            assert!(decode(&encode(&bad)).is_err(), "{garbage:?} accepted");
+        }
     }
 
     #[test]

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{
-    Admission, Breaker, CollectiveOptions, Communicator, Endpoint, MemEndpoint, MemFabric, OpSpace,
-    PlaneConfig, PlaneEndpoint, QuicConfig, ShmConfig, TcpConfig, Transport, TransportError,
+    Admission, Breaker, CollectiveOptions, Communicator, Endpoint, LinkCarry, MemEndpoint,
+    MemFabric, OpSpace, PlaneConfig, PlaneEndpoint, QuicConfig, ShmConfig, TcpConfig, Transport,
+    TransportError,
 };
 use control::env::{Connections, TransportKind};
 use control::{Assignment, PeerAddress, Secret, WorkerMsg};
@@ -59,7 +60,7 @@ impl Endpoints for MemFabric {
 /// publishes; with `all_interfaces` (a job that may span hosts) a loopback
 /// `near` is widened to every interface, so that the coordinator can hand
 /// remote peers a routable address of this host in its place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) struct DataBind {
     pub(crate) all_interfaces: bool,
     /// The data plane to bind.
@@ -74,11 +75,14 @@ pub(crate) struct DataBind {
     pub(crate) connections: Connections,
     /// Longest wait of one send or receive.
     pub(crate) data_timeout: Duration,
+    /// This process's links between generations (with connections on
+    /// demand over TCP, a reset reconnects only the pairs that changed).
+    pub(crate) carry: LinkCarry,
 }
 
 impl DataBind {
     /// The address the listening socket binds.
-    pub(crate) fn listen_ip(self, near: IpAddr) -> IpAddr {
+    pub(crate) fn listen_ip(&self, near: IpAddr) -> IpAddr {
         match near {
             IpAddr::V4(v4) if self.all_interfaces && v4.is_loopback() => {
                 IpAddr::V4(Ipv4Addr::UNSPECIFIED)
@@ -151,6 +155,7 @@ fn tcp_config(b: &DataBind) -> TcpConfig {
             ..defaults.shared_memory
         },
         on_demand: b.connections == Connections::OnDemand,
+        carry: Some(b.carry.clone()),
         ..defaults
     }
 }
@@ -282,6 +287,7 @@ mod tests {
             spin,
             connections,
             data_timeout: timeout,
+            carry: LinkCarry::new(),
         };
         let on = tcp_config(&bind(true, None, Connections::All));
         assert_eq!(on.io_timeout, timeout);

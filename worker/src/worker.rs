@@ -87,6 +87,7 @@ pub(crate) fn joining<C: Connect>(launch: &env::Launch, connect: C) -> Joining<C
         spin: launch.spin,
         connections: launch.connections,
         data_timeout: launch.data_timeout,
+        carry: collectives::LinkCarry::new(),
     };
     Joining {
         redial: Redial {

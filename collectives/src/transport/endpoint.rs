@@ -155,7 +155,11 @@ impl Endpoint for TcpEndpoint {
     }
 
     fn published(&self, ip: IpAddr) -> Result<PeerAddress, TransportError> {
-        Ok(PeerAddress::tcp(at(ip, self.local_addr()?)))
+        let address = PeerAddress::tcp(at(ip, self.local_addr()?));
+        Ok(match self.carries() {
+            Some(carry) => address.with_process(carry.process()),
+            None => address,
+        })
     }
 
     fn pick(peer: &PeerAddress) -> Option<SocketAddr> {

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod book;
+mod carry;
 mod common;
 mod hierarchical;
 mod mem_failures;

@@ -149,8 +149,12 @@ impl QuicEndpoint {
             conns: conns.clone(),
         };
         let accept = move |links| taking.run(links);
-        let inner =
-            StreamTransport::on_demand(me.rank, me.generation, me.size, limits, (dialer, accept));
+        let inner = StreamTransport::on_demand(
+            (me.rank, me.generation, me.size),
+            limits,
+            (dialer, accept),
+            None,
+        );
         Ok(QuicTransport {
             inner: Some(inner),
             connections: conns,

@@ -22,9 +22,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Mutex, Notify, OnceCell, SetError};
 use tokio::task::JoinHandle;
 
+use super::carry::{Carried, Slot};
 use super::handshake::Refusal;
 use super::pairing::{OnSend, Pairing};
-use super::{ReadHalf, StreamMailbox, WriteHalf, read_loop};
+use super::{READ_BUFFER, ReadHalf, Reader, StreamMailbox, WriteHalf, read_frames};
 use crate::error::{LossCause, TransportError};
 use crate::tag::Rank;
 
@@ -39,8 +40,10 @@ pub(crate) struct Link<R, W> {
 }
 
 /// A link's making, boxed so that a transport can hold any dialer.
-pub(crate) type Dialing<'a, R, W> =
-    Pin<Box<dyn Future<Output = Result<Link<R, W>, TransportError>> + Send + 'a>>;
+pub(crate) type Dialing<'a, R, W> = Boxed<'a, Link<R, W>>;
+
+/// A dialer's answer, boxed.
+pub(crate) type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, TransportError>> + Send + 'a>>;
 
 /// Makes the link to a peer that a send needs and no link reaches yet.
 pub(crate) trait Dialer<R, W>: Send + Sync + std::fmt::Debug + 'static {
@@ -49,6 +52,21 @@ pub(crate) trait Dialer<R, W>: Send + Sync + std::fmt::Debug + 'static {
 
     /// How long a send may wait for a peer's link to be made.
     fn patience(&self) -> Duration;
+
+    /// The process behind `peer` ([`control::PeerAddress::process`]),
+    /// whose parked link a send may take up instead of dialing; `None`
+    /// where it is not known without asking.
+    fn process(&self, _peer: Rank) -> Boxed<'_, Option<u64>> {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// Where a transport's links park between generations, and how long a
+/// parked link waits for its generation.
+#[derive(Debug)]
+pub(crate) struct CarryTo<R, W> {
+    pub(crate) carried: Arc<Carried<R, W>>,
+    pub(crate) patience: Duration,
 }
 
 /// What a transport's sends, its reader tasks and its accept task share.
@@ -56,10 +74,15 @@ pub(crate) trait Dialer<R, W>: Send + Sync + std::fmt::Debug + 'static {
 pub(crate) struct Links<R, W> {
     pub(crate) mailbox: Arc<StreamMailbox<R>>,
     /// `writers[peer]`: the link sends to `peer` take, once there is one.
-    writers: Vec<OnceCell<Mutex<W>>>,
+    writers: Vec<OnceCell<Arc<Mutex<W>>>>,
     /// Writing halves of a link placed where the peer had one already
     /// (which [`Pairing`] prevents): kept for the goodbye.
-    spare: SyncMutex<Vec<W>>,
+    spare: SyncMutex<Vec<Arc<Mutex<W>>>>,
+    /// Where links park when the generation ends (`None`: they close).
+    carry: Option<CarryTo<R, W>>,
+    /// Every link's slot, with `carry`.
+    slots: SyncMutex<Vec<Arc<Slot<W>>>>,
+    rank: Rank,
     readers: SyncMutex<Vec<JoinHandle<()>>>,
     /// Peers a link through shared memory reaches.
     shared: SyncMutex<Vec<Rank>>,
@@ -76,8 +99,12 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
         size: usize,
         mailbox: Arc<StreamMailbox<R>>,
         max_frame_bytes: u32,
+        carry: Option<CarryTo<R, W>>,
     ) -> Self {
         Self {
+            carry,
+            slots: SyncMutex::new(Vec::new()),
+            rank,
             pairing: SyncMutex::new(Pairing::new(rank, size)),
             made: Notify::new(),
             mailbox,
@@ -95,7 +122,7 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
 
     /// The writer of `peer`'s link, if there is one yet.
     pub(crate) fn writer(&self, peer: Rank) -> Option<&Mutex<W>> {
-        self.writers.get(peer).and_then(OnceCell::get)
+        self.writers.get(peer).and_then(OnceCell::get).map(|w| &**w)
     }
 
     fn pairs(&self) -> std::sync::MutexGuard<'_, Pairing> {
@@ -128,6 +155,9 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
             }
             if !dialed && self.pairs().on_send(peer) == OnSend::Dial {
                 dialed = true;
+                if let Some(w) = self.take_up(peer, dialer).await {
+                    return Ok(w);
+                }
                 if let Some(w) = self.dial(peer, dialer).await? {
                     return Ok(w);
                 }
@@ -198,41 +228,80 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
         let peer = link.peer;
         let w = self.reading(link);
         self.place(peer, w);
+        self.made(peer);
+    }
+
+    /// Starts a link's reader task; its writer is the caller's to place.
+    pub(crate) fn reading(&self, link: Link<R, W>) -> Arc<Mutex<W>> {
+        let w = Arc::new(Mutex::new(link.write));
+        let slot = self.carry.as_ref().map(|_| {
+            let generation = self.mailbox.generation();
+            Arc::new(Slot::new(w.clone(), link.shared_memory, generation))
+        });
+        let reader = Reader::with_capacity(READ_BUFFER, link.read);
+        self.read_on(link.peer, reader, link.shared_memory, slot);
+        w
+    }
+
+    /// Starts the reader task of a link to `peer` (with `slot` where it may
+    /// park when the peer's generation ends).
+    pub(crate) fn read_on(
+        &self,
+        peer: Rank,
+        reader: Reader<R>,
+        shared_memory: bool,
+        slot: Option<Arc<Slot<W>>>,
+    ) {
+        if shared_memory {
+            let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            if !shared.contains(&peer) {
+                shared.push(peer);
+                shared.sort_unstable();
+            }
+        }
+        let max = self.max_frame_bytes;
+        let (mailbox, generation) = (self.mailbox.clone(), self.mailbox.generation());
+        let task = match (&self.carry, slot) {
+            (Some(c), Some(slot)) => {
+                self.lock_slots().push(slot.clone());
+                let park = c.carried.parking(slot, max, c.patience);
+                let carried = c.carried.clone();
+                carried.reader_started(generation);
+                tokio::spawn(async move {
+                    let _ended = Ended(carried, generation);
+                    read_frames(peer, reader, max, mailbox, Some(park)).await;
+                })
+            }
+            _ => tokio::spawn(read_frames(peer, reader, max, mailbox, None)),
+        };
+        self.readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(task);
+    }
+
+    pub(crate) fn lock_slots(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Slot<W>>>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Places an eager link's writer (the full mesh's, one per peer).
+    pub(crate) fn place(&self, peer: Rank, w: Arc<Mutex<W>>) {
+        if let Some(cell) = self.writers.get(peer)
+            && let Err(e) = cell.set(w)
+        {
+            let (SetError::AlreadyInitializedError(w) | SetError::InitializingError(w)) = e;
+            self.spare_writers().push(w);
+        }
+    }
+
+    /// Records a link made outside a dial or an accept (one taken up from
+    /// an earlier generation): sends to `peer` may take it.
+    pub(crate) fn made(&self, peer: Rank) {
         self.pairs().on_link(peer);
         self.made.notify_waiters();
     }
 
-    /// Starts a link's reader task; its writer is the caller's to place.
-    pub(crate) fn reading(&self, link: Link<R, W>) -> W {
-        if link.shared_memory {
-            let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-            shared.push(link.peer);
-            shared.sort_unstable();
-        }
-        let reader = read_loop(
-            link.peer,
-            link.read,
-            self.max_frame_bytes,
-            self.mailbox.clone(),
-        );
-        self.readers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(tokio::spawn(reader));
-        link.write
-    }
-
-    /// Places an eager link's writer (the full mesh's, one per peer).
-    pub(crate) fn place(&self, peer: Rank, w: W) {
-        if let Some(cell) = self.writers.get(peer)
-            && let Err(e) = cell.set(Mutex::new(w))
-        {
-            let (SetError::AlreadyInitializedError(w) | SetError::InitializingError(w)) = e;
-            self.spare_writers().push(w.into_inner());
-        }
-    }
-
-    fn spare_writers(&self) -> std::sync::MutexGuard<'_, Vec<W>> {
+    fn spare_writers(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Mutex<W>>>> {
         self.spare.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -255,17 +324,16 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
     /// Every writing half (each peer's link and the spares, for the
     /// goodbye) and the reader tasks (to stop once it is said).
     pub(crate) fn into_parts(self) -> (Vec<W>, Vec<JoinHandle<()>>) {
-        let mut out: Vec<W> = self
-            .writers
-            .into_iter()
+        let spare = self
+            .spare
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        let out: Vec<W> = (self.writers.into_iter())
             .filter_map(OnceCell::into_inner)
+            .chain(spare)
+            .filter_map(|w| Arc::try_unwrap(w).ok())
             .map(Mutex::into_inner)
             .collect();
-        out.extend(
-            self.spare
-                .into_inner()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
         let readers = self
             .readers
             .into_inner()
@@ -281,8 +349,15 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
     /// ([`TransportError::Ended`]: a reset, the next generation) keeps its
     /// links until the owner shuts the transport down or drops it. A writer
     /// busy in a send is left to it.
+    /// Links that park ([`Links::carry`]) are not closed but say that they
+    /// leave the generation, which reaches their peers as the close would.
     pub(crate) async fn close_on_break(self: Arc<Self>) {
-        if let TransportError::Ended { .. } = self.mailbox.break_seen().await {
+        let broke = self.mailbox.break_seen().await;
+        if self.carry.is_some() {
+            self.say_carry(false, CLOSE_WITHIN).await;
+            return;
+        }
+        if let TransportError::Ended { .. } = broke {
             return;
         }
         self.end_writers(None, CLOSE_WITHIN).await;
@@ -298,7 +373,7 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
     /// `bye`, waiting for a writer busy in a send; or, without one (a
     /// broken generation), skipping a busy writer.
     async fn end_writers(&self, bye: Option<&[u8]>, within: Duration) {
-        let spare: Vec<W> = std::mem::take(&mut *self.spare_writers());
+        let spare: Vec<Arc<Mutex<W>>> = std::mem::take(&mut *self.spare_writers());
         for w in self.writers.iter().filter_map(OnceCell::get) {
             let ended = async {
                 let mut w = match bye {
@@ -312,8 +387,100 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
             };
             let _ = tokio::time::timeout(within, ended).await;
         }
-        for mut w in spare {
-            let _ = tokio::time::timeout(within, end_writer(&mut w, bye)).await;
+        for w in spare {
+            let ended = async { end_writer(&mut *w.lock().await, bye).await };
+            let _ = tokio::time::timeout(within, ended).await;
+        }
+    }
+}
+
+/// Links that carry on into the next generation (`carry.rs`).
+impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
+    /// Takes up the link to `peer` parked in an earlier generation, if
+    /// its process has one: its writer, or `None` (then dial).
+    async fn take_up(&self, peer: Rank, dialer: &dyn Dialer<R, W>) -> Option<&Mutex<W>> {
+        let carry = self.carry.as_ref()?;
+        let process = dialer.process(peer).await.ok().flatten()?;
+        let generation = self.mailbox.generation();
+        let slot = carry
+            .carried
+            .take(process, generation, SETTLE_WITHIN)
+            .await?;
+        if self.claim(&slot, peer).await {
+            self.writer(peer)
+        } else {
+            None
+        }
+    }
+
+    /// Claims `slot` as this generation's link to `peer` (once, whoever
+    /// asks first: a send, or the peer's rehello): whether it is this
+    /// generation's now. A link that cannot be claimed is closed.
+    async fn claim(&self, slot: &Arc<Slot<W>>, peer: Rank) -> bool {
+        let Some(carry) = &self.carry else {
+            return false;
+        };
+        let at = (self.mailbox.generation(), peer);
+        let me = carry.carried.me();
+        match slot.claim(at, self.rank, me, carry.patience).await {
+            Ok(false) => slot.claimed() == Some(at),
+            Ok(true) => {
+                self.place(peer, slot.writer.clone());
+                carry.carried.count_carried();
+                self.made(peer);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(peer, %e, "a parked data-plane link could not be taken up");
+                slot.close();
+                false
+            }
+        }
+    }
+
+    /// Reads on a parked link whose peer said it is `peer` of this
+    /// generation, and claims it for this side's sends to `peer`.
+    pub(crate) async fn adopt(&self, slot: Arc<Slot<W>>, peer: Rank, reader: Reader<R>) {
+        if peer >= self.size() || peer == self.rank {
+            slot.close();
+            return;
+        }
+        self.mailbox.opened(peer);
+        self.read_on(peer, reader, slot.shared_memory, Some(slot.clone()));
+        if !self.claim(&slot, peer).await {
+            self.mailbox.peer_lost(peer, LossCause::Closed);
+        }
+    }
+
+    /// Says on every link that it leaves this generation: through a busy
+    /// writer too if `wait`, else past it.
+    pub(crate) async fn say_carry(&self, wait: bool, within: Duration) {
+        let Some(carry) = &self.carry else { return };
+        let slots: Vec<Arc<Slot<W>>> = self.lock_slots().clone();
+        for slot in slots {
+            let said = async {
+                let mut w = match wait {
+                    true => slot.writer.lock().await,
+                    false => match slot.writer.try_lock() {
+                        Ok(w) => w,
+                        Err(_) => return,
+                    },
+                };
+                let me = carry.carried.me();
+                let _ = slot.say_carry(&mut *w, me, self.mailbox.generation()).await;
+            };
+            let _ = tokio::time::timeout(within, said).await;
+        }
+    }
+
+    /// A frame to `peer` was left half-written: its link cannot carry on.
+    pub(crate) fn poison(&self, peer: Rank) {
+        let Some(w) = self.writers.get(peer).and_then(OnceCell::get) else {
+            return;
+        };
+        let slots = self.lock_slots();
+        if let Some(slot) = slots.iter().find(|s| Arc::ptr_eq(&s.writer, w)) {
+            slot.poison();
         }
     }
 }
@@ -326,10 +493,28 @@ async fn end_writer<W: WriteHalf>(w: &mut W, bye: Option<&[u8]>) -> std::io::Res
     }
 }
 
+/// How long a send waits for the links of earlier generations to park
+/// before it dials a peer whose link has not.
+const SETTLE_WITHIN: Duration = Duration::from_millis(500);
+
+/// Counts a parking reader's end, however it ends (aborted too).
+struct Ended<R: ReadHalf, W: WriteHalf>(Arc<Carried<R, W>>, crate::tag::Generation);
+
+impl<R: ReadHalf, W: WriteHalf> Drop for Ended<R, W> {
+    fn drop(&mut self) {
+        self.0.reader_ended(self.1);
+    }
+}
+
 /// How long closing one link of a broken generation may take.
 const CLOSE_WITHIN: Duration = Duration::from_secs(1);
 
 impl<R, W> Links<R, W> {
+    /// Where this transport's links park, if they do.
+    pub(crate) fn carry(&self) -> Option<&CarryTo<R, W>> {
+        self.carry.as_ref()
+    }
+
     /// Stops every reader task: the links close without a goodbye.
     pub(crate) fn abort_readers(&self) {
         for r in self

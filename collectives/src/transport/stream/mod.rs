@@ -34,6 +34,7 @@ use super::{Transport, check_peer};
 use crate::error::{LossCause, TransportError};
 use crate::tag::{Generation, Rank, Tag};
 
+pub(crate) mod carry;
 pub(crate) mod frame;
 pub(crate) mod greet;
 pub(crate) mod handshake;
@@ -43,7 +44,8 @@ mod pool;
 #[cfg(test)]
 mod props;
 
-use links::{Dialer, Link, Links};
+use carry::{Carried, Park};
+use links::{CarryTo, Dialer, Link, Links};
 
 /// What a stream transport needs to know of its configuration.
 #[derive(Clone, Copy, Debug)]
@@ -141,17 +143,23 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
     /// A transport with no link yet: `dialer` makes those its sends need,
     /// and `accept` (given the links, to hand what it accepts to) those
     /// its peers dial.
+    /// With `carry`, links park when the generation ends and the next
+    /// one takes them up where it can (`carry.rs`).
     pub(crate) fn on_demand<A>(
-        rank: Rank,
-        generation: Generation,
-        size: usize,
+        (rank, generation, size): (Rank, Generation, usize),
         limits: StreamLimits,
         (dialer, accept): (Arc<dyn Dialer<R, W>>, impl FnOnce(Arc<Links<R, W>>) -> A),
+        carry: Option<Arc<Carried<R, W>>>,
     ) -> Self
     where
         A: Future<Output = ()> + Send + 'static,
     {
-        let mut t = Self::empty(rank, generation, size, limits);
+        let patience = dialer.patience();
+        let carry = carry.map(|carried| CarryTo { carried, patience });
+        let mut t = Self::with_links(rank, generation, size, limits, carry);
+        if let Some(c) = t.links.carry() {
+            c.carried.enter(generation, &t.links);
+        }
         let links = t.links.clone();
         let accepting = accept(t.links.clone());
         // One task accepts, and closes the links once the generation breaks.
@@ -163,8 +171,19 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
     }
 
     fn empty(rank: Rank, generation: Generation, size: usize, limits: StreamLimits) -> Self {
+        Self::with_links(rank, generation, size, limits, None)
+    }
+
+    fn with_links(
+        rank: Rank,
+        generation: Generation,
+        size: usize,
+        limits: StreamLimits,
+        carry: Option<CarryTo<R, W>>,
+    ) -> Self {
         let mailbox = Arc::new(Mailbox::new(generation));
-        let links = Links::new(rank, size, mailbox.clone(), limits.max_frame_bytes);
+        let max = limits.max_frame_bytes;
+        let links = Links::new(rank, size, mailbox.clone(), max, carry);
         Self {
             rank,
             generation,
@@ -212,8 +231,13 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
         let header = frame::encode_header(tag, len);
         let write = async {
             let mut w = writer.lock().await;
+            if self.mailbox.broken().is_some() {
+                // Broken while this send waited: its link may be another
+                // generation's by now (`carry.rs`).
+                return Err(std::io::ErrorKind::NotConnected.into());
+            }
             let mut guard = AbandonGuard {
-                mailbox: &self.mailbox,
+                links: &self.links,
                 peer: to,
                 armed: true,
             };
@@ -266,16 +290,20 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
 
 /// Breaks the generation if a send is abandoned half-written: the peer would
 /// otherwise read the next frame's header from the middle of this payload.
-struct AbandonGuard<'a, R> {
-    mailbox: &'a StreamMailbox<R>,
+/// The link cannot carry on either.
+struct AbandonGuard<'a, R: ReadHalf, W: WriteHalf> {
+    links: &'a Links<R, W>,
     peer: Rank,
     armed: bool,
 }
 
-impl<R> Drop for AbandonGuard<'_, R> {
+impl<R: ReadHalf, W: WriteHalf> Drop for AbandonGuard<'_, R, W> {
     fn drop(&mut self) {
         if self.armed {
-            self.mailbox.peer_lost(self.peer, LossCause::AbandonedSend);
+            self.links.poison(self.peer);
+            self.links
+                .mailbox
+                .peer_lost(self.peer, LossCause::AbandonedSend);
         }
     }
 }
@@ -284,15 +312,19 @@ impl<R> Drop for AbandonGuard<'_, R> {
 /// small because whatever of a large payload it reads ahead is copied once more.
 const READ_BUFFER: usize = 8 * 1024;
 
-pub(crate) async fn read_loop<R: ReadHalf>(
+/// Reads `peer`'s frames from `r` into `mailbox` until the link ends: after
+/// a goodbye, cleanly; at the peer's carry frame, by handing the reader to
+/// `park` (the peer left this generation, which is over for this rank too;
+/// without `park`, a loss).
+pub(crate) async fn read_frames<R: ReadHalf>(
     peer: Rank,
-    read: R,
+    mut r: Reader<R>,
     max_payload: u32,
     mailbox: Arc<StreamMailbox<R>>,
+    park: Option<Park<R>>,
 ) {
     let bye = goodbye(mailbox.generation());
     let pool = pool::RecvPool::default();
-    let mut r = BufReader::with_capacity(READ_BUFFER, read);
     let mut said_goodbye = false;
     let cause = loop {
         let (tag, len) = match read_header(&mut r, max_payload, bye).await {
@@ -301,6 +333,13 @@ pub(crate) async fn read_loop<R: ReadHalf>(
                 said_goodbye = true;
                 continue;
             }
+            Ok(Header::Carry(process)) => match park {
+                Some(park) => {
+                    mailbox.peer_lost(peer, LossCause::Carried);
+                    return park(r, process);
+                }
+                None => break LossCause::Carried,
+            },
             Ok(Header::End) if said_goodbye => {
                 mailbox.closed_cleanly(peer);
                 return;
@@ -400,6 +439,9 @@ enum Header {
     Goodbye,
     /// A frame, whose `len` payload bytes follow.
     Frame { tag: Tag, len: usize },
+    /// The peer's carry frame (`carry.rs`): its link leaves this
+    /// generation; the peer is this process.
+    Carry(u64),
 }
 
 /// The next frame's header. A length above `max_payload`, or a goodbye that
@@ -415,6 +457,14 @@ async fn read_header<R: AsyncBufRead + Unpin>(
     let mut header = [0u8; frame::HEADER_LEN];
     r.read_exact(&mut header).await.map_err(io_cause)?;
     let (tag, len) = frame::decode_header(&header, max_payload)?;
+    if tag == carry::carry_tag(bye.generation) {
+        let mut process = [0u8; 8];
+        if len != 8 {
+            return Err(LossCause::Malformed("a carry frame of the wrong length"));
+        }
+        r.read_exact(&mut process).await.map_err(io_cause)?;
+        return Ok(Header::Carry(u64::from_le_bytes(process)));
+    }
     match (tag == bye, len) {
         (true, 0) => Ok(Header::Goodbye),
         (true, _) => Err(LossCause::Malformed("a goodbye frame with a payload")),
@@ -594,7 +644,17 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
             acceptor.abort();
             let _ = acceptor.await;
         }
-        let empty = Arc::new(Links::new(0, 0, self.mailbox.clone(), 0));
+        if let Some(c) = self.links.carry() {
+            c.carried.leave(self.generation);
+            if self.mailbox.broken().is_some() {
+                // Over: the links park (their readers end at the peers'
+                // carry frames) instead of saying goodbye.
+                self.links.say_carry(true, self.limits.io_timeout).await;
+                self.links = Arc::new(Links::new(0, 0, self.mailbox.clone(), 0, None));
+                return Vec::new();
+            }
+        }
+        let empty = Arc::new(Links::new(0, 0, self.mailbox.clone(), 0, None));
         let links = std::mem::replace(&mut self.links, empty);
         let header = frame::encode_header(goodbye(self.generation), 0);
         let within = self.limits.io_timeout;
@@ -630,6 +690,9 @@ pub(crate) async fn say_goodbye<W: AsyncWrite + Unpin>(
 impl<R, W> Drop for StreamTransport<R, W> {
     fn drop(&mut self) {
         // Closing the streams without a goodbye: peers treat this rank as crashed.
+        if let Some(c) = self.links.carry() {
+            c.carried.leave(self.generation);
+        }
         if let Some(acceptor) = &self.acceptor {
             acceptor.abort();
         }

@@ -136,6 +136,7 @@ fn read_stream(input: Vec<u8>) -> (Result<bool, LossCause>, usize, u64) {
             match read_header(&mut r, MAX_PAYLOAD, bye).await? {
                 Header::End => return Ok(said_goodbye),
                 Header::Goodbye => said_goodbye = true,
+                Header::Carry(_) => return Err(LossCause::Carried),
                 Header::Frame { tag, len } => {
                     assert!(len <= MAX_PAYLOAD as usize, "{len} bytes let through");
                     let payload: Bytes = read_payload(&mut r, len, &pool).await?;

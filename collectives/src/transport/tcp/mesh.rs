@@ -24,10 +24,11 @@ use tokio_util::either::Either;
 use control::DataKey;
 
 use super::on_demand::PeerAddrs;
-use super::{TcpConfig, TcpTransport};
+use super::{LinkCarry, TcpConfig, TcpTransport};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
 use crate::transport::shm::{self, ShmConfig, ShmRead, ShmWrite};
+use crate::transport::stream::carry::Carried;
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT, prove};
 use crate::transport::stream::handshake::{Dialers, Hello};
 use crate::transport::stream::links::Link;
@@ -180,6 +181,12 @@ impl TcpEndpoint {
         self.config.on_demand
     }
 
+    /// This process's links between generations, where they carry on
+    /// ([`TcpConfig::carry`], with connections on demand).
+    pub(crate) fn carries(&self) -> Option<&LinkCarry> {
+        self.config.carry.as_ref().filter(|_| self.config.on_demand)
+    }
+
     pub(crate) fn limits(&self) -> StreamLimits {
         StreamLimits {
             io_timeout: self.config.io_timeout,
@@ -218,7 +225,15 @@ pub(crate) trait Layer: Clone + Send + Sync + 'static {
     /// frames and nothing more is said on the stream: the socket is then
     /// only the pair's proof of life.
     fn into_socket(s: Self::Stream) -> TcpStream;
+
+    /// Where this layer's links park between generations, if they may.
+    fn carried(_c: &LinkCarry) -> Option<Arc<Carried<EitherRead<Self>, EitherWrite<Self>>>> {
+        None
+    }
 }
+
+type EitherRead<L> = Either<<L as Layer>::Read, ShmRead>;
+type EitherWrite<L> = Either<<L as Layer>::Write, ShmWrite>;
 
 /// A mesh's transport over `L`'s connections, some of them shared memory.
 pub(crate) type LinkedTransport<L> =
@@ -257,6 +272,10 @@ impl Layer for Plain {
 
     fn into_socket(s: TcpStream) -> TcpStream {
         s
+    }
+
+    fn carried(c: &LinkCarry) -> Option<Arc<Carried<EitherRead<Self>, EitherWrite<Self>>>> {
+        Some(c.plain().clone())
     }
 }
 

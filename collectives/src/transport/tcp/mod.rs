@@ -18,9 +18,11 @@ use tokio_util::either::Either;
 use super::shm::{ShmConfig, ShmRead, ShmWrite};
 use super::stream::StreamTransport;
 
+pub(crate) mod carry;
 pub(crate) mod mesh;
 pub(crate) mod on_demand;
 
+pub use carry::LinkCarry;
 pub use mesh::TcpEndpoint;
 
 /// The reading half of a TCP mesh's link to one peer: the socket itself
@@ -62,6 +64,10 @@ pub struct TcpConfig {
     /// accept peers' dials all through the generation), instead of the full
     /// mesh before the generation starts. Default off.
     pub on_demand: bool,
+    /// With `on_demand`, this process's links between generations: each
+    /// generation's links park when it ends and the next takes up those
+    /// to peers still in it ([`LinkCarry`]). Default `None`: they close.
+    pub carry: Option<LinkCarry>,
 }
 
 impl Default for TcpConfig {
@@ -74,6 +80,7 @@ impl Default for TcpConfig {
             job_key: control::DataKey::default(),
             shared_memory: ShmConfig::default(),
             on_demand: false,
+            carry: None,
         }
     }
 }

@@ -35,7 +35,7 @@ use crate::transport::shm::{ShmRead, ShmWrite};
 use crate::transport::stream::StreamTransport;
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT};
 use crate::transport::stream::handshake::{Dialers, Hello};
-use crate::transport::stream::links::{Dialer, Dialing, Links};
+use crate::transport::stream::links::{Boxed, Dialer, Dialing, Links};
 
 type EitherRead<L> = tokio_util::either::Either<<L as Layer>::Read, ShmRead>;
 type EitherWrite<L> = tokio_util::either::Either<<L as Layer>::Write, ShmWrite>;
@@ -162,6 +162,15 @@ impl<L: Layer> Dialer<EitherRead<L>, EitherWrite<L>> for TcpDialer<L> {
     fn patience(&self) -> std::time::Duration {
         self.linker.config.connect_timeout
     }
+
+    fn process(&self, peer: Rank) -> Boxed<'_, Option<u64>> {
+        Box::pin(async move {
+            Ok(match &self.peers {
+                PeerAddrs::Book { book, .. } => book.get(peer).await?.process(),
+                PeerAddrs::Listed(_) => None,
+            })
+        })
+    }
 }
 
 impl TcpEndpoint {
@@ -203,9 +212,11 @@ impl TcpEndpoint {
             peers,
         });
         let limits = self.limits();
+        let carried = self.carries().and_then(L::carried);
         let listener = self.listener;
         let accept = move |links| accept_links(listener, linker, links);
-        StreamTransport::on_demand(me.rank, me.generation, me.size, limits, (dialer, accept))
+        let place = (me.rank, me.generation, me.size);
+        StreamTransport::on_demand(place, limits, (dialer, accept), carried)
     }
 }
 
