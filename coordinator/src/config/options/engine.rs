@@ -386,7 +386,8 @@ pub(in super::super) const CONNECTIONS: Opt<Connections> = Opt {
          generation starts: n-1 connections in every worker) or on-demand (a pair when a \
          collective first sends between them, then for the rest of the generation: a ring's \
          two neighbours, recursive doubling's partners; the loss of a peer still reaches every \
-         rank). Every --transport [default: on-demand].",
+         rank; over TCP the next generation takes up the links of the pairs that stay, shared \
+         memory included). Every --transport [default: on-demand].",
     ),
     env: &[var(control::env::CONNECTIONS, connections)],
     yaml: key("library_options.connections"),
