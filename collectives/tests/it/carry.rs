@@ -219,3 +219,35 @@ async fn without_a_handle_nothing_carries_and_the_address_names_no_process() {
     let published = ep.published(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
     assert_eq!(published.process(), None, "the full mesh does not carry");
 }
+
+/// A carrying generation that finishes (not broken) says goodbye as any
+/// other: a peer sees the rank depart, not lost; and nothing parks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_that_finishes_says_goodbye_and_parks_nothing() {
+    for shm in [false, true] {
+        let procs: Vec<LinkCarry> = (0..3).map(|_| LinkCarry::new()).collect();
+        let comms = generation(&procs, 1, &config(true, shm)).await;
+        allreduce_checked(&comms).await;
+        let mut ts: Vec<DataPlane> = comms
+            .into_iter()
+            .map(Communicator::into_transport)
+            .collect();
+        let done = ts.remove(1);
+        done.shutdown().await;
+        let tag = collectives::Tag::new(Generation(1), 1 << 20, 0);
+        let got = tokio::time::timeout(DEADLINE, ts[0].recv(1, tag)).await;
+        match got.expect("the departure seen in time") {
+            Err(collectives::TransportError::PeerLost { rank: 1, cause, .. }) => {
+                assert_eq!(cause, collectives::LossCause::Departed, "shm {shm}");
+            }
+            other => panic!("shm {shm}: {other:?}"),
+        }
+        join_all(ts.into_iter().map(Transport::shutdown)).await;
+        // All three finished: a next generation of the same processes has
+        // nothing to take up.
+        let comms = generation(&procs, 2, &config(true, shm)).await;
+        allreduce_checked(&comms).await;
+        assert_eq!(carried(&procs), [0; 3], "shm {shm}");
+        end(comms).await;
+    }
+}

@@ -653,6 +653,12 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
                 self.links = Arc::new(Links::new(0, 0, self.mailbox.clone(), 0, None));
                 return Vec::new();
             }
+            // Done: a goodbye on every link, through the writers its slots
+            // share.
+            let header = frame::encode_header(goodbye(self.generation), 0);
+            self.links.goodbye(&header, self.limits.io_timeout).await;
+            self.links.abort_readers();
+            return Vec::new();
         }
         let empty = Arc::new(Links::new(0, 0, self.mailbox.clone(), 0, None));
         let links = std::mem::replace(&mut self.links, empty);
