@@ -350,17 +350,16 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
     /// links until the owner shuts the transport down or drops it. A writer
     /// busy in a send is left to it.
     /// Links that park ([`Links::carry`]) are not closed but say that they
-    /// leave the generation, which reaches their peers as the close would.
+    /// leave the generation, which reaches their peers as the close would
+    /// (an ended generation's say so when the owner shuts it down).
     pub(crate) async fn close_on_break(self: Arc<Self>) {
-        let broke = self.mailbox.break_seen().await;
-        if self.carry.is_some() {
-            self.say_carry(false, CLOSE_WITHIN).await;
+        if let TransportError::Ended { .. } = self.mailbox.break_seen().await {
             return;
         }
-        if let TransportError::Ended { .. } = broke {
-            return;
+        match self.carry {
+            Some(_) => self.say_carry(false, CLOSE_WITHIN).await,
+            None => self.end_writers(None, CLOSE_WITHIN).await,
         }
-        self.end_writers(None, CLOSE_WITHIN).await;
     }
 
     /// Says goodbye (`header`) on every link, through the writers' locks:
