@@ -83,6 +83,8 @@ pub(crate) struct Slot<W> {
     pub(crate) writer: Arc<Mutex<W>>,
     pub(crate) shared_memory: bool,
     state: SyncMutex<SlotState>,
+    /// Told when the link is closed: its limbo stops reading.
+    closed: Notify,
 }
 
 impl<W: WriteHalf> Slot<W> {
@@ -90,6 +92,7 @@ impl<W: WriteHalf> Slot<W> {
         Self {
             writer,
             shared_memory,
+            closed: Notify::new(),
             state: SyncMutex::new(SlotState {
                 generation,
                 said: false,
@@ -172,8 +175,10 @@ impl<W: WriteHalf> Slot<W> {
             .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
     }
 
-    /// Ends the link's writing half: the peer's end sees the link end.
+    /// Ends the link's writing half (the peer's end sees the link end),
+    /// and its reading in limbo.
     pub(crate) fn close(self: &Arc<Self>) {
+        self.closed.notify_one();
         let writer = self.writer.clone();
         tokio::spawn(async move {
             let end = async { writer.lock().await.shutdown().await };
@@ -366,7 +371,10 @@ impl<R: ReadHalf, W: WriteHalf> Carried<R, W> {
         mut reader: Reader<R>,
         (parked_in, max_frame, patience): (Generation, u32, Duration),
     ) {
-        let heard = hear_rehello(&mut reader, peer, parked_in, max_frame).await;
+        let heard = tokio::select! {
+            heard = hear_rehello(&mut reader, peer, parked_in, max_frame) => heard,
+            () = slot.closed.notified() => Err(LossCause::Shutdown),
+        };
         let links = match heard {
             Ok((generation, rank)) => self.links_of(generation, patience).await.map(|l| (l, rank)),
             Err(cause) => {

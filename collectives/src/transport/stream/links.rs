@@ -263,7 +263,7 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
         let (mailbox, generation) = (self.mailbox.clone(), self.mailbox.generation());
         let task = match (&self.carry, slot) {
             (Some(c), Some(slot)) => {
-                self.lock_slots().push(slot.clone());
+                self.keep(&slot);
                 let park = c.carried.parking(slot, max, c.patience);
                 let carried = c.carried.clone();
                 carried.reader_started(generation);
@@ -282,6 +282,14 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
 
     pub(crate) fn lock_slots(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Slot<W>>>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts `slot` among this generation's links (once).
+    fn keep(&self, slot: &Arc<Slot<W>>) {
+        let mut slots = self.lock_slots();
+        if !slots.iter().any(|s| Arc::ptr_eq(s, slot)) {
+            slots.push(slot.clone());
+        }
     }
 
     /// Places an eager link's writer (the full mesh's, one per peer).
@@ -424,6 +432,7 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
         match slot.claim(at, self.rank, me, carry.patience).await {
             Ok(false) => slot.claimed() == Some(at),
             Ok(true) => {
+                self.keep(slot);
                 self.place(peer, slot.writer.clone());
                 carry.carried.count_carried();
                 self.made(peer);
