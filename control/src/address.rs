@@ -242,9 +242,9 @@ impl TryFrom<WireEndpoint> for DataEndpoint {
                 }),
             QUIC => keyed(QUIC, w.address).map(|(addr, key)| DataEndpoint::Quic { addr, key }),
             TLS => keyed(TLS, w.address).map(|(addr, key)| DataEndpoint::Tls { addr, key }),
-            PROCESS => u64::from_str_radix(&w.address, 16)
-                .ok()
-                .filter(|_| w.address.len() == 16)
+            PROCESS => Some(&w.address)
+                .filter(|a| a.len() == 16 && a.bytes().all(|b| b.is_ascii_hexdigit()))
+                .and_then(|a| u64::from_str_radix(a, 16).ok())
                 .map(DataEndpoint::Process)
                 .ok_or(AddressError::Malformed {
                     kind: PROCESS,
@@ -301,6 +301,7 @@ mod tests {
             "-000000000000001",
             "zzzzzzzzzzzzzzzz",
             "00000000000000001",
+            "+00000000000000f",
         ] {
             let bad = vec![WireEndpoint {
                 kind: PROCESS.into(),
