@@ -14,8 +14,9 @@
 //! ```
 //! Every frame on a link is written whole under its writer's lock, so the
 //! peer reads g's frames, the carry frame, the rehello and g''s frames in
-//! that order. A parked link that is not taken up in the next generation is
-//! closed when the one after starts, at both ends; a link whose frame was
+//! that order. A link goes on only into the generation right after the
+//! one it left (a number both ends know alike); parked and not taken up
+//! then, it is closed when a later one starts, at both ends; a link whose frame was
 //! left half-written, or whose peer is gone, is closed at once, and the
 //! peer's end sees it end. Both ends decide alike, from what the link said.
 
@@ -105,6 +106,15 @@ impl<W: WriteHalf> Slot<W> {
 
     fn state(&self) -> std::sync::MutexGuard<'_, SlotState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the link may go on in `generation`: only in the one right
+    /// after the generation it left, which both ends know alike (a process
+    /// that sat a generation out does not take up what its peers closed).
+    pub(crate) fn takes_up(&self, generation: Generation) -> bool {
+        self.state()
+            .parked_in
+            .is_some_and(|g| g.0.checked_add(1) == Some(generation.0))
     }
 
     /// A send left a frame half-written on this link.
@@ -213,8 +223,6 @@ struct Pool<R, W> {
     parked: HashMap<u64, Arc<Slot<W>>>,
     /// The generation whose links take parked ones up.
     current: Option<(Generation, Weak<Links<R, W>>)>,
-    /// The generation registered before `current`.
-    previous: Option<Generation>,
     /// Links still read by their generation's reader, by generation.
     reading: std::collections::BTreeMap<Generation, usize>,
 }
@@ -226,7 +234,6 @@ impl<R, W> Carried<R, W> {
             pool: SyncMutex::new(Pool {
                 parked: HashMap::new(),
                 current: None,
-                previous: None,
                 reading: std::collections::BTreeMap::new(),
             }),
             entered: Notify::new(),
@@ -277,23 +284,20 @@ impl<R, W> Carried<R, W> {
         let mut pool = self.pool();
         if pool.current.as_ref().is_some_and(|(g, _)| *g == generation) {
             pool.current = None;
-            pool.previous = Some(generation);
         }
     }
 }
 
 impl<R: ReadHalf, W: WriteHalf> Carried<R, W> {
-    /// `links` serve `generation` from now on: parked links are taken up
-    /// into it; those parked before the generation that just ended and
-    /// not taken up in it are closed.
+    /// `links` serve `generation` from now on: links parked by the one
+    /// before are taken up into it; those parked earlier, which can never
+    /// be ([`Slot::takes_up`]), are closed.
     pub(crate) fn enter(&self, generation: Generation, links: &Arc<Links<R, W>>) {
         let stale: Vec<Arc<Slot<W>>> = {
             let mut pool = self.pool();
-            pool.previous = pool.current.as_ref().map(|(g, _)| *g).or(pool.previous);
             pool.current = Some((generation, Arc::downgrade(links)));
-            let keep_from = pool.previous.unwrap_or(Generation(0));
             let old: Vec<u64> = (pool.parked.iter())
-                .filter(|(_, s)| s.state().parked_in.is_none_or(|g| g < keep_from))
+                .filter(|(_, s)| !s.takes_up(generation))
                 .map(|(k, _)| *k)
                 .collect();
             old.iter().filter_map(|k| pool.parked.remove(k)).collect()
@@ -320,7 +324,12 @@ impl<R: ReadHalf, W: WriteHalf> Carried<R, W> {
             {
                 let mut pool = self.pool();
                 if let Some(slot) = pool.parked.remove(&peer) {
-                    return Some(slot);
+                    if slot.takes_up(generation) {
+                        return Some(slot);
+                    }
+                    // Parked too long ago: the peer closes it too.
+                    slot.close();
+                    return None;
                 }
                 // Nothing of an earlier generation is still read.
                 pool.reading.range(..generation).next()?;
@@ -376,7 +385,13 @@ impl<R: ReadHalf, W: WriteHalf> Carried<R, W> {
             () = slot.closed.notified() => Err(LossCause::Shutdown),
         };
         let links = match heard {
-            Ok((generation, rank)) => self.links_of(generation, patience).await.map(|l| (l, rank)),
+            Ok((generation, rank)) if slot.takes_up(generation) => {
+                self.links_of(generation, patience).await.map(|l| (l, rank))
+            }
+            Ok((generation, _)) => {
+                tracing::debug!(peer, %generation, "a rehello for a generation the link may not go on to");
+                None
+            }
             Err(cause) => {
                 tracing::debug!(peer, %cause, "a parked data-plane link ended");
                 None
