@@ -54,5 +54,7 @@ pub use transport::plane_endpoint::{PlaneConfig, PlaneEndpoint};
 pub use transport::quic::{QuicAddress, QuicConfig, QuicEndpoint, QuicTransport};
 pub use transport::shm::{ShmConfig, ShmRead, ShmWrite};
 pub use transport::stream::{ReadHalf, StreamTransport, WriteHalf};
-pub use transport::tcp::{LinkCarry, TcpConfig, TcpEndpoint, TcpRead, TcpTransport, TcpWrite};
+pub use transport::tcp::{
+    LinkCarry, PolledRead, TcpConfig, TcpEndpoint, TcpRead, TcpTransport, TcpWrite,
+};
 pub use transport::tls::{TlsEndpoint, TlsRead, TlsSetupError, TlsTransport, TlsWrite};

@@ -48,6 +48,7 @@ pub(crate) mod group;
 mod mailbox;
 pub(crate) mod mem;
 pub(crate) mod mem_fabric;
+pub(crate) mod patience;
 pub(crate) mod pieces;
 pub(crate) mod plane;
 pub(crate) mod plane_endpoint;

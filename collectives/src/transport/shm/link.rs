@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 
 use super::ring::{Consumer, Producer};
 use super::segment::{Bells, Segment};
+use crate::transport::patience::Patience;
 
 /// Who sleeps on a pair's doorbell, and whether the peer is gone.
 #[derive(Debug, Default)]
@@ -105,61 +106,6 @@ async fn listen(mut tcp: OwnedReadHalf, mut bell: pipe::Receiver, sleepers: Arc<
     }
     sleepers.gone.store(true, Ordering::Release);
     sleepers.wake();
-}
-
-/// How a side that found nothing to do waits: by yielding to the runtime
-/// (whose other tasks, a send of this very rank among them, run meanwhile)
-/// and looking again, for up to `budget`; then by sleeping on the doorbell.
-///
-/// The budget adapts: a wait that had to sleep halves it (down to
-/// [`FLOOR`]), one that found work while looking doubles it (up to `max`).
-/// Looking only pays while the peer runs beside this rank; where something
-/// else holds the other core, every look ran out its whole budget before the
-/// socket's wake-up (4 KiB allreduces at 210 µs instead of 15).
-#[derive(Debug)]
-struct Patience {
-    max: Duration,
-    budget: Duration,
-    since: Option<Instant>,
-    slept: bool,
-}
-
-/// The smallest budget an adapting link keeps: enough to catch a reply that
-/// comes at once, so that the budget can grow again.
-const FLOOR: Duration = Duration::from_micros(10);
-
-impl Patience {
-    fn new(max: Duration) -> Self {
-        Self {
-            max,
-            budget: max,
-            since: None,
-            slept: false,
-        }
-    }
-
-    /// Found work: the wait (if there was one) is over; the next one starts
-    /// a fresh budget, adapted to how this one went.
-    fn reset(&mut self) {
-        if self.since.take().is_some() {
-            self.budget = if self.slept {
-                (self.budget / 2).max(FLOOR.min(self.max))
-            } else {
-                (self.budget * 2).min(self.max)
-            };
-        }
-        self.slept = false;
-    }
-
-    /// Whether to yield and look again rather than sleep.
-    fn again(&mut self) -> bool {
-        let t = *self.since.get_or_insert_with(Instant::now);
-        if t.elapsed() < self.budget {
-            return true;
-        }
-        self.slept = true;
-        false
-    }
 }
 
 /// What a half that found nothing to do does before it returns `Pending`:
@@ -356,46 +302,5 @@ impl AsyncWrite for ShmWrite {
         self.ring.close();
         self.bell.ring_if(self.ring.ring().data_waiter());
         Poll::Ready(Ok(()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Ends a wait that went to sleep (`slept`) or found work while looking.
-    fn wait(p: &mut Patience, slept: bool) {
-        if slept {
-            p.since = Some(Instant::now() - p.budget - Duration::from_micros(1));
-            assert!(!p.again());
-        } else {
-            assert!(p.again());
-        }
-        p.reset();
-    }
-
-    #[test]
-    fn the_budget_halves_after_sleeps_and_grows_back_after_quick_finds() {
-        let max = Duration::from_micros(100);
-        let mut p = Patience::new(max);
-        p.reset();
-        assert_eq!(p.budget, max, "no wait, no change");
-        wait(&mut p, true);
-        assert_eq!(p.budget, Duration::from_micros(50));
-        for _ in 0..10 {
-            wait(&mut p, true);
-        }
-        assert_eq!(p.budget, FLOOR);
-        for _ in 0..4 {
-            wait(&mut p, false);
-        }
-        assert_eq!(p.budget, max);
-        let mut never = Patience::new(Duration::ZERO);
-        wait(&mut never, true);
-        assert_eq!(
-            never.budget,
-            Duration::ZERO,
-            "a link told not to look never does"
-        );
     }
 }

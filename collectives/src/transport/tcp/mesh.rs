@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout_at};
@@ -24,7 +24,7 @@ use tokio_util::either::Either;
 use control::DataKey;
 
 use super::on_demand::PeerAddrs;
-use super::{LinkCarry, TcpConfig, TcpTransport};
+use super::{LinkCarry, PolledRead, TcpConfig, TcpTransport};
 use crate::error::TransportError;
 use crate::tag::{Generation, Rank};
 use crate::transport::shm::{self, ShmConfig, ShmRead, ShmWrite};
@@ -123,7 +123,6 @@ impl TcpEndpoint {
             let peer = link.peer;
             made[peer] = Some(link);
         }
-        let local = 1 + made.iter().flatten().filter(|l| l.shared_memory).count();
         let links = made
             .into_iter()
             .flatten()
@@ -221,6 +220,10 @@ pub(crate) trait Layer: Clone + Send + Sync + 'static {
     /// The stream's halves, for the stream transport.
     fn split(s: Self::Stream) -> (Self::Read, Self::Write);
 
+    /// Sets how long a reading half looks for its next bytes before it
+    /// sleeps, where it can look without the runtime.
+    fn set_spin(_r: &mut Self::Read, _spin: Duration) {}
+
     /// The socket under the stream, once shared memory carries the pair's
     /// frames and nothing more is said on the stream: the socket is then
     /// only the pair's proof of life.
@@ -245,7 +248,7 @@ pub(crate) struct Plain;
 
 impl Layer for Plain {
     type Stream = TcpStream;
-    type Read = OwnedReadHalf;
+    type Read = PolledRead;
     type Write = OwnedWriteHalf;
 
     async fn dial(
@@ -266,8 +269,13 @@ impl Layer for Plain {
         s
     }
 
-    fn split(s: TcpStream) -> (OwnedReadHalf, OwnedWriteHalf) {
-        s.into_split()
+    fn split(s: TcpStream) -> (PolledRead, OwnedWriteHalf) {
+        let (r, w) = s.into_split();
+        (PolledRead::new(r, Duration::ZERO), w)
+    }
+
+    fn set_spin(r: &mut PolledRead, spin: Duration) {
+        r.set_spin(spin);
     }
 
     fn into_socket(s: TcpStream) -> TcpStream {
@@ -279,10 +287,11 @@ impl Layer for Plain {
     }
 }
 
-/// Whether `local` ranks sharing memory outnumber the CPUs this process may
+/// Whether `local` ranks of this host outnumber the CPUs this process may
 /// run on: then a rank that yields and looks again only takes the CPU from
 /// the peer it waits for (4 ranks on 2 cores: 4 KiB allreduces took 250 µs
-/// spinning, 190 µs sleeping at once), so its links sleep at once.
+/// spinning, 190 µs sleeping at once), so its links, shared memory or
+/// sockets, sleep at once.
 pub(crate) fn crowded(local: usize) -> bool {
     std::thread::available_parallelism().map_or(true, |n| local > n.get())
 }
@@ -298,11 +307,18 @@ pub(crate) fn local_ranks(me: Hello, peers: &[SocketAddr]) -> usize {
 pub(crate) type MeshLink<L> =
     Link<Either<<L as Layer>::Read, ShmRead>, Either<<L as Layer>::Write, ShmWrite>>;
 
-/// `link`, its shared memory set to sleep at once when `crowded`.
+/// `link`, set to sleep at once when `crowded`.
 pub(crate) fn spun<L: Layer>(mut link: MeshLink<L>, crowded: bool) -> MeshLink<L> {
-    if crowded && let (Either::Right(r), Either::Right(w)) = (&mut link.read, &mut link.write) {
-        r.set_spin(Duration::ZERO);
-        w.set_spin(Duration::ZERO);
+    if !crowded {
+        return link;
+    }
+    match (&mut link.read, &mut link.write) {
+        (Either::Right(r), Either::Right(w)) => {
+            r.set_spin(Duration::ZERO);
+            w.set_spin(Duration::ZERO);
+        }
+        (Either::Left(r), _) => L::set_spin(r, Duration::ZERO),
+        _ => {}
     }
     link
 }
@@ -341,7 +357,8 @@ pub(crate) async fn link<L: Layer>(
     }
     .map_err(failed)?;
     let Some(mut segment) = segment else {
-        let (r, w) = L::split(s);
+        let (mut r, w) = L::split(s);
+        L::set_spin(&mut r, cfg.spin);
         return Ok(Link {
             peer,
             read: Either::Left(r),

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio_util::either::Either;
 
 use super::shm::{ShmConfig, ShmRead, ShmWrite};
@@ -21,14 +21,16 @@ use super::stream::StreamTransport;
 pub(crate) mod carry;
 pub(crate) mod mesh;
 pub(crate) mod on_demand;
+pub(crate) mod polled;
 
 pub use carry::LinkCarry;
 pub use mesh::TcpEndpoint;
+pub use polled::PolledRead;
 
-/// The reading half of a TCP mesh's link to one peer: the socket itself
-/// (`Left`), or, for a peer on the same host, a shared-memory link
+/// The reading half of a TCP mesh's link to one peer: the socket itself,
+/// looked at for a while before it sleeps (`Left`), or, for a peer on the same host, a shared-memory link
 /// (`crate::transport::shm`) whose doorbell is that socket (`Right`).
-pub type TcpRead = Either<OwnedReadHalf, ShmRead>;
+pub type TcpRead = Either<PolledRead, ShmRead>;
 
 /// The writing half of a TCP mesh's link to one peer (see [`TcpRead`]).
 pub type TcpWrite = Either<OwnedWriteHalf, ShmWrite>;

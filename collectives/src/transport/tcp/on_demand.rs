@@ -48,8 +48,8 @@ struct Linker<L> {
     layer: L,
     /// This process's host key (`None` with shared memory off).
     host: Option<[u8; 32]>,
-    /// Whether this host's ranks outnumber its CPUs (their shared memory
-    /// then sleeps at once), judged from the peers' addresses.
+    /// Whether this host's ranks outnumber its CPUs (their links then sleep
+    /// at once), judged from the peers' addresses.
     crowded: bool,
 }
 
@@ -205,7 +205,7 @@ impl TcpEndpoint {
             config: self.config.clone(),
             layer,
             host: shm.enabled.then(crate::transport::shm::host_key).flatten(),
-            crowded: shm.enabled && crowded(local),
+            crowded: crowded(local),
         };
         let dialer = Arc::new(TcpDialer {
             linker: linker.clone(),
