@@ -5,13 +5,14 @@
 use std::time::Instant;
 
 use collectives::{
-    CollectiveError, Communicator, DType, Element, ReduceOp, Transport, bf16, f16,
+    CollectiveError, Communicator, DType, Element, ReduceOp, ShmConfig, Transport, bf16, f16,
     schedule::even_counts,
 };
+use control::env::TransportKind;
 
 use crate::check::{a2a_value, close, gather_value, reduce_expected, reduce_input};
 use crate::report::{Row, bus_factor, median};
-use crate::size::{iterations, sweep};
+use crate::size::{first_pass, iterations, sweep};
 use crate::{Args, Collective};
 
 type Result<T> = std::result::Result<T, CollectiveError>;
@@ -220,6 +221,13 @@ async fn measure<T: Element, X: Transport>(
         if ok[0] == 1 { "ok" } else { "FAIL" }
     };
     let (warmup, iters) = iterations(bytes, args.iters);
+    let ring = if args.no_shared_memory || args.transport == TransportKind::Quic {
+        0
+    } else {
+        args.shm_ring_bytes
+            .unwrap_or(ShmConfig::default().ring_bytes)
+    };
+    let warmup = warmup.max(first_pass(ring, bytes));
     for _ in 0..warmup {
         case.run(comm).await?;
     }
