@@ -13,7 +13,7 @@ use control::DataKey;
 
 use super::handshake::{Dialers, HELLO_LEN, Hello, Refusal};
 use super::pool::RecvPool;
-use super::{Header, StreamMailbox, goodbye, read_header, read_payload};
+use super::{Header, StreamMailbox, goodbye, read_header, read_parts, read_payload};
 use crate::error::LossCause;
 use crate::tag::{Generation, Tag};
 
@@ -188,4 +188,40 @@ fn valid_streams_are_read_whole() {
         read_stream(bad_bye).0,
         Err(LossCause::Malformed("a goodbye frame with a payload"))
     );
+}
+
+proptest! {
+    /// A payload read across parts of any sizes, after a header whose read
+    /// filled the buffer with some of it, comes out whole and in order, and
+    /// the next frame's header is read where it begins.
+    #[test]
+    fn a_payload_lands_across_its_parts_whatever_the_buffer_read_ahead(
+        parts in testkit::proptest::collection::vec(0usize..300, 1..12),
+        buffer in 1usize..200,
+        seed in any::<u8>(),
+    ) {
+        let len: usize = parts.iter().sum();
+        let payload: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+        let mut input = encode_header(Tag::new(Generation(3), 7, 1), len as u32).to_vec();
+        input.extend_from_slice(&payload);
+        input.extend_from_slice(&encode_header(Tag::new(Generation(3), 8, 1), 0));
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
+        let bye = goodbye(Generation(3));
+        let mut r = tokio::io::BufReader::with_capacity(buffer, &input[..]);
+        let (got, next) = rt.block_on(async {
+            let first = read_header(&mut r, MAX_PAYLOAD, bye).await;
+            let first_len = match first {
+                Ok(Header::Frame { len, .. }) => Some(len),
+                _ => None,
+            };
+            prop_assert_eq!(first_len, Some(len));
+            let mut bufs: Vec<Vec<u8>> = parts.iter().map(|&n| vec![0u8; n]).collect();
+            let mut dst: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            read_parts(&mut r, &mut dst).await.expect("the whole payload");
+            let next = read_header(&mut r, MAX_PAYLOAD, bye).await;
+            Ok((bufs.concat(), next))
+        })?;
+        prop_assert_eq!(got, payload);
+        prop_assert!(matches!(next, Ok(Header::Frame { len: 0, .. })), "{:?}", next);
+    }
 }
