@@ -55,6 +55,6 @@ pub use transport::quic::{QuicAddress, QuicConfig, QuicEndpoint, QuicTransport};
 pub use transport::shm::{ShmConfig, ShmRead, ShmWrite};
 pub use transport::stream::{ReadHalf, StreamTransport, WriteHalf};
 pub use transport::tcp::{
-    LinkCarry, PolledRead, TcpConfig, TcpEndpoint, TcpRead, TcpTransport, TcpWrite,
+    LinkCarry, PolledRead, PolledTcp, TcpConfig, TcpEndpoint, TcpRead, TcpTransport, TcpWrite,
 };
 pub use transport::tls::{TlsEndpoint, TlsRead, TlsSetupError, TlsTransport, TlsWrite};

@@ -175,11 +175,6 @@ pub(crate) fn halves(
 }
 
 impl ShmRead {
-    /// Sets how long this half yields and looks again before it sleeps.
-    pub(crate) fn set_spin(&mut self, spin: Duration) {
-        self.patience = Patience::new(spin);
-    }
-
     /// Reads what is waiting; `None` when nothing is and the ring is open.
     fn try_read(&mut self, buf: &mut ReadBuf<'_>) -> std::io::Result<Option<()>> {
         let n = self.ring.pop(buf.initialize_unfilled())?;
@@ -223,13 +218,6 @@ impl AsyncRead for ShmRead {
             return Poll::Ready(Ok(()));
         }
         Poll::Pending
-    }
-}
-
-impl ShmWrite {
-    /// Sets how long this half yields and looks again before it sleeps.
-    pub(crate) fn set_spin(&mut self, spin: Duration) {
-        self.patience = Patience::new(spin);
     }
 }
 

@@ -106,7 +106,7 @@ impl TcpEndpoint {
         proven: Vec<(Rank, L::Stream, Side)>,
         local: usize,
     ) -> Result<LinkedTransport<L>, TransportError> {
-        let shm = self.config.shared_memory;
+        let shm = spun(self.config.shared_memory, crowded(local));
         let host = shm::host_for_full_mesh(&shm, local);
         let mut links = JoinSet::new();
         for (peer, s, side) in proven {
@@ -123,10 +123,7 @@ impl TcpEndpoint {
             let peer = link.peer;
             made[peer] = Some(link);
         }
-        let links = made
-            .into_iter()
-            .flatten()
-            .map(|l| spun::<L>(l, crowded(local)));
+        let links = made.into_iter().flatten();
         Ok(StreamTransport::linked(
             me.rank,
             me.generation,
@@ -217,12 +214,9 @@ pub(crate) trait Layer: Clone + Send + Sync + 'static {
     /// The socket under the stream.
     fn socket(s: &Self::Stream) -> &TcpStream;
 
-    /// The stream's halves, for the stream transport.
-    fn split(s: Self::Stream) -> (Self::Read, Self::Write);
-
-    /// Sets how long a reading half looks for its next bytes before it
-    /// sleeps, where it can look without the runtime.
-    fn set_spin(_r: &mut Self::Read, _spin: Duration) {}
+    /// The stream's halves, for the stream transport, the reading half
+    /// looking for its next bytes for up to `spin` before it sleeps.
+    fn split(s: Self::Stream, spin: Duration) -> (Self::Read, Self::Write);
 
     /// The socket under the stream, once shared memory carries the pair's
     /// frames and nothing more is said on the stream: the socket is then
@@ -269,13 +263,9 @@ impl Layer for Plain {
         s
     }
 
-    fn split(s: TcpStream) -> (PolledRead, OwnedWriteHalf) {
+    fn split(s: TcpStream, spin: Duration) -> (PolledRead, OwnedWriteHalf) {
         let (r, w) = s.into_split();
-        (PolledRead::new(r, Duration::ZERO), w)
-    }
-
-    fn set_spin(r: &mut PolledRead, spin: Duration) {
-        r.set_spin(spin);
+        (PolledRead::new(r, spin), w)
     }
 
     fn into_socket(s: TcpStream) -> TcpStream {
@@ -307,20 +297,11 @@ pub(crate) fn local_ranks(me: Hello, peers: &[SocketAddr]) -> usize {
 pub(crate) type MeshLink<L> =
     Link<Either<<L as Layer>::Read, ShmRead>, Either<<L as Layer>::Write, ShmWrite>>;
 
-/// `link`, set to sleep at once when `crowded`.
-pub(crate) fn spun<L: Layer>(mut link: MeshLink<L>, crowded: bool) -> MeshLink<L> {
-    if !crowded {
-        return link;
-    }
-    match (&mut link.read, &mut link.write) {
-        (Either::Right(r), Either::Right(w)) => {
-            r.set_spin(Duration::ZERO);
-            w.set_spin(Duration::ZERO);
-        }
-        (Either::Left(r), _) => L::set_spin(r, Duration::ZERO),
-        _ => {}
-    }
-    link
+/// `cfg` for the links of a host whose ranks are `crowded` (see
+/// [`crowded`]): they sleep at once.
+pub(crate) fn spun(cfg: ShmConfig, crowded: bool) -> ShmConfig {
+    let spin = if crowded { Duration::ZERO } else { cfg.spin };
+    ShmConfig { spin, ..cfg }
 }
 
 /// Which end of a connection this rank is.
@@ -357,8 +338,7 @@ pub(crate) async fn link<L: Layer>(
     }
     .map_err(failed)?;
     let Some(mut segment) = segment else {
-        let (mut r, w) = L::split(s);
-        L::set_spin(&mut r, cfg.spin);
+        let (r, w) = L::split(s, cfg.spin);
         return Ok(Link {
             peer,
             read: Either::Left(r),
@@ -566,5 +546,30 @@ pub(crate) async fn secured<L: Layer>(
             greet::refused(from, "no TLS handshake in time");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_of_a_host_with_more_ranks_than_cpus_sleep_at_once() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(!crowded(1));
+        assert!(!crowded(cpus));
+        assert!(crowded(cpus + 1));
+        let cfg = ShmConfig {
+            ring_bytes: 1 << 16,
+            ..ShmConfig::default()
+        };
+        let calm = spun(cfg, false);
+        assert_eq!((calm.spin, calm.ring_bytes), (cfg.spin, cfg.ring_bytes));
+        let packed = spun(cfg, true);
+        assert_eq!(packed.spin, Duration::ZERO);
+        assert_eq!(
+            (packed.ring_bytes, packed.enabled),
+            (cfg.ring_bytes, cfg.enabled)
+        );
     }
 }

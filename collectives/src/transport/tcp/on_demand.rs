@@ -62,10 +62,10 @@ impl<L: Layer> Linker<L> {
         side: Side,
         deadline: Instant,
     ) -> Result<MeshLink<L>, TransportError> {
-        let shm = self.config.shared_memory;
+        let shm = spun(self.config.shared_memory, self.crowded);
         let linking = link::<L>(self.me.rank, peer, s, side, shm, self.host);
         match timeout_at(deadline, linking).await {
-            Ok(made) => Ok(spun::<L>(made?, self.crowded)),
+            Ok(made) => made,
             Err(_) => Err(TransportError::SetupTimeout {
                 generation: self.me.generation,
                 after: self.config.connect_timeout,

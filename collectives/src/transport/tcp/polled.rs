@@ -8,16 +8,18 @@
 //! halted. So the half, finding the runtime's socket not ready, reads the
 //! socket itself (`recv` with `MSG_DONTWAIT`, one system call) and yields,
 //! for as long as its [`Patience`] lasts, the way Open MPI's TCP transport
-//! polls; then it sleeps on the runtime's readiness.
+//! polls; then it sleeps on the runtime's readiness. [`PolledTcp`] does the
+//! same under a TLS session.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, recv};
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedReadHalf;
 
 use crate::transport::patience::Patience;
@@ -37,25 +39,6 @@ impl PolledRead {
             patience: Patience::new(spin),
         }
     }
-
-    /// Sets how long this half looks again before it sleeps.
-    pub(crate) fn set_spin(&mut self, spin: Duration) {
-        self.patience = Patience::new(spin);
-    }
-
-    /// Reads what the socket holds now, without waiting: `None` when it
-    /// holds nothing; an empty read is the stream's end.
-    fn read_now(&self, buf: &mut ReadBuf<'_>) -> std::io::Result<Option<()>> {
-        let fd = self.inner.as_ref().as_raw_fd();
-        match recv(fd, buf.initialize_unfilled(), MsgFlags::MSG_DONTWAIT) {
-            Ok(n) => {
-                buf.advance(n);
-                Ok(Some(()))
-            }
-            Err(Errno::EAGAIN | Errno::EINTR) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
 }
 
 impl AsyncRead for PolledRead {
@@ -65,26 +48,125 @@ impl AsyncRead for PolledRead {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
-        if let Poll::Ready(r) = Pin::new(&mut this.inner).poll_read(cx, buf) {
-            this.patience.reset();
-            return Poll::Ready(r);
+        let fd = this.inner.as_ref().as_raw_fd();
+        poll_polled(&mut this.inner, fd, &mut this.patience, cx, buf)
+    }
+}
+
+/// A whole TCP connection whose reads look as [`PolledRead`]'s do, for a
+/// layer that wraps the connection before splitting it (TLS).
+#[derive(Debug)]
+pub struct PolledTcp {
+    inner: TcpStream,
+    patience: Patience,
+}
+
+impl PolledTcp {
+    /// `inner`, looking for its bytes for up to `spin` before it sleeps.
+    pub(crate) fn new(inner: TcpStream, spin: Duration) -> Self {
+        Self {
+            inner,
+            patience: Patience::new(spin),
         }
-        // The runtime will wake this task when the socket turns readable;
-        // until the budget is spent, look without it.
-        if !this.patience.again() {
-            return Poll::Pending;
+    }
+
+    /// Sets how long reads look again before they sleep.
+    pub(crate) fn set_spin(&mut self, spin: Duration) {
+        self.patience = Patience::new(spin);
+    }
+
+    pub(crate) fn socket(&self) -> &TcpStream {
+        &self.inner
+    }
+
+    pub(crate) fn into_socket(self) -> TcpStream {
+        self.inner
+    }
+}
+
+impl AsyncRead for PolledTcp {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let fd = this.inner.as_raw_fd();
+        poll_polled(&mut this.inner, fd, &mut this.patience, cx, buf)
+    }
+}
+
+impl AsyncWrite for PolledTcp {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        src: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, src)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Reads what the socket `fd` holds now, without waiting: `None` when it
+/// holds nothing; an empty read is the stream's end.
+fn read_now(fd: RawFd, buf: &mut ReadBuf<'_>) -> std::io::Result<Option<()>> {
+    match recv(fd, buf.initialize_unfilled(), MsgFlags::MSG_DONTWAIT) {
+        Ok(n) => {
+            buf.advance(n);
+            Ok(Some(()))
         }
-        match this.read_now(buf) {
-            Ok(Some(())) => {
-                this.patience.reset();
-                Poll::Ready(Ok(()))
-            }
-            Ok(None) => {
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
-            Err(e) => Poll::Ready(Err(e)),
+        Err(Errno::EAGAIN | Errno::EINTR) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A read of `inner` (whose socket is `fd`) that, finding the runtime's
+/// socket not ready, looks itself while `patience` lasts.
+fn poll_polled<R: AsyncRead + Unpin>(
+    inner: &mut R,
+    fd: RawFd,
+    patience: &mut Patience,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<std::io::Result<()>> {
+    if let Poll::Ready(r) = Pin::new(inner).poll_read(cx, buf) {
+        patience.reset();
+        return Poll::Ready(r);
+    }
+    // The runtime will wake this task when the socket turns readable;
+    // until the budget is spent, look without it.
+    if !patience.again() {
+        return Poll::Pending;
+    }
+    match read_now(fd, buf) {
+        Ok(Some(())) => {
+            patience.reset();
+            Poll::Ready(Ok(()))
         }
+        Ok(None) => {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+        Err(e) => Poll::Ready(Err(e)),
     }
 }
 

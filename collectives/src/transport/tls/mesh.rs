@@ -23,7 +23,7 @@ use crate::transport::endpoint::granted;
 use crate::transport::stream::handshake::Hello;
 use crate::transport::tcp::mesh::{Layer, failure, local_ranks};
 use crate::transport::tcp::on_demand::PeerAddrs;
-use crate::transport::tcp::{TcpConfig, TcpEndpoint};
+use crate::transport::tcp::{PolledTcp, TcpConfig, TcpEndpoint};
 
 /// A bound, listening TLS endpoint whose address and public key can be
 /// handed to peers before the mesh is built.
@@ -134,9 +134,9 @@ impl std::fmt::Debug for Tls {
 }
 
 impl Layer for Tls {
-    type Stream = TlsStream<TcpStream>;
-    type Read = ReadHalf<TlsStream<TcpStream>>;
-    type Write = WriteHalf<TlsStream<TcpStream>>;
+    type Stream = TlsStream<PolledTcp>;
+    type Read = ReadHalf<TlsStream<PolledTcp>>;
+    type Write = WriteHalf<TlsStream<PolledTcp>>;
 
     /// A session with `peer`, which must present the leaf of its rank and
     /// generation.
@@ -155,6 +155,7 @@ impl Layer for Tls {
             }
         })?;
         let started = Instant::now();
+        let s = PolledTcp::new(s, Duration::ZERO);
         match self.connector.connect(name, s).await {
             Ok(s) => Ok(TlsStream::Client(s)),
             Err(e) => Err(failure(me.rank, peer, addr, started, e)),
@@ -162,17 +163,24 @@ impl Layer for Tls {
     }
 
     async fn accept(&self, s: TcpStream) -> Result<Self::Stream, String> {
-        match self.acceptor.accept(s).await {
+        match self
+            .acceptor
+            .accept(PolledTcp::new(s, Duration::ZERO))
+            .await
+        {
             Ok(s) => Ok(TlsStream::Server(s)),
             Err(e) => Err(format!("TLS: {e}")),
         }
     }
 
     fn socket(s: &Self::Stream) -> &TcpStream {
-        s.get_ref().0
+        s.get_ref().0.socket()
     }
 
-    fn split(s: Self::Stream) -> (Self::Read, Self::Write) {
+    /// The session's halves, its socket's reads looking for `spin` (the
+    /// handshake's did not).
+    fn split(mut s: Self::Stream, spin: Duration) -> (Self::Read, Self::Write) {
+        s.get_mut().0.set_spin(spin);
         tokio::io::split(s)
     }
 
@@ -180,8 +188,8 @@ impl Layer for Tls {
     /// nothing more on it (the offer and answer were the last records).
     fn into_socket(s: Self::Stream) -> TcpStream {
         match s {
-            TlsStream::Client(c) => c.into_inner().0,
-            TlsStream::Server(c) => c.into_inner().0,
+            TlsStream::Client(c) => c.into_inner().0.into_socket(),
+            TlsStream::Server(c) => c.into_inner().0.into_socket(),
         }
     }
 }

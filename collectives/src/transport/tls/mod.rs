@@ -19,12 +19,12 @@
 //! frames then never reach a socket, so there is nothing to encrypt.
 
 use tokio::io::{ReadHalf, WriteHalf};
-use tokio::net::TcpStream;
 use tokio_rustls::TlsStream;
 use tokio_util::either::Either;
 
 use super::shm::{ShmRead, ShmWrite};
 use super::stream::StreamTransport;
+use super::tcp::PolledTcp;
 
 mod mesh;
 pub(crate) mod settings;
@@ -35,10 +35,10 @@ pub use settings::TlsSetupError;
 /// The reading half of a TLS mesh's link to one peer: its TLS session
 /// (`Left`), or, for a peer on the same host, a shared-memory link whose
 /// doorbell is the session's socket (`Right`).
-pub type TlsRead = Either<ReadHalf<TlsStream<TcpStream>>, ShmRead>;
+pub type TlsRead = Either<ReadHalf<TlsStream<PolledTcp>>, ShmRead>;
 
 /// The writing half of a TLS mesh's link to one peer (see [`TlsRead`]).
-pub type TlsWrite = Either<WriteHalf<TlsStream<TcpStream>>, ShmWrite>;
+pub type TlsWrite = Either<WriteHalf<TlsStream<PolledTcp>>, ShmWrite>;
 
 /// One rank's end of a TLS mesh. Built by [`TlsEndpoint::connect`]; its
 /// settings are the TCP data plane's ([`crate::TcpConfig`]).
