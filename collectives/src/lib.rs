@@ -55,6 +55,7 @@ pub use transport::quic::{QuicAddress, QuicConfig, QuicEndpoint, QuicTransport};
 pub use transport::shm::{ShmConfig, ShmRead, ShmWrite};
 pub use transport::stream::{ReadHalf, StreamTransport, WriteHalf};
 pub use transport::tcp::{
-    LinkCarry, PolledRead, PolledTcp, TcpConfig, TcpEndpoint, TcpRead, TcpTransport, TcpWrite,
+    LinkCarry, OnSocket, Polled, PolledRead, PolledTcp, TcpConfig, TcpEndpoint, TcpRead,
+    TcpTransport, TcpWrite,
 };
 pub use transport::tls::{TlsEndpoint, TlsRead, TlsSetupError, TlsTransport, TlsWrite};

@@ -25,7 +25,7 @@ pub(crate) mod polled;
 
 pub use carry::LinkCarry;
 pub use mesh::TcpEndpoint;
-pub use polled::{PolledRead, PolledTcp};
+pub use polled::{OnSocket, Polled, PolledRead, PolledTcp};
 
 /// The reading half of a TCP mesh's link to one peer: the socket itself,
 /// looked at for a while before it sleeps (`Left`), or, for a peer on the same host, a shared-memory link

@@ -24,46 +24,42 @@ use tokio::net::tcp::OwnedReadHalf;
 
 use crate::transport::patience::Patience;
 
-/// The reading half of a TCP link (see the module's text).
+/// A TCP link's socket, or its reading half, whose reads look for their
+/// bytes for a while before they sleep (see the module's text).
 #[derive(Debug)]
-pub struct PolledRead {
-    inner: OwnedReadHalf,
+pub struct Polled<S> {
+    inner: S,
     patience: Patience,
 }
 
-impl PolledRead {
-    /// `inner`, looking for its bytes for up to `spin` before it sleeps.
-    pub(crate) fn new(inner: OwnedReadHalf, spin: Duration) -> Self {
-        Self {
-            inner,
-            patience: Patience::new(spin),
-        }
-    }
-}
-
-impl AsyncRead for PolledRead {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let fd = this.inner.as_ref().as_raw_fd();
-        poll_polled(&mut this.inner, fd, &mut this.patience, cx, buf)
-    }
-}
+/// The reading half of a TCP link.
+pub type PolledRead = Polled<OwnedReadHalf>;
 
 /// A whole TCP connection whose reads look as [`PolledRead`]'s do, for a
 /// layer that wraps the connection before splitting it (TLS).
-#[derive(Debug)]
-pub struct PolledTcp {
-    inner: TcpStream,
-    patience: Patience,
+pub type PolledTcp = Polled<TcpStream>;
+
+/// What a [`Polled`] reads: a TCP socket, or its reading half.
+pub trait OnSocket {
+    /// The socket's descriptor.
+    fn fd(&self) -> RawFd;
 }
 
-impl PolledTcp {
+impl OnSocket for OwnedReadHalf {
+    fn fd(&self) -> RawFd {
+        self.as_ref().as_raw_fd()
+    }
+}
+
+impl OnSocket for TcpStream {
+    fn fd(&self) -> RawFd {
+        self.as_raw_fd()
+    }
+}
+
+impl<S> Polled<S> {
     /// `inner`, looking for its bytes for up to `spin` before it sleeps.
-    pub(crate) fn new(inner: TcpStream, spin: Duration) -> Self {
+    pub(crate) fn new(inner: S, spin: Duration) -> Self {
         Self {
             inner,
             patience: Patience::new(spin),
@@ -75,28 +71,46 @@ impl PolledTcp {
         self.patience = Patience::new(spin);
     }
 
-    pub(crate) fn socket(&self) -> &TcpStream {
+    pub(crate) fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    pub(crate) fn into_socket(self) -> TcpStream {
+    pub(crate) fn into_inner(self) -> S {
         self.inner
     }
 }
 
-impl AsyncRead for PolledTcp {
+impl<S: AsyncRead + OnSocket + Unpin> AsyncRead for Polled<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
-        let fd = this.inner.as_raw_fd();
-        poll_polled(&mut this.inner, fd, &mut this.patience, cx, buf)
+        if let Poll::Ready(r) = Pin::new(&mut this.inner).poll_read(cx, buf) {
+            this.patience.reset();
+            return Poll::Ready(r);
+        }
+        // The runtime will wake this task when the socket turns readable;
+        // until the budget is spent, look without it.
+        if !this.patience.again() {
+            return Poll::Pending;
+        }
+        match read_now(this.inner.fd(), buf) {
+            Ok(Some(())) => {
+                this.patience.reset();
+                Poll::Ready(Ok(()))
+            }
+            Ok(None) => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(e)),
+        }
     }
 }
 
-impl AsyncWrite for PolledTcp {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Polled<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -136,37 +150,6 @@ fn read_now(fd: RawFd, buf: &mut ReadBuf<'_>) -> std::io::Result<Option<()>> {
         }
         Err(Errno::EAGAIN | Errno::EINTR) => Ok(None),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// A read of `inner` (whose socket is `fd`) that, finding the runtime's
-/// socket not ready, looks itself while `patience` lasts.
-fn poll_polled<R: AsyncRead + Unpin>(
-    inner: &mut R,
-    fd: RawFd,
-    patience: &mut Patience,
-    cx: &mut Context<'_>,
-    buf: &mut ReadBuf<'_>,
-) -> Poll<std::io::Result<()>> {
-    if let Poll::Ready(r) = Pin::new(inner).poll_read(cx, buf) {
-        patience.reset();
-        return Poll::Ready(r);
-    }
-    // The runtime will wake this task when the socket turns readable;
-    // until the budget is spent, look without it.
-    if !patience.again() {
-        return Poll::Pending;
-    }
-    match read_now(fd, buf) {
-        Ok(Some(())) => {
-            patience.reset();
-            Poll::Ready(Ok(()))
-        }
-        Ok(None) => {
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-        Err(e) => Poll::Ready(Err(e)),
     }
 }
 

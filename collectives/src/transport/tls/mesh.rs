@@ -174,7 +174,7 @@ impl Layer for Tls {
     }
 
     fn socket(s: &Self::Stream) -> &TcpStream {
-        s.get_ref().0.socket()
+        s.get_ref().0.get_ref()
     }
 
     /// The session's halves, its socket's reads looking for `spin` (the
@@ -188,8 +188,8 @@ impl Layer for Tls {
     /// nothing more on it (the offer and answer were the last records).
     fn into_socket(s: Self::Stream) -> TcpStream {
         match s {
-            TlsStream::Client(c) => c.into_inner().0.into_socket(),
-            TlsStream::Server(c) => c.into_inner().0.into_socket(),
+            TlsStream::Client(c) => c.into_inner().0.into_inner(),
+            TlsStream::Server(c) => c.into_inner().0.into_inner(),
         }
     }
 }
