@@ -25,11 +25,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, Notify};
 
 use super::links::Links;
-use super::{ReadHalf, Reader, WriteHalf, frame};
+use super::{Header, ReadHalf, Reader, WriteHalf, frame, goodbye};
 use crate::error::LossCause;
 use crate::tag::{Generation, Rank, Tag};
 
@@ -437,12 +437,12 @@ async fn hear_rehello<R: ReadHalf>(
     max_frame: u32,
 ) -> Result<(Generation, Rank), LossCause> {
     loop {
-        if r.fill_buf().await.map_err(super::io_cause)?.is_empty() {
-            return Err(LossCause::Closed);
-        }
-        let mut header = [0u8; frame::HEADER_LEN];
-        r.read_exact(&mut header).await.map_err(super::io_cause)?;
-        let (tag, len) = frame::decode_header(&header, max_frame)?;
+        let (tag, len) = match super::read_header(r, max_frame, goodbye(parked_in)).await? {
+            Header::End => return Err(LossCause::Closed),
+            // The last generation's own goodbye or carry frame.
+            Header::Goodbye | Header::Carry(_) => continue,
+            Header::Frame { tag, len } => (tag, len as u32),
+        };
         if tag.generation <= parked_in {
             let skipped =
                 tokio::io::copy(&mut (&mut *r).take(len.into()), &mut tokio::io::sink()).await;
