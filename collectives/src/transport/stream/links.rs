@@ -370,10 +370,13 @@ impl<R: ReadHalf, W: WriteHalf> Links<R, W> {
         }
     }
 
-    /// Says goodbye (`header`) on every link, through the writers' locks:
-    /// for a transport leaving while something else still holds its links.
+    /// Says goodbye (`header`) on every link, through the writers' locks,
+    /// and stops reading them: for a transport leaving while something else
+    /// still holds its links (a carrying pool, an accept task's last
+    /// answers).
     pub(crate) async fn goodbye(&self, header: &[u8], within: Duration) {
         self.end_writers(Some(header), within).await;
+        self.abort_readers();
     }
 
     /// Ends every writing half, each within `within`: after the goodbye

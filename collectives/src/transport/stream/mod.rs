@@ -673,7 +673,6 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
             // share.
             let header = frame::encode_header(goodbye(self.generation), 0);
             self.links.goodbye(&header, self.limits.io_timeout).await;
-            self.links.abort_readers();
             return Vec::new();
         }
         let empty = Arc::new(Links::new(0, 0, self.mailbox.clone(), 0, None));
@@ -686,7 +685,6 @@ impl<R: ReadHalf, W: WriteHalf> StreamTransport<R, W> {
             // moment: the goodbye then goes through them.
             Err(links) => {
                 links.goodbye(&header, within).await;
-                links.abort_readers();
                 return Vec::new();
             }
         };
