@@ -16,9 +16,9 @@
 //! peer reads g's frames, the carry frame, the rehello and g''s frames in
 //! that order. A link goes on only into the generation right after the
 //! one it left (a number both ends know alike); parked and not taken up
-//! then, it is closed when a later one starts, at both ends; a link whose frame was
-//! left half-written, or whose peer is gone, is closed at once, and the
-//! peer's end sees it end. Both ends decide alike, from what the link said.
+//! then, it is closed when a later one starts, at both ends; a link whose
+//! frame was left half-written, or whose peer is gone, is closed at once,
+//! and the peer's end sees it end. Both ends decide alike, from what the link said.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -441,12 +441,11 @@ async fn hear_rehello<R: ReadHalf>(
             Header::End => return Err(LossCause::Closed),
             // The last generation's own goodbye or carry frame.
             Header::Goodbye | Header::Carry(_) => continue,
-            Header::Frame { tag, len } => (tag, len as u32),
+            Header::Frame { tag, len } => (tag, len as u64),
         };
         if tag.generation <= parked_in {
-            let skipped =
-                tokio::io::copy(&mut (&mut *r).take(len.into()), &mut tokio::io::sink()).await;
-            if skipped.map_err(super::io_cause)? != u64::from(len) {
+            let skipped = tokio::io::copy(&mut (&mut *r).take(len), &mut tokio::io::sink()).await;
+            if skipped.map_err(super::io_cause)? != len {
                 return Err(LossCause::Malformed("a carried link ended inside a frame"));
             }
             continue;

@@ -28,8 +28,9 @@ pub use mesh::TcpEndpoint;
 pub use polled::{OnSocket, Polled, PolledRead, PolledTcp};
 
 /// The reading half of a TCP mesh's link to one peer: the socket itself,
-/// looked at for a while before it sleeps (`Left`), or, for a peer on the same host, a shared-memory link
-/// (`crate::transport::shm`) whose doorbell is that socket (`Right`).
+/// looked at for a while before it sleeps (`Left`), or, for a peer on the
+/// same host, a shared-memory link (`crate::transport::shm`) whose doorbell
+/// is that socket (`Right`).
 pub type TcpRead = Either<PolledRead, ShmRead>;
 
 /// The writing half of a TCP mesh's link to one peer (see [`TcpRead`]).
