@@ -132,12 +132,27 @@ impl Collectives<Device> for NcclComm {
         scratch: &mut DeviceBuffer<T>,
         phases: &mut FusedPhases,
     ) -> collectives::Result<()> {
-        let total: usize = tensors.iter().map(DeviceBuffer::len).sum();
+        let mut each: Vec<Vec<&mut DeviceBuffer<T>>> =
+            tensors.iter_mut().map(|t| vec![t]).collect();
+        Collectives::<Device>::allreduce_segments(self, &mut each, op, scratch, phases).await
+    }
+
+    /// Packs every segment into `scratch` (resized to the group), one
+    /// allreduce, and copies the results back, all on the communicator's
+    /// stream.
+    async fn allreduce_segments<T: Element>(
+        &self,
+        tensors: &mut [Vec<&mut DeviceBuffer<T>>],
+        op: ReduceOp,
+        scratch: &mut DeviceBuffer<T>,
+        phases: &mut FusedPhases,
+    ) -> collectives::Result<()> {
+        let total: usize = tensors.iter().flatten().map(|t| t.len()).sum();
         if scratch.len() != total {
             *scratch = DeviceBuffer::zeros(&self.stream, total)?;
         }
         let mut at = 0;
-        for t in tensors.iter() {
+        for t in tensors.iter().flatten() {
             scratch.copy_in(at, t, &self.stream)?;
             at += t.len();
         }
@@ -145,7 +160,7 @@ impl Collectives<Device> for NcclComm {
         self.allreduce_in_place(scratch, op).await?;
         phases.reduced = Some(std::time::Instant::now());
         let mut at = 0;
-        for t in tensors.iter_mut() {
+        for t in tensors.iter_mut().flatten() {
             scratch.copy_out(at, t, &self.stream)?;
             at += t.len();
         }

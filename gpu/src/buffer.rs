@@ -218,10 +218,32 @@ impl<T: Element> DeviceBuffer<T> {
         src: &DeviceBuffer<T>,
         stream: &Arc<CudaStream>,
     ) -> Result<(), GpuError> {
+        self.copy_in_range(at, src, 0..src.len, stream)
+    }
+
+    /// Copies elements `range` of `src` into elements `at..at +
+    /// range.len()` on `stream`.
+    pub fn copy_in_range(
+        &mut self,
+        at: usize,
+        src: &DeviceBuffer<T>,
+        range: std::ops::Range<usize>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), GpuError> {
         let size = std::mem::size_of::<T>();
-        let mut dst = self.bytes.slice_mut(at * size..(at + src.len) * size);
+        if at + range.len() > self.len || range.end > src.len {
+            return Err(GpuError::Usage {
+                what: "a copy between GPU buffers",
+                detail: format!(
+                    "elements {range:?} of {} into {}.. of {}",
+                    src.len, at, self.len
+                ),
+            });
+        }
+        let from = src.bytes.slice(range.start * size..range.end * size);
+        let mut dst = self.bytes.slice_mut(at * size..(at + range.len()) * size);
         stream
-            .memcpy_dtod(&*src.bytes, &mut dst)
+            .memcpy_dtod(&from, &mut dst)
             .map_err(cuda("cuMemcpyDtoD"))
     }
 

@@ -620,11 +620,11 @@ impl<D: GroupCollectives<Host>, H: Transport> State<D, H> {
             gpu.run(&self.comm, &group, locals, &mut marks, active)
                 .await
         } else {
-            let at = exec::Fused {
-                buffer: &mut self.fusion,
-                marks: &mut marks,
+            let mut room = exec::HostRoom {
+                comm: &self.comm,
+                fusion: &mut self.fusion,
             };
-            exec::run(&self.comm, &group, locals, at, active).await
+            exec::run(&mut room, &group, locals, &mut marks, active).await
         };
         let done = std::time::Instant::now();
         if let Some(last) = submitted.iter().max() {

@@ -487,3 +487,51 @@ fn a_name_submitted_again_while_in_flight_runs_after_it_on_every_rank() {
         assert_eq!(b.as_ref().unwrap(), &vec![30.0f32; 3], "rank {rank}");
     }
 }
+
+/// Allgathers submitted together run as one fused collective: each tensor
+/// gets every rank's rows in rank order, whatever each rank contributes to
+/// it, step after step out of the kept fusion buffer.
+#[test]
+fn fused_allgathers_give_each_tensor_every_ranks_rows() {
+    let (size, steps, tensors) = (3, 5, 4);
+    let cfg = EngineConfig {
+        // Long cycles: a step's tensors land in one round and fuse.
+        cycle_time: Duration::from_millis(20),
+        ..EngineConfig::default()
+    };
+    // Rank r gives tensor t (r + t) % 3 rows of t + 1 columns.
+    let rows = |r: usize, t: usize| (r + t) % 3;
+    let cell =
+        |step: usize, r: usize, t: usize, i: usize| (step * 1000 + r * 100 + t * 10 + i) as i64;
+    let out = on_every_rank(size, cfg, move |rank, e| {
+        for step in 0..steps {
+            let hs: Vec<_> = (0..tensors)
+                .map(|t| {
+                    let n = rows(rank, t) * (t + 1);
+                    let data = (0..n).map(|i| cell(step, rank, t, i)).collect();
+                    let tensor = Tensor::new(data, vec![rows(rank, t), t + 1]).unwrap();
+                    e.submit(format!("g.{t}"), Kind::Allgather, tensor, vec![], vec![])
+                })
+                .collect();
+            for (t, h) in hs.into_iter().enumerate() {
+                let got = h.wait().unwrap();
+                let want: Vec<i64> = (0..size)
+                    .flat_map(|r| (0..rows(r, t) * (t + 1)).map(move |i| cell(step, r, t, i)))
+                    .collect();
+                let all_rows = (0..size).map(|r| rows(r, t)).sum::<usize>();
+                assert_eq!(got.data, want, "rank {rank} step {step} tensor {t}");
+                assert_eq!(
+                    got.shape,
+                    vec![all_rows, t + 1],
+                    "rank {rank} step {step} tensor {t}"
+                );
+            }
+        }
+    });
+    for (rank, ((), stats)) in out.iter().enumerate() {
+        assert!(
+            stats.collectives < stats.tensors,
+            "rank {rank} never fused: {stats:?}"
+        );
+    }
+}

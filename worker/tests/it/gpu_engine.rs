@@ -129,3 +129,81 @@ fn two_ranks_on_one_gpu_act_as_two_hosts_through_the_two_level_allreduce() {
         }
     }
 }
+
+/// The executor's one path on a GPU: allgathers submitted together fused
+/// into one NCCL gather (every rank's rows, in rank order, whatever each
+/// contributes), broadcast and reducescatter beside them, and alltoall
+/// refused with what to do instead.
+#[test]
+fn gpu_allgathers_fuse_and_every_other_collective_runs_through_the_engine() {
+    let Some(size) = gpu_ranks("GPU collectives through the engine") else {
+        return;
+    };
+    let cfg = EngineConfig {
+        cycle_time: std::time::Duration::from_millis(20),
+        ..EngineConfig::default()
+    };
+    let rows = |r: usize, t: usize| (r + t) % 3;
+    let cell = |r: usize, t: usize, i: usize| (r * 100 + t * 10 + i) as f32;
+    let out = on_every_rank(size, cfg, move |rank, e| {
+        let stream = gpu::stream_on(rank).unwrap();
+        let on_gpu = |v: Vec<f32>| DeviceBuffer::from_host(&stream, &v).unwrap();
+        let gathers: Vec<_> = (0..3)
+            .map(|t| {
+                let data = (0..rows(rank, t) * 2).map(|i| cell(rank, t, i)).collect();
+                e.submit_gpu(
+                    format!("g.{t}"),
+                    Kind::Allgather,
+                    on_gpu(data),
+                    vec![rows(rank, t), 2],
+                )
+            })
+            .collect();
+        let b = e.submit_gpu(
+            "b".into(),
+            Kind::Broadcast { root: 0 },
+            on_gpu(vec![rank as f32; 5]),
+            vec![5],
+        );
+        let rs = e.submit_gpu(
+            "rs".into(),
+            Kind::Reducescatter(ReduceOp::Max),
+            on_gpu(vec![rank as f32; 7]),
+            vec![7],
+        );
+        let a = e.submit_gpu("a".into(), Kind::Alltoall, on_gpu(vec![1.0; 4]), vec![4]);
+        let g: Vec<_> = gathers
+            .into_iter()
+            .map(|h| {
+                let (d, shape) = h.wait().unwrap();
+                (d.to_host().unwrap(), shape)
+            })
+            .collect();
+        let b = b.wait().unwrap().0.to_host().unwrap();
+        let (rs, rs_shape) = rs.wait().unwrap();
+        let refused = a.wait().unwrap_err().to_string();
+        (g, b, (rs.to_host().unwrap(), rs_shape), refused)
+    });
+    for (rank, ((g, b, (rs, rs_shape), refused), _)) in out.into_iter().enumerate() {
+        for (t, (got, shape)) in g.into_iter().enumerate() {
+            let want: Vec<f32> = (0..size)
+                .flat_map(|r| (0..rows(r, t) * 2).map(move |i| cell(r, t, i)))
+                .collect();
+            let all_rows = (0..size).map(|r| rows(r, t)).sum::<usize>();
+            assert_eq!(
+                (got, shape),
+                (want, vec![all_rows, 2]),
+                "rank {rank} allgather {t}"
+            );
+        }
+        assert_eq!(b, vec![0.0; 5], "rank {rank} broadcast");
+        let mine = collectives::schedule::even_counts(7, size)[rank];
+        let top = (size - 1) as f32;
+        assert_eq!(
+            (rs, rs_shape),
+            (vec![top; mine], vec![mine]),
+            "rank {rank} reducescatter"
+        );
+        assert!(refused.contains("alltoall"), "rank {rank}: {refused}");
+    }
+}
