@@ -5,8 +5,8 @@
 use std::time::Instant;
 
 use collectives::{
-    CollectiveError, Communicator, DType, Element, ReduceOp, ShmConfig, Transport, bf16, f16,
-    schedule::even_counts,
+    CollectiveError, Collectives, Communicator, DType, Element, FusedPhases, Host, ReduceOp,
+    ShmConfig, Transport, bf16, f16, schedule::even_counts,
 };
 use control::env::TransportKind;
 
@@ -50,7 +50,7 @@ async fn sweep_sizes<T: Element, X: Transport>(
     let o = comm.options();
     if printing && !args.json {
         println!(
-            "# collbench {} {} {} np={} over {} {}; segment {} B, small-message limit {} B, algorithm {:?}",
+            "# collbench {} {} {} np={} over {} {}; segment {} B, small-message limit {} B, algorithm {:?}, {} tensor(s)",
             args.op.name(),
             T::DTYPE,
             args.reduce_op,
@@ -60,6 +60,7 @@ async fn sweep_sizes<T: Element, X: Transport>(
             o.segment_bytes,
             o.small_message_bytes,
             args.algorithm,
+            args.tensors,
         );
         println!("{}", Row::header());
     }
@@ -176,8 +177,22 @@ impl<T: Element> Case<T> {
         }
     }
 
-    async fn run<X: Transport>(&mut self, comm: &Communicator<X>) -> Result<()> {
+    async fn run<X: Transport>(&mut self, comm: &Communicator<X>, tensors: usize) -> Result<()> {
         match self.op {
+            Collective::Allreduce if tensors > 1 => {
+                let per = self.buf.len().div_ceil(tensors).max(1);
+                let mut each: Vec<Vec<&mut [T]>> =
+                    self.buf.chunks_mut(per).map(|c| vec![c]).collect();
+                let (mut scratch, mut phases) = (Vec::new(), FusedPhases::default());
+                let r = Collectives::<Host>::allreduce_segments(
+                    comm,
+                    &mut each,
+                    self.reduce,
+                    &mut scratch,
+                    &mut phases,
+                );
+                r.await
+            }
             Collective::Allreduce => comm.allreduce(&mut self.buf, self.reduce).await,
             Collective::Reducescatter => comm
                 .reducescatter(&mut self.buf, &self.counts, self.reduce)
@@ -212,7 +227,7 @@ async fn measure<T: Element, X: Transport>(
         "skipped"
     } else {
         case.fill_pattern();
-        case.run(comm).await?;
+        case.run(comm, args.tensors as usize).await?;
         let mut ok = [i32::from(case.verify())];
         comm.allreduce(&mut ok, ReduceOp::Min).await?;
         // Reductions keep running on their own output: reset to values that stay
@@ -229,13 +244,13 @@ async fn measure<T: Element, X: Transport>(
     };
     let warmup = warmup.max(first_pass(ring, bytes));
     for _ in 0..warmup {
-        case.run(comm).await?;
+        case.run(comm, args.tensors as usize).await?;
     }
     let mut times = Vec::with_capacity(iters);
     for _ in 0..iters {
         comm.barrier().await?;
         let t0 = Instant::now();
-        case.run(comm).await?;
+        case.run(comm, args.tensors as usize).await?;
         times.push(t0.elapsed().as_secs_f64());
     }
     comm.allreduce(&mut times, ReduceOp::Max).await?;

@@ -116,6 +116,11 @@ pub(crate) struct Args {
     /// Skip the correctness check (run once per size before timing).
     #[arg(long)]
     pub(crate) no_check: bool,
+    /// Allreduce on the host: the buffer as this many equal tensors, each in
+    /// its own memory, reduced in one fused collective as the engine runs a
+    /// fused group (`allreduce_segments`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) tensors: u32,
     /// Allreduce/broadcast algorithm.
     #[arg(long, value_enum, default_value_t = Algorithm::Auto)]
     pub(crate) algorithm: Algorithm,
@@ -259,6 +264,10 @@ fn main() -> ExitCode {
             p.0.len(),
             args.np
         ));
+        return ExitCode::from(2);
+    }
+    if args.tensors > 1 && (args.op != Collective::Allreduce || args.device != Place::Host) {
+        say("collbench: --tensors is for allreduce in host memory");
         return ExitCode::from(2);
     }
     if args.device == Place::Cuda

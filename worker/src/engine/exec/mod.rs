@@ -154,7 +154,10 @@ async fn run_typed<T: Element, R: Room>(
         Ok(d) => d,
         Err(e) => return Err((e, locals)),
     };
-    let splits: Vec<Vec<usize>> = locals.iter().map(|l| l.splits.clone()).collect();
+    let splits: Vec<Vec<usize>> = locals
+        .iter_mut()
+        .map(|l| std::mem::take(&mut l.splits))
+        .collect();
     let result = collective(room, group, held, splits, marks, active).await;
     let outs = match result {
         Ok(o) => o,
