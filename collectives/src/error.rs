@@ -127,6 +127,13 @@ pub enum CollectiveError {
         expected: usize,
         got: usize,
     },
+    #[error("rank {from} sent a gather message ({tag}) with {what} (the block of rank {block})")]
+    BadGather {
+        from: Rank,
+        tag: Tag,
+        what: &'static str,
+        block: u64,
+    },
     #[error("rank {from} sent {got} bytes ({tag}), not a whole number of {dtype} elements")]
     RaggedPayload {
         from: Rank,

@@ -1,12 +1,13 @@
-//! Allgather of buffers whose lengths nobody knows in advance, in one ring
-//! pass when they are small: every rank's message is its element count
-//! followed, up to a size limit, by the elements themselves. Each message
-//! travels once around the ring (n - 1 steps, each forwarding what arrived
-//! in the step before), so a small allgather (the engine's negotiation
-//! message of every cycle) costs one pass instead of a pass for the counts
-//! and another for the data. When a rank's buffer is too large to ride
-//! along, the counts alone have travelled and the caller runs the
-//! segmented allgather with them.
+//! Allgather of buffers whose lengths nobody knows in advance, in one pass
+//! when they are small: every rank's message is its element count
+//! followed, up to a size limit, by the elements themselves. The messages
+//! are gathered by recursive doubling from 4 ranks up (`super::gather`:
+//! log2(n) exchanges, the fold aside) and otherwise travel once around the
+//! ring (n - 1 steps, each forwarding what arrived in the step before), so
+//! a small allgather (the engine's negotiation message of every cycle)
+//! costs one pass instead of a pass for the counts and another for the
+//! data. When a rank's buffer is too large to ride along, the counts alone
+//! have travelled and the caller runs the segmented allgather with them.
 //!
 //! ```text
 //!  message  [ count: i64 LE | count elements, or nothing when too large ]
@@ -20,9 +21,16 @@ use crate::schedule::allgather_ring;
 use crate::tag::Rank;
 use crate::transport::Transport;
 
+use super::gather::{doubling_gather, doubling_pays};
 use super::{Op, count_from_wire};
 
 const HEADER: usize = std::mem::size_of::<i64>();
+
+/// The most one gather message may carry from 4 ranks up, where a message
+/// carries many ranks' (the frame limit is 1 GiB): at 10,000 ranks each
+/// rank's elements ride along up to 6.7 KB, the engine's negotiation
+/// message in the steady state a few dozen bytes.
+const GATHER_BUDGET: usize = 64 << 20;
 
 /// What one pass told this rank: every rank's count, and every rank's
 /// elements when all of them came along.
@@ -41,7 +49,13 @@ pub(crate) async fn announce<T: Element, X: Transport>(
     input: &[T],
     inline_bytes: usize,
 ) -> Result<Announced<T>> {
-    let (n, rank) = (op.tr.size(), op.tr.rank());
+    let n = op.tr.size();
+    let doubling = doubling_pays(n);
+    // Each doubling message carries up to every rank's: bounded in all.
+    let inline_bytes = match doubling {
+        true => inline_bytes.min(GATHER_BUDGET / n),
+        false => inline_bytes,
+    };
     let bytes: &[u8] = bytemuck::cast_slice(input);
     let inline = bytes.len() <= inline_bytes;
     let mut m = BytesMut::with_capacity(HEADER + if inline { bytes.len() } else { 0 });
@@ -49,16 +63,10 @@ pub(crate) async fn announce<T: Element, X: Transport>(
     if inline {
         m.put_slice(bytes);
     }
-    let mut msgs: Vec<Option<Bytes>> = vec![None; n];
-    msgs[rank] = Some(m.freeze());
-    let (right, left) = ((rank + 1) % n, (rank + n - 1) % n);
-    for (s, st) in allgather_ring(n, rank).iter().enumerate() {
-        let out = msgs[st.send].clone().unwrap_or_default();
-        let tag = op.tag(s)?;
-        let (_, got) = tokio::try_join!(op.tr.send(right, tag, &out), op.tr.recv(left, tag))?;
-        msgs[st.recv] = Some(got);
-    }
-    let msgs: Vec<Bytes> = msgs.into_iter().map(Option::unwrap_or_default).collect();
+    let msgs = match doubling {
+        true => doubling_gather(op, m.freeze()).await?,
+        false => ring_gather(op, m.freeze()).await?,
+    };
     let mut counts = Vec::with_capacity(n);
     let mut parts = Vec::with_capacity(n);
     for (from, m) in msgs.iter().enumerate() {
@@ -71,6 +79,21 @@ pub(crate) async fn announce<T: Element, X: Transport>(
         bytemuck::pod_collect_to_vec::<u8, T>(&joined)
     });
     Ok(Announced { counts, all })
+}
+
+/// Every rank's `mine` in rank order, in one ring pass.
+async fn ring_gather<X: Transport>(op: &Op<'_, X>, mine: Bytes) -> Result<Vec<Bytes>> {
+    let (n, rank) = (op.tr.size(), op.tr.rank());
+    let mut msgs: Vec<Option<Bytes>> = vec![None; n];
+    msgs[rank] = Some(mine);
+    let (right, left) = ((rank + 1) % n, (rank + n - 1) % n);
+    for (s, st) in allgather_ring(n, rank).iter().enumerate() {
+        let out = msgs[st.send].clone().unwrap_or_default();
+        let tag = op.tag(s)?;
+        let (_, got) = tokio::try_join!(op.tr.send(right, tag, &out), op.tr.recv(left, tag))?;
+        msgs[st.recv] = Some(got);
+    }
+    Ok(msgs.into_iter().map(Option::unwrap_or_default).collect())
 }
 
 /// The count of rank `from`'s message and its elements' bytes when they
@@ -133,6 +156,44 @@ mod tests {
         // A count without its elements: too large to ride along.
         let got = with_forged(&9i64.to_le_bytes()).await.unwrap();
         assert_eq!((got.counts, got.all), (vec![2, 9], None));
+    }
+
+    /// Every rank of a world of `n` announces `len(r)` elements; returns
+    /// what each rank was told.
+    async fn world_announce(
+        n: usize,
+        len: impl Fn(usize) -> usize,
+        inline: usize,
+    ) -> Vec<Announced<i32>> {
+        let w = MemTransport::world(n, Generation(1), Duration::from_secs(5));
+        let calls = w.iter().enumerate().map(|(r, tr)| {
+            let input: Vec<i32> = (0..len(r)).map(|i| (r * 1000 + i) as i32).collect();
+            async move { announce(&Op { tr, id: 7 }, &input, inline).await.unwrap() }
+        });
+        futures::future::join_all(calls).await
+    }
+
+    #[tokio::test]
+    async fn every_world_size_gathers_every_ranks_message_in_rank_order() {
+        // The ring below 4 ranks and at 5, recursive doubling (with the
+        // fold where the size is not a power of two) at the others.
+        for n in (1..=9).chain([16, 17, 33]) {
+            let len = |r: usize| (r * 7) % 5;
+            let want: Vec<i32> = (0..n)
+                .flat_map(|r| (0..len(r)).map(move |i| (r * 1000 + i) as i32))
+                .collect();
+            let counts: Vec<usize> = (0..n).map(len).collect();
+            for (r, got) in world_announce(n, len, 64).await.into_iter().enumerate() {
+                assert_eq!(got.counts, counts, "n = {n}, rank {r}");
+                assert_eq!(got.all.as_ref(), Some(&want), "n = {n}, rank {r}");
+            }
+            // One rank over the inline limit: the counts alone.
+            let big = |r: usize| if r == n / 2 { 40 } else { len(r) };
+            for (r, got) in world_announce(n, big, 64).await.into_iter().enumerate() {
+                let counts: Vec<usize> = (0..n).map(big).collect();
+                assert_eq!((got.counts, got.all), (counts, None), "n = {n}, rank {r}");
+            }
+        }
     }
 
     #[tokio::test]

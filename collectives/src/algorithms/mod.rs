@@ -14,6 +14,7 @@ mod announce;
 mod broadcast;
 mod cells;
 mod doubling;
+mod gather;
 mod hierarchical;
 mod ring;
 
