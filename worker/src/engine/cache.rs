@@ -148,7 +148,7 @@ mod tests {
             place: Location::Host,
         };
         Ready {
-            per_rank: vec![r.clone(), r],
+            per_rank: vec![r.clone(), r].into(),
         }
     }
 

@@ -101,7 +101,7 @@ mod tests {
             place: Location::Host,
         };
         Ready {
-            per_rank: vec![r.clone(), r],
+            per_rank: vec![r.clone(), r].into(),
         }
     }
 
@@ -149,7 +149,9 @@ mod tests {
     fn host_and_gpu_tensors_never_share_a_buffer() {
         let on_gpu = |name: &str| {
             let mut r = t(name, SUM, DType::F32, 4);
-            r.per_rank.iter_mut().for_each(|q| q.place = Location::Gpu);
+            let mut each = r.per_rank.to_vec();
+            each.iter_mut().for_each(|q| q.place = Location::Gpu);
+            r.per_rank = each.into();
             r
         };
         let ready = vec![

@@ -258,9 +258,12 @@ pub(super) fn decode_round(all: &[u8], counts: &[usize]) -> Result<Vec<RankMsg>,
 }
 
 /// A negotiated tensor: every rank's request (they agree), in rank order.
+/// Shared, not copied, between the response cache and each round that runs
+/// it: at 128 ranks a copy was 128 requests allocated and freed per tensor
+/// per round on every rank.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Ready {
-    pub per_rank: Vec<Request>,
+    pub per_rank: std::sync::Arc<[Request]>,
 }
 
 impl Ready {

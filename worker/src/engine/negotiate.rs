@@ -309,7 +309,9 @@ fn check(
         .map(|q| q.unwrap_or_else(|| first.kind.stand_in(&first)))
         .collect();
     if reqs.iter().all(|r| r.agrees_with(&first)) {
-        return Ok(Ready { per_rank: reqs });
+        return Ok(Ready {
+            per_rank: reqs.into(),
+        });
     }
     let views = reqs.iter().map(Request::describe).collect();
     Err(Mismatch::Differs { name, views })
