@@ -50,10 +50,18 @@ pub(crate) async fn doubling_gather<X: Transport>(
     // As the doubling allreduce numbers its messages: the fold out's step
     // does not depend on this rank's own round count.
     let last = 1 + usize::BITS as usize;
-    match plan.pre {
-        Some(Fold::SendTo(p)) => op.tr.send(p, op.tag(0)?, &pack(&have, None)).await?,
-        Some(Fold::RecvFrom(p)) => take(op, p, 0, &mut have).await?,
-        None => {}
+    // The fold in goes both ways: a rank folded out hears an empty message
+    // from its partner, which may be what starts it (an engine with nothing
+    // to negotiate starts its round when a peer's message arrives, and with
+    // the ring every rank heard from its left neighbour first).
+    if let Some(Fold::SendTo(p) | Fold::RecvFrom(p)) = plan.pre {
+        let tag = op.tag(0)?;
+        let out = match plan.pre {
+            Some(Fold::SendTo(_)) => pack(&have, None),
+            _ => Bytes::new(),
+        };
+        let (_, got) = tokio::try_join!(op.tr.send(p, tag, &out), op.tr.recv(p, tag))?;
+        unpack(op.tr.world_rank(p), tag, &got, &mut have)?;
     }
     for (i, &partner) in plan.rounds.iter().enumerate() {
         let tag = op.tag(i + 1)?;

@@ -32,9 +32,17 @@ fn want(size: usize) -> Vec<f32> {
 /// ranks that submitted first, nor a rank's shutdown but its own news: a
 /// late rank's submission completes the tensor on every rank at once. The
 /// late rank submits only once the others' engines sleep with no timer.
+/// Three ranks gather the round's messages around the ring; six and eight
+/// by recursive doubling, six folding ranks 0 and 2 in and out (each must
+/// hear from its partner before it speaks), whichever rank is late.
 #[test]
 fn a_late_rank_wakes_the_ranks_waiting_for_it_without_a_timer() {
-    let size = 3;
+    for (size, late) in [(3, 2), (6, 5), (6, 0), (6, 1), (8, 3)] {
+        late_rank_wakes_the_others(size, late);
+    }
+}
+
+fn late_rank_wakes_the_others(size: usize, late: usize) {
     let cfg = EngineConfig {
         cycle_time: Duration::from_secs(3600),
         ..EngineConfig::default()
@@ -42,7 +50,7 @@ fn a_late_rank_wakes_the_ranks_waiting_for_it_without_a_timer() {
     let gate = Arc::new(Barrier::new(size));
     let out = on_every_rank(size, cfg, move |rank, e| {
         let mut got = vec![sum(e, "first", rank)];
-        if rank == size - 1 {
+        if rank == late {
             gate.wait();
         } else {
             let h = submit(e, "late", rank);
@@ -57,8 +65,9 @@ fn a_late_rank_wakes_the_ranks_waiting_for_it_without_a_timer() {
         got
     });
     for (rank, (got, stats)) in out.iter().enumerate() {
-        assert_eq!(got, &vec![want(size), want(size)], "rank {rank}");
-        assert_eq!(stats.tensors, 2, "rank {rank}: {stats:?}");
+        let ctx = format!("{size} ranks, rank {late} late: rank {rank}");
+        assert_eq!(got, &vec![want(size), want(size)], "{ctx}");
+        assert_eq!(stats.tensors, 2, "{ctx}: {stats:?}");
     }
 }
 
