@@ -26,8 +26,28 @@ enum Done {
 
 #[derive(Debug)]
 struct Pending {
-    per_rank: Vec<Option<Request>>,
+    per_rank: Vec<Option<Submitted>>,
     order: Order,
+}
+
+/// One rank's submission of a pending tensor: in full, or as a cache bit
+/// (the cached form, shared). A tensor whose every rank sent the same bit,
+/// over several rounds, is that cached form without a request copied or
+/// compared: at 128 ranks those were 128 of each per tensor per round.
+#[derive(Debug)]
+enum Submitted {
+    Full(Request),
+    Cached(Ready),
+}
+
+impl Submitted {
+    /// Rank `rank`'s request.
+    fn request(self, rank: usize) -> Request {
+        match self {
+            Submitted::Full(r) => r,
+            Submitted::Cached(c) => c.per_rank[rank].clone(),
+        }
+    }
 }
 
 /// The replicated negotiation state.
@@ -143,16 +163,16 @@ impl Negotiator {
         w
     }
 
-    fn submit(&mut self, rank: usize, req: Request, order: Order) {
+    fn submit(&mut self, rank: usize, name: &str, req: Submitted, order: Order) {
         let size = self.size;
-        let p = self
-            .pending
-            .entry(req.name.clone())
-            .or_insert_with(|| Pending {
-                per_rank: vec![None; size],
-                order,
-            });
-        p.per_rank[rank] = Some(req);
+        if !self.pending.contains_key(name) {
+            let per_rank = (0..size).map(|_| None).collect();
+            self.pending
+                .insert(name.to_owned(), Pending { per_rank, order });
+        }
+        if let Some(p) = self.pending.get_mut(name) {
+            p.per_rank[rank] = Some(req);
+        }
     }
 
     /// Processes one round of every rank's message.
@@ -190,20 +210,22 @@ impl Negotiator {
                 }
                 continue;
             }
-            decoded.push((rank, bit, ready.per_rank[rank].clone()));
+            decoded.push((rank, bit, ready.clone()));
         }
         drop(sent);
         for m in msgs {
             m.bits().for_each(|bit| self.cache.touch(bit));
         }
-        for (rank, bit, req) in decoded {
-            self.submit(rank, req, (round, 0, bit, 0));
+        for (rank, bit, ready) in decoded {
+            let name = ready.name().to_owned();
+            self.submit(rank, &name, Submitted::Cached(ready), (round, 0, bit, 0));
         }
         for (rank, m) in msgs.iter().enumerate() {
             for (i, req) in m.new.iter().enumerate() {
                 // Sent in full although cached: it changed. Forget the old form.
                 self.cache.remove(&req.name);
-                self.submit(rank, req.clone(), (round, 1, rank, i));
+                let full = Submitted::Full(req.clone());
+                self.submit(rank, &req.name, full, (round, 1, rank, i));
             }
             self.shut_down[rank] |= m.shutdown;
             if m.joined && !self.joined[rank] {
@@ -280,7 +302,7 @@ impl Negotiator {
 /// standing in where the collective allows it), or the error naming each view.
 fn check(
     name: &str,
-    per_rank: Vec<Option<Request>>,
+    per_rank: Vec<Option<Submitted>>,
     shut_down: &[bool],
     joined: &[bool],
 ) -> Result<Ready, Mismatch> {
@@ -289,15 +311,22 @@ fn check(
             .filter(|&r| per_rank[r].is_none() && why[r])
             .collect()
     };
-    let gone = absent(shut_down);
+    let (gone, joined) = (absent(shut_down), absent(joined));
     let name = name.to_owned();
     if !gone.is_empty() {
         return Err(Mismatch::ShutDown { name, ranks: gone });
     }
+    if let Some(same) = one_cached_form(&per_rank) {
+        return Ok(same);
+    }
+    let per_rank: Vec<Option<Request>> = per_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, q)| q.map(|s| s.request(r)))
+        .collect();
     let Some(first) = per_rank.iter().flatten().next().cloned() else {
         return Err(Mismatch::NoSubmitter { name });
     };
-    let joined = absent(joined);
     if !joined.is_empty() && !first.kind.runs_with_joined_ranks() {
         return Err(Mismatch::Joined {
             name,
@@ -315,6 +344,15 @@ fn check(
     }
     let views = reqs.iter().map(Request::describe).collect();
     Err(Mismatch::Differs { name, views })
+}
+
+/// The cached form every rank sent, when each sent the same one.
+fn one_cached_form(per_rank: &[Option<Submitted>]) -> Option<Ready> {
+    let Some(Some(Submitted::Cached(first))) = per_rank.first() else {
+        return None;
+    };
+    let same = |q: &Option<Submitted>| matches!(q, Some(Submitted::Cached(c)) if std::sync::Arc::ptr_eq(&c.per_rank, &first.per_rank));
+    per_rank.iter().all(same).then(|| first.clone())
 }
 
 #[cfg(test)]

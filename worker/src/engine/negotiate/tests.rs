@@ -286,3 +286,46 @@ fn cached_tensors_sent_by_every_rank_at_once_run_after_older_pending_ones() {
         assert!(r.neg.waiting().is_empty());
     }
 }
+
+/// A cached tensor whose ranks send its bit in different rounds runs as
+/// the cached form itself, shared, not rebuilt from copied requests; one
+/// rank sending it changed fails it everywhere with every rank's view.
+#[test]
+fn bits_spread_over_rounds_give_the_cached_form_itself() {
+    let mut rs = ranks(3, 1024);
+    let round = |rs: &mut [Rank], k: &[usize]| -> Vec<Vec<Decision>> {
+        let msgs: Vec<RankMsg> = rs.iter_mut().zip(k).map(|(r, &k)| r.message(k)).collect();
+        rs.iter_mut()
+            .map(|r| r.neg.round(&msgs).unwrap().decisions)
+            .collect()
+    };
+    for r in rs.iter_mut() {
+        r.queue = vec![req("g", 8)];
+    }
+    round(&mut rs, &[1, 1, 1]);
+    let cached: Vec<Ready> = rs
+        .iter()
+        .map(|r| r.neg.cache().get(0).unwrap().clone())
+        .collect();
+    for r in rs.iter_mut() {
+        r.queue = vec![req("g", 8)];
+    }
+    assert!(round(&mut rs, &[1, 0, 0]).iter().all(Vec::is_empty));
+    assert!(round(&mut rs, &[0, 1, 0]).iter().all(Vec::is_empty));
+    for (rank, d) in round(&mut rs, &[0, 0, 1]).into_iter().enumerate() {
+        let [Decision::Run(group)] = &d[..] else {
+            panic!("rank {rank}: {d:?}");
+        };
+        assert_eq!(group[0], cached[rank], "rank {rank}");
+        let shared = std::sync::Arc::ptr_eq(&group[0].per_rank, &cached[rank].per_rank);
+        assert!(shared, "rank {rank}: the cached form was copied");
+    }
+    // Rank 2 sends it changed, after the others' bits: a mismatch.
+    rs[0].queue = vec![req("g", 8)];
+    rs[1].queue = vec![req("g", 8)];
+    rs[2].queue = vec![req("g", 9)];
+    assert!(round(&mut rs, &[1, 1, 0]).iter().all(Vec::is_empty));
+    for (rank, d) in round(&mut rs, &[0, 0, 1]).into_iter().enumerate() {
+        assert_eq!(run_names(&d), vec!["FAIL g".to_owned()], "rank {rank}");
+    }
+}
