@@ -75,15 +75,20 @@ pub(crate) async fn doubling_gather<X: Transport>(
         Some(Fold::RecvFrom(p)) => take(op, p, last, &mut have).await?,
         None => {}
     }
-    let from = plan.rounds.last().copied().unwrap_or(rank);
+    // Whoever spoke last to this rank left it short.
+    let (from, tag) = match plan.post {
+        Some(Fold::RecvFrom(p)) => (p, op.tag(last)?),
+        _ => {
+            let r = plan.rounds.len();
+            (plan.rounds.last().copied().unwrap_or(rank), op.tag(r)?)
+        }
+    };
     have.into_iter()
         .enumerate()
         .map(|(r, b)| {
             b.ok_or(CollectiveError::BadGather {
                 from: op.tr.world_rank(from),
-                tag: op
-                    .tag(last)
-                    .unwrap_or(Tag::new(op.tr.generation(), op.id, 0)),
+                tag,
                 what: "no block at the end",
                 block: r as u64,
             })
@@ -190,6 +195,30 @@ mod tests {
         unpack(1, tag(), &m, &mut other).unwrap();
         have[0] = Some(Bytes::from_static(b"zero"));
         assert_eq!(other, have);
+    }
+
+    #[tokio::test]
+    async fn a_partner_that_leaves_blocks_out_is_named() {
+        use crate::transport::mem::MemTransport;
+        let g = Generation(1);
+        let w = MemTransport::world(4, g, std::time::Duration::from_secs(5));
+        // Rank 0's partners: rank 1, then rank 2, who sends only its own.
+        w[1].send(0, Tag::new(g, 7, 1), &framed(&[])).await.unwrap();
+        w[2].send(0, Tag::new(g, 7, 2), &framed(&[(2, b"x")]))
+            .await
+            .unwrap();
+        let op = Op { tr: &w[0], id: 7 };
+        match doubling_gather(&op, Bytes::from_static(b"o")).await {
+            Err(CollectiveError::BadGather {
+                from: 2,
+                what,
+                block: 1,
+                ..
+            }) => {
+                assert_eq!(what, "no block at the end");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
