@@ -41,6 +41,13 @@ enum Submitted {
 }
 
 impl Submitted {
+    fn name(&self) -> &str {
+        match self {
+            Submitted::Full(r) => &r.name,
+            Submitted::Cached(c) => c.name(),
+        }
+    }
+
     /// Rank `rank`'s request.
     fn request(self, rank: usize) -> Request {
         match self {
@@ -163,16 +170,15 @@ impl Negotiator {
         w
     }
 
-    fn submit(&mut self, rank: usize, name: &str, req: Submitted, order: Order) {
-        let size = self.size;
-        if !self.pending.contains_key(name) {
-            let per_rank = (0..size).map(|_| None).collect();
-            self.pending
-                .insert(name.to_owned(), Pending { per_rank, order });
-        }
-        if let Some(p) = self.pending.get_mut(name) {
+    fn submit(&mut self, rank: usize, req: Submitted, order: Order) {
+        if let Some(p) = self.pending.get_mut(req.name()) {
             p.per_rank[rank] = Some(req);
+            return;
         }
+        let name = req.name().to_owned();
+        let mut per_rank: Vec<Option<Submitted>> = (0..self.size).map(|_| None).collect();
+        per_rank[rank] = Some(req);
+        self.pending.insert(name, Pending { per_rank, order });
     }
 
     /// Processes one round of every rank's message.
@@ -217,15 +223,13 @@ impl Negotiator {
             m.bits().for_each(|bit| self.cache.touch(bit));
         }
         for (rank, bit, ready) in decoded {
-            let name = ready.name().to_owned();
-            self.submit(rank, &name, Submitted::Cached(ready), (round, 0, bit, 0));
+            self.submit(rank, Submitted::Cached(ready), (round, 0, bit, 0));
         }
         for (rank, m) in msgs.iter().enumerate() {
             for (i, req) in m.new.iter().enumerate() {
                 // Sent in full although cached: it changed. Forget the old form.
                 self.cache.remove(&req.name);
-                let full = Submitted::Full(req.clone());
-                self.submit(rank, &req.name, full, (round, 1, rank, i));
+                self.submit(rank, Submitted::Full(req.clone()), (round, 1, rank, i));
             }
             self.shut_down[rank] |= m.shutdown;
             if m.joined && !self.joined[rank] {

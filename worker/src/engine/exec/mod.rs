@@ -108,9 +108,6 @@ pub(super) trait Room: Send {
     ) -> Result<()>;
 }
 
-/// Where a group's timeline marks go.
-pub(super) type Marks<'a> = &'a mut FusedPhases;
-
 /// Runs `group` (all of one kind, element type and memory) with this rank's
 /// submissions `locals`, in the same order; `active` ranks contributed data
 /// (the others joined), which is what an average divides by. A group the
@@ -120,7 +117,7 @@ pub(super) async fn run<R: Room>(
     room: &mut R,
     group: &[Ready],
     locals: Vec<Submission>,
-    marks: Marks<'_>,
+    marks: &mut FusedPhases,
     active: usize,
 ) -> std::result::Result<(), Failed> {
     let first = &group[0];
@@ -146,7 +143,7 @@ async fn run_typed<T: Element, R: Room>(
     room: &mut R,
     group: &[Ready],
     mut locals: Vec<Submission>,
-    marks: Marks<'_>,
+    marks: &mut FusedPhases,
     active: usize,
 ) -> std::result::Result<(), Failed> {
     let taken: Result<Vec<R::Held<T>>> = locals.iter_mut().map(R::take::<T>).collect();
@@ -177,7 +174,7 @@ async fn collective<T: Element, R: Room>(
     group: &[Ready],
     held: Vec<R::Held<T>>,
     splits: Vec<Vec<usize>>,
-    marks: Marks<'_>,
+    marks: &mut FusedPhases,
     active: usize,
 ) -> Result<Vec<Answer>> {
     let whole = |held: Vec<R::Held<T>>| held.into_iter().map(R::whole::<T>);
@@ -232,7 +229,7 @@ async fn allreduce<T: Element, R: Room>(
     room: &mut R,
     op: ReduceOp,
     mut data: Vec<R::Held<T>>,
-    marks: Marks<'_>,
+    marks: &mut FusedPhases,
     active: usize,
 ) -> Result<Vec<R::Held<T>>> {
     let average = op == ReduceOp::Average && active < room.comm().size();
@@ -261,12 +258,12 @@ async fn allreduce<T: Element, R: Room>(
 
 /// Every rank's tensors, packed rank by rank: block `r` of the gather holds
 /// rank `r`'s tensors one after another. Returns each gathered tensor with
-/// its shape: the first dimension is the sum of every rank's.
+/// its shape (see [`pick_each`]).
 async fn allgather<T: Element, R: Room>(
     room: &mut R,
     group: &[Ready],
     data: Vec<Owned<R, T>>,
-    marks: Marks<'_>,
+    marks: &mut FusedPhases,
 ) -> Result<Vec<Answer>> {
     let n = room.comm().size();
     // elements[t][r]: what rank r contributes to tensor t.
@@ -286,14 +283,28 @@ async fn allgather<T: Element, R: Room>(
         .allgatherv_into(R::slice(&mine), &counts, R::slice_mut(&mut out))
         .await;
     marks.reduced = fused.then(Instant::now);
-    if let Err(e) = gathered {
-        room.put_back(out);
-        return Err(e.into());
-    }
-    let starts: Vec<usize> = block_ranges(&counts).iter().map(|r| r.start).collect();
+    let result = match gathered {
+        Ok(()) => pick_each(room, group, &out, &counts, &elements),
+        Err(e) => Err(e.into()),
+    };
+    room.put_back(out);
+    result
+}
+
+/// Each tensor of `group` out of the gather `out` (block `r` of `counts`
+/// holding rank `r`'s tensors, `elements[t][r]` of tensor `t`), with its
+/// shape: the first dimension is the sum of every rank's.
+fn pick_each<T: Element, R: Room>(
+    room: &R,
+    group: &[Ready],
+    out: &Owned<R, T>,
+    counts: &[usize],
+    elements: &[Vec<usize>],
+) -> Result<Vec<Answer>> {
+    let starts: Vec<usize> = block_ranges(counts).iter().map(|r| r.start).collect();
     let mut result = Vec::with_capacity(group.len());
     for (t, g) in group.iter().enumerate() {
-        let ranges: Vec<Range<usize>> = (0..n)
+        let ranges: Vec<Range<usize>> = (0..counts.len())
             .map(|r| {
                 let at = starts[r] + elements[..t].iter().map(|e| e[r]).sum::<usize>();
                 at..at + elements[t][r]
@@ -306,14 +317,7 @@ async fn allgather<T: Element, R: Room>(
             .sum();
         let rest = g.per_rank[0].shape.get(1..).unwrap_or_default();
         let shape = std::iter::once(rows).chain(rest.iter().copied()).collect();
-        match room.pick(&out, &ranges) {
-            Ok(d) => result.push((R::give(d), Some(shape), vec![])),
-            Err(e) => {
-                room.put_back(out);
-                return Err(e);
-            }
-        }
+        result.push((R::give(room.pick(out, &ranges)?), Some(shape), vec![]));
     }
-    room.put_back(out);
     Ok(result)
 }

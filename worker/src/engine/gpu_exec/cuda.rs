@@ -132,14 +132,7 @@ impl GpuSide {
         }
         let stream = two.local().stream().clone();
         let total: usize = data.iter().map(DeviceBuffer::len).sum();
-        let mut buf = match self
-            .scratch
-            .remove(&T::DTYPE)
-            .map(DeviceTensor::into_typed::<T>)
-        {
-            Some(Ok(b)) if b.len() == total => b,
-            _ => DeviceBuffer::zeros(&stream, total).map_err(into_engine)?,
-        };
+        let mut buf = kept_or_zeros::<T>(&mut self.scratch, total, &stream)?;
         let mut at = 0;
         for d in data.iter() {
             buf.copy_in(at, d, &stream).map_err(into_engine)?;
@@ -155,6 +148,19 @@ impl GpuSide {
         }
         self.scratch.insert(T::DTYPE, buf.into());
         Ok(r?)
+    }
+}
+
+/// The kept fusion buffer of `T` if it holds `len` elements, else `len`
+/// new zeroed ones on `stream`.
+fn kept_or_zeros<T: Element>(
+    kept: &mut HashMap<DType, DeviceTensor>,
+    len: usize,
+    stream: &Arc<CudaStream>,
+) -> Result<DeviceBuffer<T>> {
+    match kept.remove(&T::DTYPE).map(DeviceTensor::into_typed::<T>) {
+        Some(Ok(b)) if b.len() == len => Ok(b),
+        _ => DeviceBuffer::zeros(stream, len).map_err(into_engine),
     }
 }
 
@@ -241,14 +247,7 @@ impl Room for GpuRoom<'_> {
     }
 
     fn scratch_of<T: Element>(&mut self, len: usize) -> Result<DeviceBuffer<T>> {
-        let kept = self
-            .scratch
-            .remove(&T::DTYPE)
-            .map(DeviceTensor::into_typed::<T>);
-        match kept {
-            Some(Ok(b)) if b.len() == len => Ok(b),
-            _ => self.zeros(len),
-        }
+        kept_or_zeros(self.scratch, len, self.comm.stream())
     }
 
     fn put_back<T: Element>(&mut self, o: DeviceBuffer<T>) {
