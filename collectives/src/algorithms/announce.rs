@@ -42,8 +42,8 @@ pub(crate) struct Announced<T> {
     pub(crate) all: Option<Vec<T>>,
 }
 
-/// One ring pass of `input`'s count and, when it is at most `inline_bytes`,
-/// its elements.
+/// One pass of `input`'s count and, when it is at most `inline_bytes` (and,
+/// gathered by doubling, 64 MiB / n), its elements.
 pub(crate) async fn announce<T: Element, X: Transport>(
     op: &Op<'_, X>,
     input: &[T],
@@ -52,9 +52,10 @@ pub(crate) async fn announce<T: Element, X: Transport>(
     let n = op.tr.size();
     let doubling = doubling_pays(n);
     // Each doubling message carries up to every rank's: bounded in all.
-    let inline_bytes = match doubling {
-        true => inline_bytes.min(GATHER_BUDGET / n),
-        false => inline_bytes,
+    let inline_bytes = if doubling {
+        inline_bytes.min(GATHER_BUDGET / n)
+    } else {
+        inline_bytes
     };
     let bytes: &[u8] = bytemuck::cast_slice(input);
     let inline = bytes.len() <= inline_bytes;
@@ -63,9 +64,10 @@ pub(crate) async fn announce<T: Element, X: Transport>(
     if inline {
         m.put_slice(bytes);
     }
-    let msgs = match doubling {
-        true => doubling_gather(op, m.freeze()).await?,
-        false => ring_gather(op, m.freeze()).await?,
+    let msgs = if doubling {
+        doubling_gather(op, m.freeze()).await?
+    } else {
+        ring_gather(op, m.freeze()).await?
     };
     let mut counts = Vec::with_capacity(n);
     let mut parts = Vec::with_capacity(n);

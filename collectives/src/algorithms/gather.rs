@@ -54,12 +54,13 @@ pub(crate) async fn doubling_gather<X: Transport>(
     // from its partner, which may be what starts it (an engine with nothing
     // to negotiate starts its round when a peer's message arrives, and with
     // the ring every rank heard from its left neighbour first).
-    if let Some(Fold::SendTo(p) | Fold::RecvFrom(p)) = plan.pre {
+    let pre = match plan.pre {
+        Some(Fold::SendTo(p)) => Some((p, pack(&have, None))),
+        Some(Fold::RecvFrom(p)) => Some((p, Bytes::new())),
+        None => None,
+    };
+    if let Some((p, out)) = pre {
         let tag = op.tag(0)?;
-        let out = match plan.pre {
-            Some(Fold::SendTo(_)) => pack(&have, None),
-            _ => Bytes::new(),
-        };
         let (_, got) = tokio::try_join!(op.tr.send(p, tag, &out), op.tr.recv(p, tag))?;
         unpack(op.tr.world_rank(p), tag, &got, &mut have)?;
     }
