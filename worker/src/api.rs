@@ -34,7 +34,7 @@ impl Names {
 fn prefix(kind: Kind) -> String {
     match kind {
         Kind::Allreduce(op) | Kind::Reducescatter(op) => format!("{}.{}", kind.name(), op_name(op)),
-        Kind::Broadcast { root } => format!("broadcast.{root}"),
+        Kind::Broadcast { root } | Kind::BroadcastSized { root } => format!("broadcast.{root}"),
         k => k.name().to_owned(),
     }
 }
@@ -151,8 +151,13 @@ impl Session {
     /// A broadcast from `root`, if `root` is a rank of this job (host and
     /// GPU tensors alike).
     pub(crate) fn broadcast_kind(&self, root: usize) -> Result<Kind, Invalid> {
+        self.root(root).map(|root| Kind::Broadcast { root })
+    }
+
+    /// `root`, if it is a rank of this job.
+    fn root(&self, root: usize) -> Result<u32, Invalid> {
         match u32::try_from(root) {
-            Ok(r) if root < self.size() => Ok(Kind::Broadcast { root: r }),
+            Ok(r) if root < self.size() => Ok(r),
             _ => Err(Invalid::Root {
                 root,
                 size: self.size(),
@@ -212,23 +217,36 @@ impl Session {
         value: &V,
         root: usize,
     ) -> Result<V, ObjectError> {
-        let mut bytes = if self.rank() == root {
+        self.broadcast_object_as(value, root).await
+    }
+
+    /// [`Session::broadcast_object_async`] of a value that serializes as a
+    /// `W` does (a tuple of borrowed parts received as owned ones).
+    pub(crate) async fn broadcast_object_as<V: Serialize, W: DeserializeOwned>(
+        &self,
+        value: &V,
+        root: usize,
+    ) -> Result<W, ObjectError> {
+        let bytes = if self.rank() == root {
             encode_object(value)?
         } else {
             Vec::new()
         };
-        let len = [bytes.len() as i64];
-        let len = self
-            .broadcast_async(None, len.to_vec(), root)
-            .finish()
-            .await?;
-        let len = len.data.first().copied().unwrap_or(-1);
-        let len = usize::try_from(len)
-            .ok()
-            .filter(|&l| l <= MAX_OBJECT_BYTES)
-            .ok_or_else(|| ObjectError::Decode(format!("a length of {len} bytes")))?;
-        bytes.resize(len, 0);
-        let got = self.broadcast_async(None, bytes, root).finish().await?;
+        // One round: the negotiation tells the other ranks root's length.
+        let got = match self.root(root) {
+            Ok(root) => self.submit(
+                None,
+                Kind::BroadcastSized { root },
+                bytes.into(),
+                Vec::new(),
+            ),
+            Err(why) => refuse(why),
+        };
+        let got = got.finish().await?;
+        if got.data.len() > MAX_OBJECT_BYTES {
+            let len = got.data.len();
+            return Err(ObjectError::Decode(format!("a length of {len} bytes")));
+        }
         decode_object(&got.data)
     }
 }

@@ -309,14 +309,17 @@ impl Membership {
             .filter(move |s| self.usable(s) && !g.rejoined.contains(*s))
     }
 
-    /// Rejoined members on usable slots in rank order, then newcomers in spawn order
-    /// (at most `max_np` are placed, see [`Membership::assign`]).
+    /// Rejoined members on usable slots and newcomers, in the next
+    /// generation's rank order ([`super::seats`]: survivors keep their ranks,
+    /// replacements take those of the workers they replace), newcomers past
+    /// [`Membership::train_cap`] last (see [`Membership::assign`]).
     fn ready(&self, g: &Gathering) -> Vec<SlotId> {
         let survivors = self
             .members
             .iter()
             .filter(|s| self.usable(s) && g.rejoined.contains(*s))
-            .cloned();
+            .cloned()
+            .collect();
         let mut newcomers: Vec<(&SlotId, u64)> = self
             .workers
             .iter()
@@ -324,9 +327,8 @@ impl Membership {
             .map(|(s, w)| (s, w.order))
             .collect();
         newcomers.sort_by_key(|&(_, order)| order);
-        survivors
-            .chain(newcomers.into_iter().map(|(s, _)| s.clone()))
-            .collect()
+        let newcomers = newcomers.into_iter().map(|(s, _)| s.clone()).collect();
+        super::seats::seat(&self.seats, survivors, newcomers, self.train_cap())
     }
 
     /// Starts generation `next` with the first [`Membership::train_cap`] of
@@ -367,6 +369,7 @@ impl Membership {
         }
         self.generation = next;
         self.members = ranks.clone();
+        self.seats = ranks.clone();
         self.phase = Phase::Stable;
         out.push(Command::Assign {
             generation: next,

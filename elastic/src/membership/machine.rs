@@ -26,6 +26,9 @@ pub struct Membership {
     pub(super) workers: BTreeMap<SlotId, Worker>,
     /// Live members of the current generation, in rank order.
     pub(super) members: Vec<SlotId>,
+    /// The current generation's ranks as assigned, lost workers included:
+    /// where survivors and replacements sit in the next ([`super::seats`]).
+    pub(super) seats: Vec<SlotId>,
     pub(super) phase: Phase,
     /// Generation of the last `Assign` (0 before the first).
     pub(super) generation: Generation,
@@ -146,6 +149,7 @@ impl Membership {
             slot_sets: None,
             workers: BTreeMap::new(),
             members: Vec::new(),
+            seats: Vec::new(),
             phase: Phase::Gathering(Gathering {
                 next: Generation(1),
                 cause: Cause::HostsChanged,

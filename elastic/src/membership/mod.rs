@@ -92,6 +92,7 @@ mod fill;
 mod gather;
 mod machine;
 mod policy;
+mod seats;
 mod shortfall;
 mod snapshot;
 #[cfg(test)]

@@ -117,6 +117,10 @@ impl Membership {
             .filter(|s| seen.insert((*s).clone()))
             .cloned()
             .collect();
+        // The ranks as they were at the last commit (lost workers recorded
+        // since are not: a replacement then takes its rank by host or at the
+        // end, [`super::seats`]).
+        m.seats = m.members.clone();
         for (order, slot) in m.members.iter().enumerate() {
             let worker = Worker {
                 state: WorkerState::Member,

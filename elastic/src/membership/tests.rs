@@ -307,13 +307,14 @@ fn a_hot_spare_takes_a_failed_members_place_at_once() {
         "{out:?}"
     );
     assert!(out.contains(&Command::Spawn(slot("a", 1))), "{out:?}");
-    // The survivors rejoin: generation 2 places the spare at once, the new
-    // spare still starting.
+    // The survivors rejoin: generation 2 places the spare at once, in the
+    // lost member's rank (the survivors keep theirs), the new spare still
+    // starting.
     let mut out = Vec::new();
     for i in [0, 2, 3] {
         out.extend(m.rejoined(s(5), &slot("a", i), Generation(2)));
     }
-    let want = vec![slot("a", 0), slot("a", 2), slot("a", 3), slot("a", 4)];
+    let want = vec![slot("a", 0), slot("a", 4), slot("a", 2), slot("a", 3)];
     assert_eq!(
         out,
         vec![Command::Assign {

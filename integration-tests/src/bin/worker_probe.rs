@@ -79,9 +79,10 @@ fn probe(w: &Worker) -> Result<(), String> {
 
     w.barrier().map_err(e)?;
 
+    // Of another length on every rank: only root's is known to the others.
     let cfg = Config {
         name: format!("from rank {r}"),
-        layers: vec![r as u32; 3],
+        layers: vec![r as u32; 3 + r],
     };
     let got: Config = w.broadcast_object(&cfg, 0).map_err(|e| e.to_string())?;
     check(

@@ -183,6 +183,12 @@ fn fail(events: &[Event], what: &str) -> ! {
     panic!("{what}; events:\n{}", super::show(events))
 }
 
+/// From one generation to the next, survivors keep their ranks where they
+/// can (below the new size; with more survivors than ranks, the first of
+/// them in order), and rank 0 is a survivor's whenever there is one: when the
+/// last rank 0 is gone, one survivor moves there and no other moves. A
+/// coordinator that took over knows only the live members' order (the job's
+/// record), so there the survivors may come first in their order instead.
 fn check_rank_order(events: &[Event], gens: &BTreeMap<u64, Vec<Member>>) {
     for (older, newer) in gens.values().zip(gens.values().skip(1)) {
         let before: Vec<u32> = older.iter().map(|m| m.pid).collect();
@@ -192,13 +198,25 @@ fn check_rank_order(events: &[Event], gens: &BTreeMap<u64, Vec<Member>>) {
             .copied()
             .filter(|p| after.contains(p))
             .collect();
-        if after[..survivors.len()] != survivors[..] {
-            fail(
-                events,
-                &format!(
-                    "ranks {before:?} became {after:?}: survivors must keep their order and come first"
-                ),
-            );
+        let bad = |why: &str| fail(events, &format!("ranks {before:?} became {after:?}: {why}"));
+        if survivors.len() > after.len() {
+            if after[..] != survivors[..after.len()] {
+                bad("with more survivors than ranks, the first survivors must keep their order");
+            }
+            continue;
+        }
+        if !survivors.is_empty() && !survivors.contains(&after[0]) {
+            bad("rank 0 must be a survivor's");
+        }
+        let moved = before
+            .iter()
+            .enumerate()
+            .filter(|&(r, p)| r < after.len() && survivors.contains(p) && after[r] != *p)
+            .count();
+        let allowed = usize::from(!survivors.contains(&before[0]));
+        let compacted = after[..survivors.len()] == survivors[..];
+        if moved > allowed && !compacted {
+            bad("survivors must keep their ranks (one may move to a lost rank 0)");
         }
     }
 }

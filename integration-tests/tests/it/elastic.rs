@@ -167,9 +167,10 @@ fn killing_rank_0_moves_rank_0_to_a_survivor() {
     let (run, first) = kill_mid_run("kill-rank0", 3, |job, _| {
         vec![job.wait_for_step_at_least(15).pid]
     });
-    // Survivors keep their order: the old rank 1 is rank 0 now.
+    // Rank 0 goes to the survivor of the highest rank (rank 1 keeps its
+    // rank; the replacement takes rank 2).
     let last = steps(&run.stdout).last().copied().unwrap();
-    assert_eq!(last.pid, first[1].pid, "{}", run.stdout);
+    assert_eq!(last.pid, first[2].pid, "{}", run.stdout);
 }
 
 #[test]

@@ -169,8 +169,11 @@ impl<T: Clone + Serialize + DeserializeOwned> State<T> {
 
     /// [`State::sync`] for async code.
     pub async fn sync_async(&mut self, s: &Session) -> Result<(), Interrupt> {
-        self.current = s.broadcast_object_async(&self.current, 0).await?;
-        let steps = s.broadcast_object_async(&s.steps(), 0).await?;
+        // One object: each broadcast is a round of the whole generation.
+        let (current, steps) = s
+            .broadcast_object_as::<_, (T, u64)>(&(&self.current, s.steps()), 0)
+            .await?;
+        self.current = current;
         s.set_steps(steps);
         self.save(s);
         Ok(())

@@ -11,7 +11,15 @@ use super::error::Mismatch;
 pub enum Kind {
     Allreduce(ReduceOp),
     Allgather,
-    Broadcast { root: u32 },
+    Broadcast {
+        root: u32,
+    },
+    /// A broadcast whose length `root` alone knows: the other ranks' tensors
+    /// may be of any length and take root's shape (an encoded object in one
+    /// round, not its length and then its bytes).
+    BroadcastSized {
+        root: u32,
+    },
     Alltoall,
     Reducescatter(ReduceOp),
 }
@@ -39,7 +47,7 @@ impl Kind {
         match self {
             Kind::Allreduce(_) => "allreduce",
             Kind::Allgather => "allgather",
-            Kind::Broadcast { .. } => "broadcast",
+            Kind::Broadcast { .. } | Kind::BroadcastSized { .. } => "broadcast",
             Kind::Alltoall => "alltoall",
             Kind::Reducescatter(_) => "reducescatter",
         }
@@ -96,8 +104,9 @@ impl Request {
             Kind::Allgather => {
                 self.shape.len() == other.shape.len() && self.shape.get(1..) == other.shape.get(1..)
             }
-            // Per-rank splits; only the element type must match.
-            Kind::Alltoall => true,
+            // Per-rank splits, or root's length for all; only the element
+            // type must match.
+            Kind::Alltoall | Kind::BroadcastSized { .. } => true,
             _ => self.shape == other.shape,
         }
     }
@@ -109,6 +118,7 @@ impl Request {
                 format!("{}({op:?})", self.kind.name())
             }
             Kind::Broadcast { root } => format!("broadcast(root {root})"),
+            Kind::BroadcastSized { root } => format!("broadcast(root {root}, its length)"),
             k => k.name().to_owned(),
         };
         let place = match self.place {

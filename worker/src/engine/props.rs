@@ -109,6 +109,7 @@ fn random_message() -> impl Strategy<Value = RankMsg> {
         Kind::Allgather,
         Kind::Broadcast { root: 0 },
         Kind::Broadcast { root: 7 },
+        Kind::BroadcastSized { root: 1 },
         Kind::Alltoall,
         Kind::Reducescatter(ReduceOp::Min),
     ];

@@ -231,6 +231,44 @@ fn a_mismatch_fails_that_tensor_on_every_rank_and_the_next_one_works() {
 }
 
 #[test]
+fn a_broadcast_sized_by_its_root_gives_every_rank_roots_length_and_shape() {
+    // Each round root 1 sends a length the others do not know (none, a few
+    // bytes, past the small-message size), and they submit other lengths.
+    let size = 4;
+    let lens = [0usize, 3, 70_000, 17];
+    let out = on_every_rank(size, EngineConfig::default(), move |rank, e| {
+        let mut got = Vec::new();
+        for (round, &len) in lens.iter().enumerate() {
+            let (data, shape) = if rank == 1 {
+                let d: Vec<u8> = (0..len).map(|i| (i * 7 + round) as u8).collect();
+                (d, vec![len, 1])
+            } else {
+                (vec![rank as u8; rank * 5 + round], vec![rank * 5 + round])
+            };
+            let t = e
+                .submit(
+                    format!("object.{round}"),
+                    Kind::BroadcastSized { root: 1 },
+                    Tensor::new(data, shape).unwrap(),
+                    vec![],
+                    vec![],
+                )
+                .wait()
+                .unwrap();
+            got.push((t.data, t.shape));
+        }
+        got
+    });
+    for (rank, (got, _)) in out.into_iter().enumerate() {
+        for (round, (&len, (data, shape))) in lens.iter().zip(got).enumerate() {
+            let want: Vec<u8> = (0..len).map(|i| (i * 7 + round) as u8).collect();
+            assert_eq!(data, want, "rank {rank} round {round}");
+            assert_eq!(shape, vec![len, 1], "rank {rank} round {round}");
+        }
+    }
+}
+
+#[test]
 fn every_collective_runs_through_the_engine() {
     let size = 3;
     let out = on_every_rank(size, EngineConfig::default(), move |rank, e| {

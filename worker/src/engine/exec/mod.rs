@@ -187,15 +187,8 @@ async fn collective<T: Element, R: Room>(
                 .collect())
         }
         Kind::Allgather => allgather(room, group, whole(held).collect(), marks).await,
-        Kind::Broadcast { root } => {
-            let mut out = Vec::with_capacity(held.len());
-            for mut d in whole(held) {
-                let comm = room.comm();
-                comm.broadcast(R::slice_mut(&mut d), root as usize).await?;
-                out.push((R::give(d), None, vec![]));
-            }
-            Ok(out)
-        }
+        Kind::Broadcast { root } => broadcast(room, group, whole(held), root, false).await,
+        Kind::BroadcastSized { root } => broadcast(room, group, whole(held), root, true).await,
         Kind::Reducescatter(op) => {
             let mut out = Vec::with_capacity(held.len());
             for mut d in whole(held) {
@@ -218,6 +211,30 @@ async fn collective<T: Element, R: Room>(
             Ok(out)
         }
     }
+}
+
+/// Copies `root`'s tensors to every rank; `sized`: the other ranks' tensors
+/// first take root's length and shape (as the negotiation told them).
+async fn broadcast<T: Element, R: Room>(
+    room: &mut R,
+    group: &[Ready],
+    held: impl Iterator<Item = Owned<R, T>>,
+    root: u32,
+    sized: bool,
+) -> Result<Vec<Answer>> {
+    let root = root as usize;
+    let mut out = Vec::with_capacity(group.len());
+    for (mut d, ready) in held.zip(group) {
+        let theirs = ready.per_rank.get(root).filter(|_| sized);
+        if let Some(req) = theirs
+            && room.comm().rank() != root
+        {
+            d = room.scratch_of::<T>(req.elements())?;
+        }
+        room.comm().broadcast(R::slice_mut(&mut d), root).await?;
+        out.push((R::give(d), theirs.map(|r| r.shape.clone()), vec![]));
+    }
+    Ok(out)
 }
 
 /// Reduces every submission's tensor where it lies (owned or lent, in one or

@@ -196,10 +196,17 @@ impl Room for GpuRoom<'_> {
         if active < size {
             return Some(unsupported_join());
         }
-        (kind == Kind::Alltoall).then_some(EngineError::Unsupported {
-            what: "alltoall of GPU tensors through the engine",
-            instead: "copy the tensor to the host for alltoall",
-        })
+        match kind {
+            Kind::Alltoall => Some(EngineError::Unsupported {
+                what: "alltoall of GPU tensors through the engine",
+                instead: "copy the tensor to the host for alltoall",
+            }),
+            Kind::BroadcastSized { .. } => Some(EngineError::Unsupported {
+                what: "a broadcast of GPU tensors whose length only the root knows",
+                instead: "broadcast the length first, then a tensor of that length",
+            }),
+            _ => None,
+        }
     }
 
     fn take<T: Element>(s: &mut Submission) -> Result<DeviceBuffer<T>> {
