@@ -180,6 +180,17 @@ def broadcast(array, root_rank, name=None):
     return synchronize(broadcast_async(array, root_rank, name))
 
 
+def _broadcast_pickled(obj, root_rank, name):
+    """``obj`` of ``root_rank``, pickled there and unpickled everywhere, in
+    one round: the other ranks need not know its length."""
+    import pickle
+
+    mine = rank() == root_rank
+    data = _np.frombuffer(pickle.dumps(obj), _np.uint8) if mine else _np.zeros(0, _np.uint8)
+    got = synchronize(_native.broadcast_sized_async(data, root_rank, name))
+    return pickle.loads(got.tobytes())
+
+
 def alltoall_async(array, splits=None, name=None):
     """Starts sending ``splits[j]`` rows of ``array`` to rank ``j`` (even when
     ``None``); the result is ``(received, received_splits)``."""

@@ -102,27 +102,34 @@ class ObjectState(State):
         self._set(copy.deepcopy(self._saved))
 
     def sync(self):
-        from . import broadcast
+        """Makes every rank's values, and its step count, rank 0's: one
+        broadcast of both."""
+        from . import _broadcast_pickled
 
-        import pickle
-
-        from . import rank
-
-        blob = _np.frombuffer(pickle.dumps(self._values()), _np.uint8) if rank() == 0 else _np.zeros(0, _np.uint8)
-        n = broadcast(_np.array([blob.size], _np.int64), 0, name="elastic.state.len")
-        buf = blob if rank() == 0 else _np.zeros(int(n[0]), _np.uint8)
-        self._set(pickle.loads(broadcast(buf, 0, name="elastic.state.data").tobytes()))
+        values, steps = _broadcast_pickled((self._values(), _native.steps()), 0, "elastic.state")
+        self._set(values)
         self.save()
+        _set_steps(self, steps)
+
+
+def _set_steps(state, steps):
+    """The step count as synced, kept with the state's commit."""
+    _native.set_steps(int(steps))
+    state._committed_steps = int(steps)
+    state._steps_synced = True
 
 
 def _sync_steps(state):
     """Makes every rank's step count rank 0's, as the state was synced, and
-    keeps it with the state's commit."""
+    keeps it with the state's commit (unless the state's sync did)."""
+    if getattr(state, "_steps_synced", False):
+        state._steps_synced = False
+        return
     from . import broadcast
 
     n = broadcast(_np.array([_native.steps()], _np.int64), 0, name="elastic.steps")
-    _native.set_steps(int(n[0]))
-    state._committed_steps = int(n[0])
+    _set_steps(state, n[0])
+    state._steps_synced = False
 
 
 def _stateful(v):

@@ -174,6 +174,22 @@ fn broadcast_async(
     Ok(handle(typed, Out::Engine))
 }
 
+/// Starts copying `root`'s `array` to every rank, whose own `array` may be
+/// of any length (they get root's): an object's bytes in one round.
+#[pyfunction]
+#[pyo3(signature = (array, root, name=None))]
+fn broadcast_sized_async(
+    array: &Bound<'_, PyAny>,
+    root: usize,
+    name: Option<String>,
+) -> PyResult<Handle> {
+    let (data, shape) = from_numpy(array)?;
+    let n = name.as_deref();
+    let typed =
+        on_worker(|w| submit!(data, v => w.broadcast_sized_async(n, tensor(v, shape), root)))?;
+    Ok(handle(typed, Out::Engine))
+}
+
 /// Starts reducing `array` and keeping this rank's share of its first
 /// dimension.
 #[pyfunction]
@@ -300,6 +316,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(allreduce_async, m)?)?;
     m.add_function(wrap_pyfunction!(allgather_async, m)?)?;
     m.add_function(wrap_pyfunction!(broadcast_async, m)?)?;
+    m.add_function(wrap_pyfunction!(broadcast_sized_async, m)?)?;
     m.add_function(wrap_pyfunction!(reducescatter_async, m)?)?;
     m.add_function(wrap_pyfunction!(alltoall_async, m)?)?;
     m.add_function(wrap_pyfunction!(grouped_allreduce_async, m)?)?;

@@ -178,6 +178,22 @@ impl Session {
         }
     }
 
+    /// Starts copying `root`'s `data` to every rank whatever the other ranks
+    /// submit: they need not know its length, and get root's data and
+    /// shape (what [`Session::broadcast_object_async`] sends an encoded
+    /// object with, in one round). Host tensors only.
+    pub fn broadcast_sized_async<T: Element>(
+        &self,
+        name: Option<&str>,
+        data: impl Into<Tensor<T>>,
+        root: usize,
+    ) -> Handle<T> {
+        match self.root(root) {
+            Ok(root) => self.submit(name, Kind::BroadcastSized { root }, data.into(), Vec::new()),
+            Err(why) => refuse(why),
+        }
+    }
+
     /// Starts sending `splits[j]` elements of `data` to each rank `j`; the
     /// result holds what every rank sent here (see [`Handle::wait_with_splits`]).
     pub fn alltoall_async<T: Element>(
@@ -233,16 +249,10 @@ impl Session {
             Vec::new()
         };
         // One round: the negotiation tells the other ranks root's length.
-        let got = match self.root(root) {
-            Ok(root) => self.submit(
-                None,
-                Kind::BroadcastSized { root },
-                bytes.into(),
-                Vec::new(),
-            ),
-            Err(why) => refuse(why),
-        };
-        let got = got.finish().await?;
+        let got = self
+            .broadcast_sized_async(None, bytes, root)
+            .finish()
+            .await?;
         if got.data.len() > MAX_OBJECT_BYTES {
             let len = got.data.len();
             return Err(ObjectError::Decode(format!("a length of {len} bytes")));

@@ -298,11 +298,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """``obj`` of ``root_rank``, pickled there and unpickled everywhere."""
     _no_process_set(process_set)
     name = name or type(obj).__name__
-    data = _np.frombuffer(pickle.dumps(obj), dtype=_np.uint8) if rank() == root_rank else _np.zeros(0, _np.uint8)
-    length = _er.broadcast(_np.array([data.size], _np.int64), root_rank, f"bcast_object.{name}.len")
-    buf = data if rank() == root_rank else _np.zeros(int(length[0]), _np.uint8)
-    buf = _er.broadcast(buf, root_rank, f"bcast_object.{name}.data")
-    return pickle.loads(buf.tobytes())
+    return _er._broadcast_pickled(obj, root_rank, f"bcast_object.{name}")
 
 
 def allgather_object(obj, name=None, process_set=None):
