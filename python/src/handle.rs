@@ -168,10 +168,7 @@ fn broadcast_async(
     root: usize,
     name: Option<String>,
 ) -> PyResult<Handle> {
-    let (data, shape) = from_numpy(array)?;
-    let n = name.as_deref();
-    let typed = on_worker(|w| submit!(data, v => w.broadcast_async(n, tensor(v, shape), root)))?;
-    Ok(handle(typed, Out::Engine))
+    broadcast(array, root, name, false)
 }
 
 /// Starts copying `root`'s `array` to every rank, whose own `array` may be
@@ -183,10 +180,24 @@ fn broadcast_sized_async(
     root: usize,
     name: Option<String>,
 ) -> PyResult<Handle> {
+    broadcast(array, root, name, true)
+}
+
+fn broadcast(
+    array: &Bound<'_, PyAny>,
+    root: usize,
+    name: Option<String>,
+    sized: bool,
+) -> PyResult<Handle> {
     let (data, shape) = from_numpy(array)?;
     let n = name.as_deref();
-    let typed =
-        on_worker(|w| submit!(data, v => w.broadcast_sized_async(n, tensor(v, shape), root)))?;
+    let typed = on_worker(|w| {
+        submit!(data, v => if sized {
+            w.broadcast_sized_async(n, tensor(v, shape), root)
+        } else {
+            w.broadcast_async(n, tensor(v, shape), root)
+        })
+    })?;
     Ok(handle(typed, Out::Engine))
 }
 
