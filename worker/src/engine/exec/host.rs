@@ -73,6 +73,10 @@ impl<B: Collectives<Host>> Room for HostRoom<'_, B> {
         Ok(v)
     }
 
+    fn zeros<T: Element>(&self, len: usize) -> Result<Vec<T>> {
+        Ok(vec![T::zeroed(); len])
+    }
+
     fn put_back<T: Element>(&mut self, o: Vec<T>) {
         self.fusion.put_back(o);
     }

@@ -80,6 +80,10 @@ pub(super) trait Room: Send {
     /// to overwrite.
     fn scratch_of<T: Element>(&mut self, len: usize) -> Result<Owned<Self, T>>;
 
+    /// New memory of `len` zeroed elements, for a result its submitter
+    /// keeps (scratch stays the room's).
+    fn zeros<T: Element>(&self, len: usize) -> Result<Owned<Self, T>>;
+
     /// Keeps `o`'s memory for the next fused group of its element type.
     fn put_back<T: Element>(&mut self, o: Owned<Self, T>);
 
@@ -229,7 +233,7 @@ async fn broadcast<T: Element, R: Room>(
         if let Some(req) = theirs
             && room.comm().rank() != root
         {
-            d = room.scratch_of::<T>(req.elements())?;
+            d = room.zeros::<T>(req.elements())?;
         }
         room.comm().broadcast(R::slice_mut(&mut d), root).await?;
         out.push((R::give(d), theirs.map(|r| r.shape.clone()), vec![]));

@@ -177,12 +177,6 @@ struct GpuRoom<'a> {
     scratch: &'a mut HashMap<DType, DeviceTensor>,
 }
 
-impl GpuRoom<'_> {
-    fn zeros<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        DeviceBuffer::zeros(self.comm.stream(), len).map_err(into_engine)
-    }
-}
-
 impl Room for GpuRoom<'_> {
     type Mem = Device;
     type Comm = NcclComm;
@@ -255,6 +249,10 @@ impl Room for GpuRoom<'_> {
 
     fn scratch_of<T: Element>(&mut self, len: usize) -> Result<DeviceBuffer<T>> {
         kept_or_zeros(self.scratch, len, self.comm.stream())
+    }
+
+    fn zeros<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        DeviceBuffer::zeros(self.comm.stream(), len).map_err(into_engine)
     }
 
     fn put_back<T: Element>(&mut self, o: DeviceBuffer<T>) {
