@@ -103,6 +103,9 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
     let say = Say::stderr(cfg.output_timestamps);
     let (metrics, _server) =
         crate::job::serve_metrics(&cfg, &say, crate::metrics::JobMetrics::for_serve()).await?;
+    let keys = Keys::new(&serve.job);
+    let pods = PodWatch::start(&client, &keys);
+    let seen = pods::reclaimable(pods.subscribe());
     let mut replica = Replica {
         transport: cfg.transport,
         say,
@@ -113,7 +116,9 @@ pub async fn run(cfg: JobConfig, serve: ServeConfig) -> Result<Ending, ServeErro
         policy: crate::job::policy_of(&cfg, e),
         knobs: crate::job::knobs(&cfg),
         watch: crate::job::watch(&cfg),
-        keys: Keys::new(&serve.job),
+        keys,
+        pods,
+        seen,
         client,
         advertise,
         instance: instance_name(),
@@ -146,6 +151,14 @@ struct Replica {
     watch: crate::job::Watch,
     client: etcdjob::Client,
     keys: Keys,
+    /// The workers' keys, followed for as long as the replica runs, led or
+    /// not: a key that vanishes while no replica leads (etcd stalled past
+    /// the leases) is still a pod claiming its slot again
+    /// ([`pods::RECLAIM_GRACE`]) for the replica that leads next, not a
+    /// worker missing from the job's first listing.
+    pods: PodWatch,
+    /// [`Replica::pods`] as the job sees it ([`pods::reclaimable`]).
+    seen: tokio::sync::watch::Receiver<Option<etcdjob::Pods>>,
     advertise: IpAddr,
     instance: String,
     serve: ServeConfig,
@@ -281,10 +294,9 @@ impl Replica {
             "leading job {} (epoch {}); workers reach this coordinator at {addr}",
             self.serve.job, leadership.epoch
         ));
-        let pods = PodWatch::start(&self.client, &self.keys);
         // The workers as etcd has them before the job is resumed (bounded:
         // without a listing the driver starts anyway and learns them later).
-        let mut listed = pods.subscribe();
+        let mut listed = self.pods.subscribe();
         let first = listed.wait_for(Option::is_some);
         let _ = tokio::time::timeout(etcdjob::REQUEST_TIMEOUT * 2, first).await;
         let endpoints = self.serve.endpoints.to_string();
@@ -295,7 +307,7 @@ impl Replica {
             endpoints,
         );
         let dead = pods::Dead::default();
-        let seen = pods::reclaimable(pods.subscribe());
+        let seen = self.seen.clone();
         let seams = Seams {
             launcher: Box::new(pods::PodLauncher {
                 pods: seen.clone(),
@@ -313,7 +325,6 @@ impl Replica {
         let ending =
             crate::job::drive_elastic(self.policy.clone(), self.knobs.clone(), self.watch, seams)
                 .await?;
-        drop(pods);
         self.end_term(ending, lease, &leadership).await
     }
 
