@@ -141,4 +141,64 @@ mod tests {
                 .any(|a| a.to_string_lossy().starts_with("--cpus"))
         );
     }
+
+    /// Slurm's warning signal reaches every process of a step at once: the
+    /// script (which waits on) and the program. A program that ends on it
+    /// passes its own exit code on. (The script had said 138 for a program
+    /// that exited 0 when the signal cut its `wait` short after the shell
+    /// had reaped the program: 3 times in 150 in a shell loop with the
+    /// cores busy; these rounds reach that window seldom, and check every
+    /// other interleaving.)
+    #[test]
+    fn a_signal_that_ends_the_program_leaves_the_programs_code() {
+        use std::io::{BufRead, Write};
+        let cmd: Vec<OsString> = [
+            "sh",
+            "-c",
+            "trap 'exit 5' USR1; echo $$; while :; do sleep 5 & wait $!; done",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        // srun runs the step's script without a shell of its own.
+        let argv = command("h", None, Path::new("/"), &cmd);
+        for round in 0..100 {
+            let mut child = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(argv.last().unwrap())
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            stdin
+                .write_all(super::super::ssh::stdin_text("secret", &[]).as_bytes())
+                .unwrap();
+            // The program's pid, once its trap is set (its group: setsid).
+            let mut line = String::new();
+            std::io::BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            let program: i32 = line.trim().parse().expect("the program's pid");
+            let script = i32::try_from(child.id()).unwrap();
+            // Both sides settled in their waits, as when the warning comes.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !std::fs::read_to_string(format!("/proc/{script}/wchan"))
+                .is_ok_and(|w| w.starts_with("sigsuspend"))
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the script did not wait on its program within 10 s"
+                );
+                std::thread::yield_now();
+            }
+            use nix::sys::signal::{Signal::SIGUSR1, kill};
+            use nix::unistd::Pid;
+            kill(Pid::from_raw(-program), SIGUSR1).unwrap();
+            kill(Pid::from_raw(script), SIGUSR1).unwrap();
+            let status = child.wait().unwrap();
+            drop(stdin);
+            assert_eq!(status.code(), Some(5), "round {round}: {status:?}");
+        }
+    }
 }

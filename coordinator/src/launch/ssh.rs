@@ -132,7 +132,13 @@ fn script_text() -> String {
     // SIGUSR1 and SIGUSR2 (Slurm's warning signal, which reaches every
     // process of a step) are the program's alone: the script catches them
     // with a handler that does nothing (the program, exec'd, gets the
-    // default back) and waits again, the watcher ignores them.
+    // default back) and waits again, the watcher ignores them. A `wait`
+    // that returns above 128 was either the program's death by a signal or
+    // a signal to the script: if the program is gone, a second `wait` gives
+    // its status where the shell still holds it (a signal that ended the
+    // program may also have cut the first short after the shell reaped it:
+    // dash then said 138 for a program that exited 0), 127 where it was
+    // given already.
     format!(
         "IFS= read -r {secret} || exit 255; export {secret}; \
          IFS= read -r n || exit 255; e=; \
@@ -143,7 +149,8 @@ fn script_text() -> String {
          {{ trap '' USR1 USR2; while read -r _; do :; done; \
          kill -TERM -$pid 2>/dev/null || kill -TERM $pid 2>/dev/null; \
          sleep {REMOTE_GRACE_SECS}; kill -KILL -$pid 2>/dev/null; }} <&3 & watch=$!; \
-         exec 3<&-; while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done; \
+         exec 3<&-; while :; do wait $pid; rc=$?; [ $rc -le 128 ] && break; \
+         kill -0 $pid 2>/dev/null && continue; wait $pid; r=$?; [ $r -eq 127 ] || rc=$r; break; done; \
          kill -KILL $watch 2>/dev/null; exit $rc",
         secret = control::env::SECRET,
         cwd = CWD,
