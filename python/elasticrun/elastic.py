@@ -110,13 +110,13 @@ class ObjectState(State):
         self._set(values)
         self.save()
         _set_steps(self, steps)
+        self._steps_synced = True
 
 
 def _set_steps(state, steps):
     """The step count as synced, kept with the state's commit."""
     _native.set_steps(int(steps))
     state._committed_steps = int(steps)
-    state._steps_synced = True
 
 
 def _sync_steps(state):
@@ -129,7 +129,6 @@ def _sync_steps(state):
 
     n = broadcast(_np.array([_native.steps()], _np.int64), 0, name="elastic.steps")
     _set_steps(state, n[0])
-    state._steps_synced = False
 
 
 def _stateful(v):
