@@ -151,7 +151,7 @@ mod tests {
     /// other interleaving.)
     #[test]
     fn a_signal_that_ends_the_program_leaves_the_programs_code() {
-        use std::io::{BufRead, Write};
+        use std::io::BufRead;
         let cmd: Vec<OsString> = [
             "sh",
             "-c",
@@ -163,17 +163,8 @@ mod tests {
         // srun runs the step's script without a shell of its own.
         let argv = command("h", None, Path::new("/"), &cmd);
         for round in 0..100 {
-            let mut child = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(argv.last().unwrap())
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut stdin = child.stdin.take().unwrap();
-            stdin
-                .write_all(super::super::ssh::stdin_text("secret", &[]).as_bytes())
-                .unwrap();
+            let (mut child, stdin) =
+                super::super::ssh::spawn_script(argv.last().unwrap(), "secret", &[]);
             // The program's pid, once its trap is set (its group: setsid).
             let mut line = String::new();
             std::io::BufReader::new(child.stdout.take().unwrap())

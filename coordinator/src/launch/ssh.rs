@@ -217,6 +217,29 @@ pub fn describe_code(code: i32) -> String {
     }
 }
 
+/// Runs the remote script `script` under a local `sh`, standing in for the
+/// remote login shell or srun: the secret and `env` written to its standard
+/// input, which stays open (as ssh's does) until the returned end is
+/// dropped; its standard output piped.
+#[cfg(test)]
+pub(super) fn spawn_script(
+    script: impl AsRef<std::ffi::OsStr>,
+    secret: &str,
+    env: &[(String, String)],
+) -> (std::process::Child, std::process::ChildStdin) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(stdin_text(secret, env).as_bytes()).unwrap();
+    (child, stdin)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,17 +257,8 @@ mod tests {
         let odd = OsString::from_vec(b"caf\xe9 \xff'x\"$y".to_vec());
         let cmd = [OsString::from("printf"), OsString::from("%s|"), odd.clone()];
         let argv = command("h", &SshOptions::default(), Path::new("/"), &cmd);
-        let mut child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(argv.last().unwrap())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::{Read, Write};
-        // Standard input stays open while the command runs, as ssh's does.
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(stdin_text("s", &[]).as_bytes()).unwrap();
+        use std::io::Read;
+        let (mut child, stdin) = spawn_script(argv.last().unwrap(), "s", &[]);
         let mut got = Vec::new();
         child.stdout.take().unwrap().read_to_end(&mut got).unwrap();
         drop(stdin);
@@ -342,18 +356,8 @@ mod tests {
         for value in ["s3cret", "hello", "t0ken"] {
             assert!(!argv.iter().any(|a| a.contains(value)), "{value} on argv");
         }
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", script])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::{Read, Write};
-        // Standard input stays open while the command runs, as ssh's does.
-        let mut stdin = child.stdin.take().unwrap();
-        stdin
-            .write_all(stdin_text("s3cret", &env).as_bytes())
-            .unwrap();
+        use std::io::Read;
+        let (mut child, stdin) = spawn_script(script, "s3cret", &env);
         let status = child.wait().unwrap();
         drop(stdin);
         let mut stdout = String::new();
@@ -380,17 +384,7 @@ mod tests {
     fn closing_standard_input_stops_the_worker() {
         let cmd: Vec<OsString> = ["sleep", "30"].iter().map(OsString::from).collect();
         let argv = command("h", &SshOptions::default(), Path::new("/"), &cmd);
-        let mut child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(argv.last().unwrap())
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin
-            .write_all(stdin_text("secret", &[]).as_bytes())
-            .unwrap();
+        let (mut child, stdin) = spawn_script(argv.last().unwrap(), "secret", &[]);
         // Close standard input only once the worker runs (the script has read
         // the secret and started `sleep` under it): wait for the child to appear.
         let started = std::time::Instant::now() + std::time::Duration::from_secs(10);
