@@ -1,5 +1,6 @@
 //! Carrying out the membership core's commands.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use control::{CoordinatorMsg, Generation, PeerAddress};
@@ -245,15 +246,41 @@ impl Driver {
 /// "a:3, b:1": workers per host, in rank order of the hosts.
 fn summary(ranks: &[SlotId]) -> String {
     let mut per_host: Vec<(&str, usize)> = Vec::new();
+    // Each host's place in the list (thousands of hosts at scale).
+    let mut place: HashMap<&str, usize> = HashMap::new();
     for s in ranks {
-        match per_host.iter_mut().find(|(h, _)| *h == s.host) {
-            Some((_, n)) => *n += 1,
-            None => per_host.push((&s.host, 1)),
-        }
+        let i = *place.entry(s.host.as_str()).or_insert_with(|| {
+            per_host.push((&s.host, 0));
+            per_host.len() - 1
+        });
+        per_host[i].1 += 1;
     }
     per_host
         .iter()
         .map(|(h, n)| format!("{h}:{n}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(host: &str, slot: u32) -> SlotId {
+        SlotId::new(host, slot)
+    }
+
+    #[test]
+    fn the_summary_counts_each_hosts_workers_in_the_order_the_hosts_first_come() {
+        let ranks = [
+            slot("b", 0),
+            slot("a", 0),
+            slot("b", 1),
+            slot("c", 0),
+            slot("a", 1),
+            slot("b", 2),
+        ];
+        assert_eq!(summary(&ranks), "b:3, a:2, c:1");
+        assert_eq!(summary(&[]), "");
+    }
 }

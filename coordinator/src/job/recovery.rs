@@ -17,7 +17,7 @@
 //! from (rank 0's), `reached` the furthest step a rank had reached in the
 //! generation it left.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
@@ -38,9 +38,11 @@ struct Open {
     since: Instant,
     /// Whether it began with a failure (`Reset`), or with hosts changing.
     failure: bool,
-    /// The generation assigned since, and its ranks in order.
+    /// The generation assigned since, its rank 0 and its ranks (a set: each
+    /// rank's `Running` is looked up in it, thousands of them at scale).
     generation: Option<Generation>,
-    ranks: Vec<SlotId>,
+    rank0: Option<SlotId>,
+    ranks: HashSet<SlotId>,
     /// What each rank of it said: (step, reached).
     running: BTreeMap<SlotId, (u64, Option<u64>)>,
 }
@@ -69,6 +71,7 @@ impl Recovery {
         match &mut self.open {
             Some(open) => {
                 open.generation = None;
+                open.rank0 = None;
                 open.ranks.clear();
                 open.running.clear();
             }
@@ -77,7 +80,8 @@ impl Recovery {
                     since: at,
                     failure,
                     generation: None,
-                    ranks: Vec::new(),
+                    rank0: None,
+                    ranks: HashSet::new(),
                     running: BTreeMap::new(),
                 });
             }
@@ -88,7 +92,8 @@ impl Recovery {
     pub(super) fn assigned(&mut self, generation: Generation, ranks: &[SlotId]) {
         if let Some(open) = &mut self.open {
             open.generation = Some(generation);
-            open.ranks = ranks.to_vec();
+            open.rank0 = ranks.first().cloned();
+            open.ranks = ranks.iter().cloned().collect();
             open.running.clear();
         }
     }
@@ -112,7 +117,7 @@ impl Recovery {
             return None;
         }
         let open = self.open.take()?;
-        let rank0 = open.ranks.first().and_then(|s| open.running.get(s));
+        let rank0 = open.rank0.as_ref().and_then(|s| open.running.get(s));
         Some(Recovered {
             generation,
             workers: open.ranks.len(),

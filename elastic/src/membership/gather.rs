@@ -9,7 +9,7 @@
 //!    └─ a member exits 0 ─► Finishing ─ all members exited 0 ─► Finish
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use super::machine::{Cause, Gathering, Membership, Phase, SettleLater, Worker, WorkerState};
@@ -246,6 +246,12 @@ impl Membership {
             return;
         };
         let pending_members = self.not_rejoined(g).count();
+        if pending_members > 0 && !g.overdue {
+            // Members still to rejoin: nothing to assign or fail yet (and
+            // no need to order the ready, thousands of them at scale, at
+            // every settling while they come in).
+            return;
+        }
         let ready = self.ready(g);
         // After a failure, replacements still starting are left to join
         // later once the survivors have waited `replacement_wait` for them.
@@ -345,15 +351,18 @@ impl Membership {
         out: &mut Vec<Command>,
     ) {
         let surplus = ranks.split_off(ranks.len().min(self.train_cap()));
+        // Sets, not searches of the lists: thousands of members at scale.
+        let placed: HashSet<&SlotId> = ranks.iter().collect();
         let mut leavers: Vec<SlotId> = self
             .members
             .iter()
-            .filter(|s| !ranks.contains(s))
+            .filter(|s| !placed.contains(s))
             .cloned()
             .collect();
+        let members: HashSet<&SlotId> = self.members.iter().collect();
         let mut newcomers: Vec<SlotId> = surplus
             .into_iter()
-            .filter(|s| !self.members.contains(s))
+            .filter(|s| !members.contains(s))
             .collect();
         let spares: Vec<SlotId> = newcomers
             .drain(..newcomers.len().min(self.policy.hot_spares))
