@@ -359,11 +359,14 @@ impl Membership {
             .filter(|s| !placed.contains(s))
             .cloned()
             .collect();
-        let members: HashSet<&SlotId> = self.members.iter().collect();
-        let mut newcomers: Vec<SlotId> = surplus
-            .into_iter()
-            .filter(|s| !members.contains(s))
-            .collect();
+        let mut newcomers: Vec<SlotId> = if surplus.is_empty() {
+            Vec::new()
+        } else {
+            let members: HashSet<&SlotId> = self.members.iter().collect();
+            (surplus.into_iter())
+                .filter(|s| !members.contains(s))
+                .collect()
+        };
         let spares: Vec<SlotId> = newcomers
             .drain(..newcomers.len().min(self.policy.hot_spares))
             .collect();
