@@ -42,7 +42,7 @@ pub struct RankView {
 }
 
 /// A generation of the job's history.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct GenerationView {
     pub generation: u64,
     /// Since the job started.
@@ -56,7 +56,7 @@ pub struct GenerationView {
 }
 
 /// The job's goodput at a moment.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Sample {
     pub at_seconds: f64,
     pub goodput_ratio: f64,
@@ -83,15 +83,23 @@ pub struct View {
     pub etcd: Option<EtcdView>,
 }
 
+/// An empty vector with room for `bound` items, every byte of that room
+/// written once: its pages are resident from the start (about 50 KiB for
+/// the history and the samples), so the job's memory does not creep as it
+/// fills, one generation or sample at a time, and it never moves.
+fn resident<T: Clone>(bound: usize, filler: T) -> Vec<T> {
+    let mut v = vec![filler; bound];
+    v.clear();
+    v
+}
+
 impl View {
     pub fn new(started: Instant) -> Self {
         View {
             started,
             ranks: Vec::new(),
-            // Both at their bound from the start (about 50 KiB): never
-            // moved as they fill, so the job's memory does not creep.
-            history: VecDeque::with_capacity(HISTORY),
-            samples: Vec::with_capacity(SAMPLES),
+            history: resident(HISTORY, GenerationView::default()).into(),
+            samples: resident(SAMPLES, Sample::default()),
             every: FIRST_EVERY,
             next_cause: None,
             etcd: None,
@@ -172,6 +180,11 @@ mod tests {
     fn history_and_samples_stay_bounded_however_long_the_job() {
         let t0 = Instant::now();
         let mut v = View::new(t0);
+        // Both start at their bound, and never move as they fill.
+        let room = |v: &View| (v.history.capacity(), v.samples.capacity());
+        assert_eq!(room(&v), (HISTORY, SAMPLES));
+        assert!(v.history.is_empty() && v.samples.is_empty());
+        let (start_room, start_samples) = (room(&v), v.samples.as_ptr());
         let ranks = [("a".to_owned(), 0), ("b".to_owned(), 1)];
         for g in 1..=(HISTORY as u64 + 50) {
             v.next_cause = (g > 1).then_some("failure");
@@ -199,6 +212,8 @@ mod tests {
                 .all(|w| w[0].at_seconds < w[1].at_seconds),
             "in order"
         );
+        assert_eq!(room(&v), start_room, "never grown");
+        assert_eq!(v.samples.as_ptr(), start_samples, "never moved");
     }
 
     #[test]
