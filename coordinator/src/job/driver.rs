@@ -138,6 +138,7 @@ impl Driver {
             };
             // The core settles once, after the batch and the sweep.
             self.core.defer_settling();
+            let exit_wake = matches!(woke, Woke::Due | Woke::ExitNews);
             let (cmds, quiet) = match self.take(woke, arrivals, &mut events) {
                 Ok(taken) => taken,
                 Err(ending) => return ending,
@@ -155,7 +156,11 @@ impl Driver {
             self.carry_out(cmds).await;
             let early = self.retry_early();
             self.carry_out(early).await;
-            let mut more = self.poll_exits();
+            let mut more = if self.workers.exits_due(exit_wake, Instant::now()) {
+                self.poll_exits()
+            } else {
+                Vec::new()
+            };
             more.extend(self.core.tick(self.now()));
             more.extend(self.poll_stalls());
             more.extend(self.core.settle_deferred(self.now()));
@@ -422,6 +427,7 @@ impl Driver {
             }
             LinkEventKind::Ended(why) => {
                 live.link_ended = Some((Instant::now(), why));
+                self.workers.watch();
                 Vec::new()
             }
         }

@@ -80,7 +80,7 @@ impl Membership {
             .min(usable.saturating_sub(spares).max(floor))
     }
 
-    fn usable_count(&self) -> usize {
+    pub(super) fn usable_count(&self) -> usize {
         self.hosts
             .iter()
             .filter(|h| !self.blacklist.is_blacklisted(&h.host))
@@ -133,12 +133,20 @@ impl Membership {
     /// target world size, `min(usable slots, max_np)`, and the hot spares
     /// beside it are live on usable slots.
     /// Members on slots that left discovery do not count: they leave at the next
-    /// `Assign`. Not while finishing or done.
-    pub(super) fn fill(&mut self, now: Duration, prefer: &[SlotId], out: &mut Vec<Command>) {
+    /// `Assign`. Not while finishing or done. Returns the live workers on
+    /// usable slots after it ([`Membership::placeable_live`], counted once
+    /// for both: a pass over every worker), `None` when it did not look.
+    pub(super) fn fill(
+        &mut self,
+        now: Duration,
+        prefer: &[SlotId],
+        out: &mut Vec<Command>,
+    ) -> Option<usize> {
         if !matches!(self.phase, Phase::Stable | Phase::Gathering(_)) {
-            return;
+            return None;
         }
-        for slot in self.pick_free_slots(prefer) {
+        let (picks, placeable) = self.pick_free_slots(prefer);
+        for slot in picks {
             let order = self.next_order;
             // A resumed snapshot may hold any count: never overflow.
             self.next_order = self.next_order.saturating_add(1);
@@ -155,9 +163,13 @@ impl Membership {
             }
             out.push(Command::Spawn(slot));
         }
+        debug_assert_eq!(placeable, self.placeable_live());
+        Some(placeable)
     }
 
-    fn pick_free_slots(&self, prefer: &[SlotId]) -> Vec<SlotId> {
+    /// The free usable slots to spawn on, and the live workers on usable
+    /// slots once they are.
+    fn pick_free_slots(&self, prefer: &[SlotId]) -> (Vec<SlotId>, usize) {
         let spares = self.train_cap().saturating_add(self.policy.hot_spares);
         let target = self.usable_count().min(spares);
         let mut placeable = self.placeable_live();
@@ -176,7 +188,7 @@ impl Membership {
             picks.push(slot);
             placeable += 1;
         }
-        picks
+        (picks, placeable)
     }
 
     /// Within one gathering a slot is spawned once, unless fewer workers than the

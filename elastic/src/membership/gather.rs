@@ -209,11 +209,11 @@ impl Membership {
             later.prefer.extend_from_slice(prefer);
             return;
         }
-        self.fill(now, prefer, out);
-        let short = self.placeable_live() < self.policy.min_np;
-        if let Phase::Gathering(g) = &mut self.phase
-            && short
-            && g.short_since.is_none()
+        let filled = self.fill(now, prefer, out);
+        let unmarked = matches!(&self.phase, Phase::Gathering(g) if g.short_since.is_none());
+        if unmarked
+            && filled.unwrap_or_else(|| self.placeable_live()) < self.policy.min_np
+            && let Phase::Gathering(g) = &mut self.phase
         {
             g.short_since = Some(now);
         }
@@ -245,13 +245,21 @@ impl Membership {
         let Phase::Gathering(g) = &self.phase else {
             return;
         };
-        let pending_members = self.not_rejoined(g).count();
-        if pending_members > 0 && !g.overdue {
+        // Whether any member is still to rejoin: found after a few members
+        // while most are, where counting them all is a pass over every
+        // member at every settling.
+        let pending = self.not_rejoined(g).next().is_some();
+        if pending && !g.overdue {
             // Members still to rejoin: nothing to assign or fail yet (and
             // no need to order the ready, thousands of them at scale, at
             // every settling while they come in).
             return;
         }
+        let pending_members = if pending {
+            self.not_rejoined(g).count()
+        } else {
+            0
+        };
         let ready = self.ready(g);
         // After a failure, replacements still starting are left to join
         // later once the survivors have waited `replacement_wait` for them.

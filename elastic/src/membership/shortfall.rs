@@ -45,19 +45,16 @@ impl Membership {
             return None;
         };
         let wanted = self.threshold(g.next);
-        let offered: Vec<HostSlots> = self
-            .hosts
-            .iter()
-            .filter(|h| !self.blacklist.is_blacklisted(&h.host))
-            .cloned()
-            .collect();
-        let slots = offered
-            .iter()
-            .fold(0usize, |n, h| n.saturating_add(h.slots));
-        if g.overdue || slots.min(self.policy.max_np) >= wanted {
+        // Asked after every batch of events: the hosts (thousands at scale)
+        // are copied only when there is a shortfall to describe.
+        if g.overdue || self.usable_count().min(self.policy.max_np) >= wanted {
             return None;
         }
         let since = g.short_since?;
+        let offered: Vec<HostSlots> = (self.hosts.iter())
+            .filter(|h| !self.blacklist.is_blacklisted(&h.host))
+            .cloned()
+            .collect();
         Some(Shortfall {
             next: g.next,
             wanted,
