@@ -267,7 +267,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exits_are_looked_at_on_news_while_watched_and_at_least_every_poll() {
+    fn exits_are_looked_at_on_news_a_closed_connection_and_at_least_every_poll() {
         let mut w = Workers::default();
         let t0 = Instant::now();
         assert!(w.exits_due(false, t0), "never looked yet");
