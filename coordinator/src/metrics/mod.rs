@@ -376,7 +376,16 @@ impl JobMetrics {
             goodput_over_time: &view.samples,
             etcd: view.etcd,
         };
-        serde_json::to_string(&status).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        // Rendered into room for the document at its bound, the same for
+        // every scrape while the world size stays: a buffer that grew with
+        // the history had raised the heap's high-water mark scrape after
+        // scrape.
+        let mut out = Vec::with_capacity(status::document_room(view.ranks.len()));
+        match serde_json::to_writer(&mut out, &status).map(|()| String::from_utf8(out)) {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => format!("{{\"error\":\"{e}\"}}"),
+            Err(e) => format!("{{\"error\":\"{e}\"}}"),
+        }
     }
 }
 

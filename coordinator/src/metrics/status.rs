@@ -22,6 +22,17 @@ pub const SAMPLES: usize = 720;
 /// The first goodput samples' spacing.
 const FIRST_EVERY: Duration = Duration::from_secs(1);
 
+/// Bytes `/status.json` takes at most for a job of `ranks` ranks, its
+/// history and samples full (each item's longest rendering, rounded up,
+/// beside 2 KiB for the rest; a host name's length past 64 bytes may take
+/// it past: the buffer then grows).
+pub fn document_room(ranks: usize) -> usize {
+    const RANK: usize = 320;
+    const GENERATION: usize = 200;
+    const SAMPLE: usize = 72;
+    (2 << 10) + ranks.saturating_mul(RANK) + HISTORY * GENERATION + SAMPLES * SAMPLE
+}
+
 /// A rank of the current generation.
 #[derive(Clone, Debug, Serialize)]
 pub struct RankView {

@@ -294,3 +294,50 @@ fn serve_shows_its_leadership_and_failovers() {
     assert_eq!(v["etcd"]["failovers"], 1);
     assert_eq!(v["etcd"]["leader"], true);
 }
+
+#[test]
+fn the_status_document_fits_its_room_with_everything_at_its_longest() {
+    let m = JobMetrics::new();
+    let n: u32 = 64;
+    let long_host = |i: u32| format!("{}-{i:03}", "node.rack-17.zone-b.example".repeat(2));
+    let slots: Vec<SlotId> = (0..n)
+        .map(|i| SlotId::new(long_host(i), u32::MAX))
+        .collect();
+    m.generation(u64::MAX, &slots);
+    {
+        let mut v = m.view();
+        let long = 123_456_789.123_456_79_f64;
+        for rank in &mut v.ranks {
+            rank.steps = u64::MAX;
+            rank.steps_per_second = Some(long);
+            rank.step_seconds = Some(long);
+            rank.collective_bytes_per_second = Some(1.234_567_890_123_4e300);
+            rank.collective_wait_ratio = Some(0.123_456_789_012_345_67);
+            rank.straggler = true;
+        }
+        v.history.clear();
+        for g in 0..status::HISTORY {
+            v.history.push_back(status::GenerationView {
+                generation: u64::MAX - g as u64,
+                at_seconds: long,
+                world_size: usize::MAX,
+                cause: Some("hosts_removed"),
+                recovery_seconds: Some(long),
+                rolled_back_steps: Some(u64::MAX),
+            });
+        }
+        v.samples.clear();
+        v.samples
+            .extend((0..status::SAMPLES).map(|_| status::Sample {
+                at_seconds: long,
+                goodput_ratio: 0.123_456_789_012_345_67,
+            }));
+    }
+    let doc = m.status_json();
+    assert!(
+        doc.starts_with('{') && doc.contains("hosts_removed"),
+        "{doc}"
+    );
+    let room = status::document_room(n as usize);
+    assert!(doc.len() <= room, "{} bytes in a room of {room}", doc.len());
+}
