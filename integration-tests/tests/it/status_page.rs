@@ -15,9 +15,10 @@ use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// What the page shows now, read from its DOM (`null` while it loads).
+/// What the page shows now, read from its DOM (`null` while it loads: the
+/// parser may have made the chart but not yet the line inside it).
 const READ: &str = r#"(() => {
-  if (!document.getElementById('chart')) return null;
+  if (document.readyState === 'loading' || !document.querySelector('#chart polyline')) return null;
   const rows = [...document.querySelectorAll('#ranks tbody tr')];
   const gens = [...document.querySelectorAll('#history tbody tr')];
   const chart = document.querySelector('#chart polyline').getAttribute('points') || '';
