@@ -381,11 +381,10 @@ impl JobMetrics {
         // the history had raised the heap's high-water mark scrape after
         // scrape.
         let mut out = Vec::with_capacity(status::document_room(view.ranks.len()));
-        match serde_json::to_writer(&mut out, &status).map(|()| String::from_utf8(out)) {
-            Ok(Ok(text)) => text,
-            Ok(Err(e)) => format!("{{\"error\":\"{e}\"}}"),
-            Err(e) => format!("{{\"error\":\"{e}\"}}"),
-        }
+        let text = serde_json::to_writer(&mut out, &status)
+            .map_err(|e| e.to_string())
+            .and_then(|()| String::from_utf8(out).map_err(|e| e.to_string()));
+        text.unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 }
 

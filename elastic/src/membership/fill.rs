@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::machine::{Membership, Phase, Worker, WorkerState};
 use super::{Command, Generation, SlotId};
+use crate::hosts::HostSlots;
 
 /// Which slots of one host are usable.
 #[derive(Clone, Copy)]
@@ -47,24 +48,20 @@ impl Membership {
     /// Usable slots in spawn preference order: hosts in discovery order, then slot
     /// index.
     fn usable_slots(&self) -> impl Iterator<Item = SlotId> + '_ {
-        self.hosts
-            .iter()
-            .filter(|h| !self.blacklist.is_blacklisted(&h.host))
-            .flat_map(|h| {
-                let listed: Box<dyn Iterator<Item = u32> + '_> =
-                    match self.slot_sets.as_ref().and_then(|s| s.get(&h.host)) {
-                        Some(set) => Box::new(set.iter().copied()),
-                        None => Box::new(0..u32::try_from(h.slots).unwrap_or(u32::MAX)),
-                    };
-                listed.map(|i| SlotId::new(h.host.clone(), i))
-            })
+        self.usable_hosts().flat_map(|h| {
+            let listed: Box<dyn Iterator<Item = u32> + '_> =
+                match self.slot_sets.as_ref().and_then(|s| s.get(&h.host)) {
+                    Some(set) => Box::new(set.iter().copied()),
+                    None => Box::new(0..u32::try_from(h.slots).unwrap_or(u32::MAX)),
+                };
+            listed.map(|i| SlotId::new(h.host.clone(), i))
+        })
     }
 
     /// Usable slots on hosts other than `host`.
     pub(super) fn usable_count_without(&self, host: &str) -> usize {
-        self.hosts
-            .iter()
-            .filter(|h| h.host != host && !self.blacklist.is_blacklisted(&h.host))
+        self.usable_hosts()
+            .filter(|h| h.host != host)
             .fold(0usize, |n, h| n.saturating_add(h.slots))
     }
 
@@ -81,10 +78,13 @@ impl Membership {
     }
 
     pub(super) fn usable_count(&self) -> usize {
-        self.hosts
-            .iter()
-            .filter(|h| !self.blacklist.is_blacklisted(&h.host))
+        self.usable_hosts()
             .fold(0usize, |n, h| n.saturating_add(h.slots))
+    }
+
+    /// The discovered hosts not blacklisted, in discovery order.
+    pub(super) fn usable_hosts(&self) -> impl Iterator<Item = &HostSlots> + '_ {
+        (self.hosts.iter()).filter(|h| !self.blacklist.is_blacklisted(&h.host))
     }
 
     /// Live workers on usable slots: those the next generation may place.

@@ -51,10 +51,7 @@ impl Membership {
             return None;
         }
         let since = g.short_since?;
-        let offered: Vec<HostSlots> = (self.hosts.iter())
-            .filter(|h| !self.blacklist.is_blacklisted(&h.host))
-            .cloned()
-            .collect();
+        let offered: Vec<HostSlots> = self.usable_hosts().cloned().collect();
         Some(Shortfall {
             next: g.next,
             wanted,
