@@ -31,6 +31,12 @@
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p coordinator`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's wall time, for reading a slow run's log.
+phase_began=$SECONDS
+phase() {
+    echo "scripts/test.sh: $1 took $((SECONDS - phase_began)) s" >&2
+    phase_began=$SECONDS
+}
 
 missing=()
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
@@ -61,6 +67,7 @@ if ! command -v kubernetes-validate >/dev/null; then
         || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages kubernetes-validate==1.37.0
     hash -r
 fi
+phase "installing the tests' tools"
 export ELASTICRUN_REQUIRE_SSHD=1
 export ELASTICRUN_REQUIRE_KUBERNETES_VALIDATE=1
 export ELASTICRUN_REQUIRE_NETNS=1
@@ -111,7 +118,25 @@ if [ "$whole" -eq 1 ]; then
     python/tests/env.sh > target/pyenv-install.log 2>&1 &
     pyenv=$!
 fi
+if [ "$whole" -eq 1 ]; then
+    # README's main command needs only Rust: this build runs every build
+    # script of the main command's graph (and of the tests' graph around it)
+    # with a `protoc` first on PATH, and as PROTOC, that fails whenever it is
+    # run. The etcd client's gRPC code is generated ahead of time
+    # (third_party/README.md). One build for both: a clean check of the
+    # main command's graph on its own took a minute of CI.
+    noprotoc="$PWD/target/no-protoc"
+    rm -rf "$noprotoc" && mkdir -p "$noprotoc/bin"
+    printf '#!/bin/sh\necho "protoc was run: the build of README'"'"'s main command must need only Rust" >&2\nexit 1\n' > "$noprotoc/bin/protoc"
+    chmod +x "$noprotoc/bin/protoc"
+    PATH="$noprotoc/bin:$PATH" PROTOC="$noprotoc/bin/protoc" cargo test --no-run --no-fail-fast "$@" || status=$?
+    rm -rf "$noprotoc"
+    phase "the build of every test binary"
+fi
 cargo test --no-fail-fast "$@" || status=$?
+if [ "$whole" -eq 1 ]; then
+    phase "the Rust tests"
+fi
 if [ "$whole" -eq 1 ]; then
     # The crates' documentation, private items included (architecture.md
     # points into it): a broken or ambiguous link fails.
@@ -119,21 +144,7 @@ if [ "$whole" -eq 1 ]; then
         echo "scripts/test.sh: cargo doc found broken documentation (see above)" >&2
         status=1
     fi
-    # README's main command needs only Rust: its build, checked in a clean
-    # target directory (every build script of its graph compiled and run)
-    # with a `protoc` first on PATH, and as PROTOC, that fails whenever it
-    # is run. The etcd client's gRPC code is generated ahead of time
-    # (third_party/README.md).
-    noprotoc="$PWD/target/no-protoc"
-    rm -rf "$noprotoc" && mkdir -p "$noprotoc/bin"
-    printf '#!/bin/sh\necho "protoc was run: the build must need only Rust" >&2\nexit 1\n' > "$noprotoc/bin/protoc"
-    chmod +x "$noprotoc/bin/protoc"
-    if ! env -u RUSTC_WORKSPACE_WRAPPER PATH="$noprotoc/bin:$PATH" PROTOC="$noprotoc/bin/protoc" \
-        CARGO_TARGET_DIR="$noprotoc/target" cargo check --release --bins --quiet; then
-        echo "scripts/test.sh: README's main command does not build with only Rust (see above)" >&2
-        status=1
-    fi
-    rm -rf "$noprotoc"
+    phase "the documentation"
 fi
 if [ "$whole" -eq 1 ]; then
     # The Python package (python/, docs/python.md), in a virtual environment
@@ -144,6 +155,7 @@ if [ "$whole" -eq 1 ]; then
         echo "scripts/test.sh: the Python tests' environment could not be made" >&2
         status=1
     fi
+    phase "waiting for the Python tests' environment"
     # The package as users install it: its wheel (abi3; maturin checks its
     # symbols against the manylinux policy it tags it with), built by
     # maturin on this build's artifacts (the dev profile, this machine's
@@ -157,6 +169,7 @@ if [ "$whole" -eq 1 ]; then
         echo "scripts/test.sh: the Python package's wheel was not built as an abi3 manylinux wheel: ${wheel:-none}" >&2
         status=1
     fi
+    phase "the wheel and the Python tests"
 fi
 if [ "$status" -ne 0 ]; then
     # A full disk fails builds, etcd and pip in ways that look like bugs.
