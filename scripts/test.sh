@@ -132,19 +132,27 @@ if [ "$whole" -eq 1 ]; then
     PATH="$noprotoc/bin:$PATH" PROTOC="$noprotoc/bin/protoc" cargo test --no-run --no-fail-fast "$@" || status=$?
     rm -rf "$noprotoc"
     phase "the build of every test binary"
+    # The crates' documentation, private items included (architecture.md
+    # points into it): a broken or ambiguous link fails. rustdoc needs every
+    # dependency checked anew (metadata, not this build's libraries), a
+    # minute of CPU: it is made at the lowest priority beside the tests,
+    # which wait on processes and the network much of the time, in a target
+    # directory of its own so that it holds no lock the tests' cargo needs.
+    (RUSTDOCFLAGS="-Dwarnings" CARGO_TARGET_DIR="$PWD/target/doc-check" \
+        nice -n 19 cargo doc "$@" --no-deps --document-private-items --quiet \
+        > target/doc-check.log 2>&1) &
+    docs=$!
 fi
 cargo test --no-fail-fast "$@" || status=$?
 if [ "$whole" -eq 1 ]; then
     phase "the Rust tests"
-fi
-if [ "$whole" -eq 1 ]; then
-    # The crates' documentation, private items included (architecture.md
-    # points into it): a broken or ambiguous link fails.
-    if ! RUSTDOCFLAGS="-Dwarnings" cargo doc "$@" --no-deps --document-private-items --quiet; then
+    if ! wait "$docs"; then
+        cat target/doc-check.log >&2
         echo "scripts/test.sh: cargo doc found broken documentation (see above)" >&2
         status=1
     fi
-    phase "the documentation"
+    rm -rf target/doc-check
+    phase "waiting for the documentation"
 fi
 if [ "$whole" -eq 1 ]; then
     # The Python package (python/, docs/python.md), in a virtual environment
