@@ -3,6 +3,7 @@
 //! ([`start::ProcessLauncher`]).
 
 pub mod address;
+mod forwarder;
 mod launcher;
 pub mod output;
 mod pieces;
@@ -11,7 +12,6 @@ pub mod program_env;
 pub mod srun;
 pub mod ssh;
 pub mod start;
-mod threads;
 pub mod warm;
 
 pub use launcher::{EXIT_POLL, LaunchError, Launcher, Started, stop_all};

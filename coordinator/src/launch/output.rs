@@ -3,7 +3,7 @@
 //! stderr, optionally prefixed with the time the line arrived, and optionally also
 //! written to `DIR/rank.N/stdout` and `DIR/rank.N/stderr` (without prefixes).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -17,8 +17,6 @@ use super::pieces::Splitter;
 /// The most of one line elasticrun holds before forwarding it: a longer
 /// line is forwarded in pieces this long.
 const MAX_PIECE: usize = 64 << 10;
-/// How much of a worker's pipe is read at once.
-const READ_CHUNK: usize = 64 << 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stream {
@@ -52,12 +50,12 @@ pub fn rank_file(dir: &Path, rank: usize, stream: Stream) -> PathBuf {
     dir.join(format!("rank.{rank}")).join(stream.name())
 }
 
-/// Forwards a worker's pipe `from` ([`forward`]) on a thread of the
-/// coordinator's forwarding threads (`launch/threads.rs`), reading and
-/// writing as `cat` does: no wake-up of the coordinator's
-/// runtime and no hand-off to its blocking pool on the way (they made it
-/// 3-5 times slower than `cat`). The handle ends when the pipe is read to
-/// its end.
+/// Forwards a worker's pipe `from` on the coordinator's forwarding thread
+/// (`launch/forwarder.rs`): one thread for every worker's pipes, woken by
+/// poll(2) when one of them has something, reading and writing with plain
+/// calls as `cat` does; no wake-up of the coordinator's runtime and no
+/// hand-off to its blocking pool on the way (they made it 3-5 times slower
+/// than `cat`). The handle ends when the pipe is read to its end.
 pub fn spawn_forward(
     from: OwnedFd,
     rank: usize,
@@ -67,26 +65,16 @@ pub fn spawn_forward(
     tap: Option<Arc<dyn Tap>>,
 ) -> JoinHandle<std::io::Result<()>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let spawned = super::threads::forwarders().run(Box::new(move || {
-        let ended = blocking(from).and_then(|from| {
-            let mut terminal = Terminal(stream);
-            match &tap {
-                Some(t) => {
-                    let tapped = Tapped::new(from, t.as_ref());
-                    forward(tapped, rank, stream, timestamps, file, &mut terminal)
-                }
-                None => forward(from, rank, stream, timestamps, file, &mut terminal),
-            }
-        });
-        if let Some(t) = &tap {
-            t.ended();
-        }
-        let _ = tx.send(ended);
-    }));
+    let forwarding = Forwarding::new(rank, stream, timestamps, file, tap);
+    let added = super::forwarder::forwarder()
+        .and_then(|f| f.add(from, forwarding, Box::new(Terminal(stream)), tx));
     tokio::spawn(async move {
-        spawned?;
-        rx.await
-            .unwrap_or_else(|_| Err(std::io::Error::other("the output thread ended early")))
+        added?;
+        rx.await.unwrap_or_else(|_| {
+            Err(std::io::Error::other(
+                "the output forwarding thread ended early",
+            ))
+        })
     })
 }
 
@@ -101,49 +89,22 @@ pub trait Tap: Send + Sync + std::fmt::Debug {
 /// How much of each line a [`Tap`] sees.
 pub const TAP_HEAD: usize = 80;
 
-/// A reader that passes everything through and shows a [`Tap`] the start
-/// of each line.
-struct Tapped<'a, R> {
-    inner: R,
-    tap: &'a dyn Tap,
-    head: Vec<u8>,
-}
-
-impl<'a, R: Read> Tapped<'a, R> {
-    fn new(inner: R, tap: &'a dyn Tap) -> Self {
-        Tapped {
-            inner,
-            tap,
-            head: Vec::with_capacity(TAP_HEAD),
+/// Shows `tap` the start of each line `data` ends, keeping the start of
+/// the line it does not end in `head`; `data` empty (the stream's end)
+/// shows what `head` holds, if anything.
+fn tap_lines(tap: &dyn Tap, head: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() && !head.is_empty() {
+        tap.line(head);
+        head.clear();
+    }
+    for &b in data {
+        if b == b'\n' {
+            tap.line(head);
+            head.clear();
+        } else if head.len() < TAP_HEAD {
+            head.push(b);
         }
     }
-}
-
-impl<R: Read> Read for Tapped<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if n == 0 && !self.head.is_empty() {
-            self.tap.line(&self.head);
-            self.head.clear();
-        }
-        for &b in &buf[..n] {
-            if b == b'\n' {
-                self.tap.line(&self.head);
-                self.head.clear();
-            } else if self.head.len() < TAP_HEAD {
-                self.head.push(b);
-            }
-        }
-        Ok(n)
-    }
-}
-
-/// `fd` for reading that waits for data (tokio made the pipe non-blocking).
-fn blocking(fd: OwnedFd) -> std::io::Result<std::fs::File> {
-    use nix::fcntl::{FcntlArg, OFlag, fcntl};
-    let flags = OFlag::from_bits_truncate(fcntl(&fd, FcntlArg::F_GETFL)?);
-    fcntl(&fd, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
-    Ok(std::fs::File::from(fd))
 }
 
 /// Elasticrun's own stdout or stderr, written a whole buffer at a time
@@ -173,98 +134,164 @@ impl Write for Terminal {
     }
 }
 
-/// Copies `from` line by line (bytes, not necessarily UTF-8) to `terminal`
-/// (elasticrun's own stdout or stderr) with the prefix, and to `file` if
-/// given (created 0600): a progress update (a line ended by `\r`) as it
-/// comes, a line longer than `MAX_PIECE` (64 KiB) in pieces of that size
+/// One pipe's forwarding between reads: where its lines go, and the start
+/// of a line not yet ended. It copies the pipe line by line (bytes, not
+/// necessarily UTF-8) to the terminal (elasticrun's own stdout or stderr)
+/// with the prefix, and to the rank file if given (created 0600 when the
+/// forwarding starts): a progress update (a line ended by `\r`) as it comes,
+/// a line longer than `MAX_PIECE` (64 KiB) in pieces of that size
 /// (`launch/pieces.rs`). What one read brought goes out in one write to
-/// each place, whole lines only. Reads to EOF whatever happens to the
-/// copies: a file that cannot be opened or written (a full disk) is
-/// reported once and dropped, the terminal keeps getting the lines; a
-/// terminal that is gone (a closed pipe) stops getting them. So a worker
-/// never finds its output pipe closed under it. Only a failure to read the
-/// worker's pipe is returned.
-pub fn forward(
-    mut from: impl Read,
+/// each place, whole lines only. The pipe is read to its end whatever
+/// happens to the copies: a file that cannot be opened or written (a full
+/// disk) is reported once and dropped, the terminal keeps getting the
+/// lines; a terminal that is gone (a closed pipe) stops getting them. So a
+/// worker never finds its output pipe closed under it.
+pub(super) struct Forwarding {
     rank: usize,
     stream: Stream,
     timestamps: bool,
-    file: Option<PathBuf>,
-    terminal: &mut impl Write,
-) -> std::io::Result<()> {
-    let mut file = file.and_then(RankFile::open);
-    let mut to_terminal = true;
-    let mut splitter = Splitter::new(MAX_PIECE);
-    // This thread's buffers, kept from one pipe to the next: a forwarding
-    // thread serves many workers one after another (`threads.rs`).
-    let mut bufs = BUFFERS.take();
-    bufs.chunk.resize(READ_CHUNK, 0);
-    let Buffers { chunk, shown, raw } = &mut bufs;
-    let chunk = chunk.as_mut_slice();
-    let result = loop {
-        let n = match from.read(chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => break Err(e),
-        };
-        let prefix = prefix(rank, stream, timestamps.then(SystemTime::now));
+    /// The rank file, to be opened when the forwarding starts.
+    path: Option<PathBuf>,
+    file: Option<RankFile>,
+    to_terminal: bool,
+    splitter: Splitter,
+    /// The tap, and the start of the line it has not been shown yet.
+    tap: Option<(Arc<dyn Tap>, Vec<u8>)>,
+}
+
+impl Forwarding {
+    pub(super) fn new(
+        rank: usize,
+        stream: Stream,
+        timestamps: bool,
+        path: Option<PathBuf>,
+        tap: Option<Arc<dyn Tap>>,
+    ) -> Self {
+        Forwarding {
+            rank,
+            stream,
+            timestamps,
+            path,
+            file: None,
+            to_terminal: true,
+            splitter: Splitter::new(MAX_PIECE),
+            tap: tap.map(|t| (t, Vec::with_capacity(TAP_HEAD))),
+        }
+    }
+
+    /// Opens the rank file, if there is one (on the forwarding thread: it
+    /// may make directories).
+    pub(super) fn start(&mut self) {
+        self.file = self.path.take().and_then(RankFile::open);
+    }
+
+    /// Forwards what one read of the pipe brought; `data` empty is the
+    /// pipe's end (the last piece then gets the newline the worker did not
+    /// print). `bufs` are the forwarding thread's, empty between calls.
+    pub(super) fn feed(&mut self, data: &[u8], bufs: &mut Buffers, terminal: &mut dyn Write) {
+        if let Some((tap, head)) = &mut self.tap {
+            tap_lines(tap.as_ref(), head, data);
+        }
+        let prefix = prefix(
+            self.rank,
+            self.stream,
+            self.timestamps.then(SystemTime::now),
+        );
+        let Buffers { shown, raw } = bufs;
+        let (to_file, to_terminal) = (self.file.is_some(), self.to_terminal);
         let mut each = |piece: &[u8]| {
-            if file.is_some() {
+            if to_file {
                 raw.extend_from_slice(piece);
             }
             if to_terminal {
                 show(shown, &prefix, piece);
             }
         };
-        if n == 0 {
-            // The last piece, ended by a newline the worker did not print.
-            splitter.finish(&mut |p| match p.last() {
+        if data.is_empty() {
+            self.splitter.finish(&mut |p| match p.last() {
                 Some(b'\n') => each(p),
                 _ => each(&[p, b"\n"].concat()),
             });
         } else {
-            splitter.push(&chunk[..n], &mut each);
+            self.splitter.push(data, &mut each);
         }
-        if let Some(f) = file.as_mut()
+        if let Some(f) = self.file.as_mut()
             && !raw.is_empty()
-            && !f.write(raw, rank)
+            && !f.write(raw, self.rank)
         {
-            file = None;
+            self.file = None;
         }
         if to_terminal && !shown.is_empty() {
-            to_terminal = terminal.write_all(shown).is_ok();
+            self.to_terminal = terminal.write_all(shown).is_ok();
         }
         shown.clear();
         raw.clear();
-        if n == 0 {
-            break Ok(());
+    }
+
+    /// The pipe has ended (read to its end, or failed): the rank file is
+    /// flushed and the tap told.
+    pub(super) fn end(self) {
+        if let Some(f) = self.file {
+            f.close(self.rank);
+        }
+        if let Some((tap, _)) = &self.tap {
+            tap.ended();
+        }
+    }
+}
+
+/// Copies `from` to its end through a [`Forwarding`], as the forwarding
+/// thread does a pipe: what the tests drive. Only a failure to read `from`
+/// is returned.
+#[cfg(test)]
+fn forward(
+    mut from: impl std::io::Read,
+    rank: usize,
+    stream: Stream,
+    timestamps: bool,
+    file: Option<PathBuf>,
+    terminal: &mut impl Write,
+) -> std::io::Result<()> {
+    let mut forwarding = Forwarding::new(rank, stream, timestamps, file, None);
+    forwarding.start();
+    let (mut chunk, mut bufs) = (vec![0; READ_CHUNK], Buffers::default());
+    let result = loop {
+        match from.read(&mut chunk) {
+            Ok(0) => {
+                forwarding.feed(&[], &mut bufs, terminal);
+                break Ok(());
+            }
+            Ok(n) => forwarding.feed(&chunk[..n], &mut bufs, terminal),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
         }
     };
-    // (Both are empty here: each read's are cleared after it.) A worker that
-    // printed one huge line does not make this thread hold its size for good.
-    bufs.shown.shrink_to(KEPT);
-    bufs.raw.shrink_to(KEPT);
-    BUFFERS.set(bufs);
-    if let Some(f) = file {
-        f.close(rank);
-    }
+    forwarding.end();
     result
 }
 
-/// A forwarding thread's buffers: the read chunk, and what one read brings
-/// for the terminal and for the rank file.
+/// The forwarding thread's buffers: what one read brings for the terminal
+/// and for the rank file.
 #[derive(Default)]
-struct Buffers {
-    chunk: Vec<u8>,
+pub(super) struct Buffers {
     shown: Vec<u8>,
     raw: Vec<u8>,
 }
 
-thread_local! {
-    static BUFFERS: std::cell::Cell<Buffers> = std::cell::Cell::new(Buffers::default());
+impl Buffers {
+    /// Gives back what one huge line made them hold (they are empty between
+    /// reads).
+    pub(super) fn trim(&mut self) {
+        self.shown.shrink_to(KEPT);
+        self.raw.shrink_to(KEPT);
+    }
 }
 
-/// The most of its output buffers' capacity a thread keeps between pipes.
+/// How much of a worker's pipe is read at once.
+pub(super) const READ_CHUNK: usize = 64 << 10;
+
+/// The most of its output buffers' capacity the forwarding thread keeps
+/// from one pipe's end to the next.
 const KEPT: usize = 2 * READ_CHUNK;
 
 /// Appends `piece` as the terminal shows it: after `prefix` and ended by

@@ -1,0 +1,188 @@
+//! The thread that forwards every worker's output: one for the
+//! coordinator's life, whatever the number of pipes, woken by poll(2) when
+//! one of them has something to read (or has ended). A thread per pipe made
+//! the coordinator's memory grow with every worker started (each new thread
+//! took a malloc arena, its buffers and its stack); a pool of threads, one
+//! per pipe open at once, still grew each time a replacement's pipes opened
+//! before a killed worker's were read to their end, and held a thread for
+//! every pipe of a job's workers (two per worker, thousands at scale).
+
+use std::fs::File;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use tokio::sync::oneshot;
+
+use super::output::{Buffers, Forwarding, READ_CHUNK};
+
+/// Reads of one pipe in a turn of the loop at most, so that a worker
+/// printing without pause does not hold the others' output up.
+const READS_A_TURN: usize = 4;
+
+/// The stack of the forwarding thread: its buffers are on the heap.
+const STACK: usize = 256 << 10;
+
+/// Where one pipe's lines go, and who hears how it ended.
+pub(super) type Terminal = Box<dyn Write + Send>;
+
+/// One pipe being forwarded.
+struct Pipe {
+    from: File,
+    forwarding: Forwarding,
+    terminal: Terminal,
+    done: oneshot::Sender<std::io::Result<()>>,
+}
+
+/// The forwarding thread's door: pipes are handed to it here.
+pub(super) struct Forwarder {
+    added: Arc<Mutex<Vec<Pipe>>>,
+    /// Written to (a byte) to wake the thread for a pipe added.
+    wake: std::io::PipeWriter,
+}
+
+/// The coordinator's forwarding thread, started when first needed.
+pub(super) fn forwarder() -> std::io::Result<&'static Forwarder> {
+    static ONE: OnceLock<Result<Forwarder, String>> = OnceLock::new();
+    ONE.get_or_init(|| Forwarder::start().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| std::io::Error::other(format!("no output forwarding thread: {e}")))
+}
+
+impl Forwarder {
+    /// Starts a forwarding thread of its own.
+    pub(super) fn start() -> std::io::Result<Forwarder> {
+        let (woken, wake) = std::io::pipe()?;
+        nonblocking(woken.as_fd())?;
+        nonblocking(wake.as_fd())?;
+        let added = Arc::new(Mutex::new(Vec::new()));
+        let theirs = Arc::clone(&added);
+        std::thread::Builder::new()
+            .name("output".into())
+            .stack_size(STACK)
+            .spawn(move || run(&theirs, &woken))?;
+        Ok(Forwarder { added, wake })
+    }
+
+    /// Forwards `from` through `forwarding` to `terminal` until its end;
+    /// `done` hears how it ended.
+    pub(super) fn add(
+        &self,
+        from: OwnedFd,
+        forwarding: Forwarding,
+        terminal: Terminal,
+        done: oneshot::Sender<std::io::Result<()>>,
+    ) -> std::io::Result<()> {
+        nonblocking(from.as_fd())?;
+        let pipe = Pipe {
+            from: File::from(from),
+            forwarding,
+            terminal,
+            done,
+        };
+        self.added
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(pipe);
+        match (&self.wake).write(&[1]) {
+            // Full: the thread has wake-ups to read already.
+            Err(e) if e.kind() != ErrorKind::WouldBlock => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn nonblocking(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// The forwarding thread: takes in the pipes added, waits until one has
+/// something, forwards what it has, and ends those that ended.
+fn run(added: &Mutex<Vec<Pipe>>, woken: &std::io::PipeReader) {
+    let mut pipes: Vec<Pipe> = Vec::new();
+    let mut ready: Vec<bool> = Vec::new();
+    let mut chunk = vec![0u8; READ_CHUNK];
+    let mut bufs = Buffers::default();
+    loop {
+        for mut pipe in added
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            pipe.forwarding.start();
+            pipes.push(pipe);
+        }
+        if let Err(e) = wait(woken, &pipes, &mut ready) {
+            // Nothing to wait on is wrong here (no fd is closed under
+            // it); a pause keeps an error that stays from spinning.
+            tracing::error!("waiting on the workers' output: {e}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            continue;
+        }
+        // From the last, so that removing one moves none still to serve.
+        for i in (0..pipes.len()).rev() {
+            if !ready[i] {
+                continue;
+            }
+            if let Some(ended) = serve(&mut pipes[i], &mut chunk, &mut bufs) {
+                let pipe = pipes.swap_remove(i);
+                pipe.forwarding.end();
+                bufs.trim();
+                let _ = pipe.done.send(ended);
+            }
+        }
+    }
+}
+
+/// Waits until the wake-up pipe or one of `pipes` has something (data, its
+/// end or an error), reading the wake-ups; `ready` says which pipes.
+fn wait(woken: &std::io::PipeReader, pipes: &[Pipe], ready: &mut Vec<bool>) -> std::io::Result<()> {
+    let mut fds = Vec::with_capacity(pipes.len() + 1);
+    fds.push(PollFd::new(woken.as_fd(), PollFlags::POLLIN));
+    fds.extend(
+        pipes
+            .iter()
+            .map(|p| PollFd::new(p.from.as_fd(), PollFlags::POLLIN)),
+    );
+    loop {
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => break,
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    ready.clear();
+    ready.extend(fds[1..].iter().map(|f| f.any().unwrap_or(true)));
+    if fds[0].any().unwrap_or(false) {
+        let mut sink = [0u8; 64];
+        while matches!((&*woken).read(&mut sink), Ok(n) if n > 0) {}
+    }
+    Ok(())
+}
+
+/// Reads what `pipe` has, up to [`READS_A_TURN`] reads, and forwards it;
+/// how it ended, if it did.
+fn serve(pipe: &mut Pipe, chunk: &mut [u8], bufs: &mut Buffers) -> Option<std::io::Result<()>> {
+    for _ in 0..READS_A_TURN {
+        match pipe.from.read(chunk) {
+            Ok(0) => {
+                pipe.forwarding.feed(&[], bufs, &mut *pipe.terminal);
+                return Some(Ok(()));
+            }
+            Ok(n) => pipe.forwarding.feed(&chunk[..n], bufs, &mut *pipe.terminal),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+#[path = "forwarder_tests.rs"]
+mod tests;
