@@ -1,11 +1,13 @@
-//! The thread that forwards every worker's output: one for the
-//! coordinator's life, whatever the number of pipes, woken by poll(2) when
-//! one of them has something to read (or has ended). A thread per pipe made
-//! the coordinator's memory grow with every worker started (each new thread
-//! took a malloc arena, its buffers and its stack); a pool of threads, one
-//! per pipe open at once, still grew each time a replacement's pipes opened
-//! before a killed worker's were read to their end, and held a thread for
-//! every pipe of a job's workers (two per worker, thousands at scale).
+//! The threads that forward every worker's output: one a core (up to
+//! four), started together and kept for the coordinator's life whatever the
+//! number of pipes, a worker's pipes given to one by its rank. Each waits on
+//! its pipes with poll(2) until one has something to read (or has ended).
+//! A thread per pipe made the coordinator's memory grow with every worker
+//! started (each new thread took a malloc arena, its buffers and its
+//! stack); a pool of threads, one per pipe open at once, still grew each
+//! time a replacement's pipes opened before a killed worker's were read to
+//! their end, and held a thread for every pipe of a job's workers (two per
+//! worker, thousands at scale).
 
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
@@ -23,7 +25,7 @@ use super::output::{Buffers, Forwarding, READ_CHUNK};
 /// printing without pause does not hold the others' output up.
 const READS_A_TURN: usize = 4;
 
-/// The stack of the forwarding thread: its buffers are on the heap.
+/// The stack of a forwarding thread: its buffers are on the heap.
 const STACK: usize = 256 << 10;
 
 /// Where one pipe's lines go, and who hears how it ended.
@@ -37,19 +39,32 @@ struct Pipe {
     done: oneshot::Sender<std::io::Result<()>>,
 }
 
-/// The forwarding thread's door: pipes are handed to it here.
+/// A forwarding thread's door: pipes are handed to it here.
 pub(super) struct Forwarder {
     added: Arc<Mutex<Vec<Pipe>>>,
     /// Written to (a byte) to wake the thread for a pipe added.
     wake: std::io::PipeWriter,
 }
 
-/// The coordinator's forwarding thread, started when first needed.
-pub(super) fn forwarder() -> std::io::Result<&'static Forwarder> {
-    static ONE: OnceLock<Result<Forwarder, String>> = OnceLock::new();
-    ONE.get_or_init(|| Forwarder::start().map_err(|e| e.to_string()))
+/// The most forwarding threads: one a core up to this many, all started
+/// together when first needed, so their number never grows with the job.
+const MOST_THREADS: usize = 4;
+
+/// The forwarding thread of the coordinator's for rank `rank`'s pipes
+/// (both of a worker's on one thread, the workers spread over them).
+pub(super) fn forwarder(rank: usize) -> std::io::Result<&'static Forwarder> {
+    static ALL: OnceLock<Result<Vec<Forwarder>, String>> = OnceLock::new();
+    let all = ALL
+        .get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (0..cores.min(MOST_THREADS))
+                .map(|_| Forwarder::start())
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(|e| e.to_string())
+        })
         .as_ref()
-        .map_err(|e| std::io::Error::other(format!("no output forwarding thread: {e}")))
+        .map_err(|e| std::io::Error::other(format!("no output forwarding thread: {e}")))?;
+    Ok(&all[rank % all.len()])
 }
 
 impl Forwarder {
@@ -165,8 +180,8 @@ fn wait(woken: &std::io::PipeReader, pipes: &[Pipe], ready: &mut Vec<bool>) -> s
     Ok(())
 }
 
-/// Reads what `pipe` has, up to [`READS_A_TURN`] reads, and forwards it;
-/// how it ended, if it did.
+/// Reads what `pipe` has, up to [`READS_A_TURN`] reads (fewer once a read
+/// does not fill the chunk), and forwards it; how it ended, if it did.
 fn serve(pipe: &mut Pipe, chunk: &mut [u8], bufs: &mut Buffers) -> Option<std::io::Result<()>> {
     for _ in 0..READS_A_TURN {
         match pipe.from.read(chunk) {
@@ -174,7 +189,14 @@ fn serve(pipe: &mut Pipe, chunk: &mut [u8], bufs: &mut Buffers) -> Option<std::i
                 pipe.forwarding.feed(&[], bufs, &mut *pipe.terminal);
                 return Some(Ok(()));
             }
-            Ok(n) => pipe.forwarding.feed(&chunk[..n], bufs, &mut *pipe.terminal),
+            Ok(n) => {
+                pipe.forwarding.feed(&chunk[..n], bufs, &mut *pipe.terminal);
+                if n < chunk.len() {
+                    // The pipe is most likely empty now: back to poll(2)
+                    // rather than a read that finds nothing.
+                    return None;
+                }
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
             Err(e) => return Some(Err(e)),

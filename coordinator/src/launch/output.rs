@@ -50,9 +50,9 @@ pub fn rank_file(dir: &Path, rank: usize, stream: Stream) -> PathBuf {
     dir.join(format!("rank.{rank}")).join(stream.name())
 }
 
-/// Forwards a worker's pipe `from` on the coordinator's forwarding thread
-/// (`launch/forwarder.rs`): one thread for every worker's pipes, woken by
-/// poll(2) when one of them has something, reading and writing with plain
+/// Forwards a worker's pipe `from` on one of the coordinator's forwarding
+/// threads (`launch/forwarder.rs`: a few for every worker's pipes, each
+/// woken by poll(2) when one of its pipes has something), reading and writing with plain
 /// calls as `cat` does; no wake-up of the coordinator's runtime and no
 /// hand-off to its blocking pool on the way (they made it 3-5 times slower
 /// than `cat`). The handle ends when the pipe is read to its end.
@@ -66,7 +66,7 @@ pub fn spawn_forward(
 ) -> JoinHandle<std::io::Result<()>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let forwarding = Forwarding::new(rank, stream, timestamps, file, tap);
-    let added = super::forwarder::forwarder()
+    let added = super::forwarder::forwarder(rank)
         .and_then(|f| f.add(from, forwarding, Box::new(Terminal(stream)), tx));
     tokio::spawn(async move {
         added?;
