@@ -12,6 +12,7 @@
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use nix::errno::Errno;
@@ -144,12 +145,21 @@ fn run(added: &Mutex<Vec<Pipe>>, woken: &std::io::PipeReader) {
             if !ready[i] {
                 continue;
             }
-            if let Some(ended) = serve(&mut pipes[i], &mut chunk, &mut bufs) {
-                let pipe = pipes.swap_remove(i);
-                pipe.forwarding.end();
-                bufs.trim();
-                let _ = pipe.done.send(ended);
-            }
+            let pipe = &mut pipes[i];
+            let ended = match catch_unwind(AssertUnwindSafe(|| serve(pipe, &mut chunk, &mut bufs)))
+            {
+                Ok(None) => continue,
+                Ok(Some(ended)) => ended,
+                // A bug met forwarding one pipe ends that pipe, not the
+                // thread and every other pipe on it.
+                Err(_) => Err(std::io::Error::other("forwarding this output panicked")),
+            };
+            let Pipe {
+                forwarding, done, ..
+            } = pipes.swap_remove(i);
+            let _ = catch_unwind(AssertUnwindSafe(|| forwarding.end()));
+            bufs.reset();
+            let _ = done.send(ended);
         }
     }
 }

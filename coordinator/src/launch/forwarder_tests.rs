@@ -120,3 +120,42 @@ fn a_worker_printing_without_pause_shares_the_thread() {
     assert_eq!(text.lines().count(), 8192);
     assert!(text.lines().all(|l| l.len() == "[0]<stdout>:".len() + 1023));
 }
+
+/// A tap with a bug: it panics at the first line.
+#[derive(Debug)]
+struct Broken;
+
+impl crate::launch::output::Tap for Broken {
+    fn line(&self, _: &[u8]) {
+        panic!("a tap with a bug");
+    }
+
+    fn ended(&self) {}
+}
+
+#[test]
+fn a_panic_forwarding_one_pipe_ends_that_pipe_only() {
+    let forwarder = Forwarder::start().unwrap();
+    let (from, to) = std::io::pipe().unwrap();
+    let (done, ended) = oneshot::channel();
+    let forwarding = Forwarding::new(0, Stream::Stderr, false, None, Some(Arc::new(Broken)));
+    forwarder
+        .add(from.into(), forwarding, Box::new(Shown::default()), done)
+        .unwrap();
+    writeln!(&to, "boom").unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let got = runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), ended).await })
+        .expect("the broken pipe's end within 10 s")
+        .expect("the forwarding thread is gone");
+    assert!(got.is_err(), "the broken pipe ends with an error");
+    // The same thread goes on with the next pipe.
+    let (next, shown, next_ended) = add(&forwarder, 1);
+    writeln!(&next, "after").unwrap();
+    drop(next);
+    ended_within(next_ended, "the pipe after the panic");
+    assert_eq!(shown.text(), "[1]<stdout>:after\n");
+}

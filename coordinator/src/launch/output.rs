@@ -279,9 +279,11 @@ pub(super) struct Buffers {
 }
 
 impl Buffers {
-    /// Gives back what one huge line made them hold (they are empty between
-    /// reads).
-    pub(super) fn trim(&mut self) {
+    /// Empties them (they are, but after a panic) and gives back what one
+    /// huge line made them hold.
+    pub(super) fn reset(&mut self) {
+        self.shown.clear();
+        self.raw.clear();
         self.shown.shrink_to(KEPT);
         self.raw.shrink_to(KEPT);
     }
