@@ -120,6 +120,9 @@ fn nonblocking(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
 /// The forwarding thread: takes in the pipes added, waits until one has
 /// something, forwards what it has, and ends those that ended.
 fn run(added: &Mutex<Vec<Pipe>>, woken: &std::io::PipeReader) {
+    // The door closes when its `Forwarder` is dropped (never, for the
+    // coordinator's own): the thread then ends with its last pipe.
+    let mut door = Some(woken);
     let mut pipes: Vec<Pipe> = Vec::new();
     let mut ready: Vec<bool> = Vec::new();
     let mut chunk = vec![0u8; READ_CHUNK];
@@ -133,12 +136,20 @@ fn run(added: &Mutex<Vec<Pipe>>, woken: &std::io::PipeReader) {
             pipe.forwarding.start();
             pipes.push(pipe);
         }
-        if let Err(e) = wait(woken, &pipes, &mut ready) {
-            // Nothing to wait on is wrong here (no fd is closed under
-            // it); a pause keeps an error that stays from spinning.
-            tracing::error!("waiting on the workers' output: {e}");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            continue;
+        if door.is_none() && pipes.is_empty() {
+            return;
+        }
+        match wait(door, &pipes, &mut ready) {
+            Ok(true) => {}
+            Ok(false) => door = None,
+            Err(e) => {
+                // poll(2) fails only for want of memory or past the limit
+                // of open files; a pause keeps an error that stays from
+                // spinning the thread.
+                tracing::error!("waiting on the workers' output: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                continue;
+            }
         }
         // From the last, so that removing one moves none still to serve.
         for i in (0..pipes.len()).rev() {
@@ -164,11 +175,17 @@ fn run(added: &Mutex<Vec<Pipe>>, woken: &std::io::PipeReader) {
     }
 }
 
-/// Waits until the wake-up pipe or one of `pipes` has something (data, its
-/// end or an error), reading the wake-ups; `ready` says which pipes.
-fn wait(woken: &std::io::PipeReader, pipes: &[Pipe], ready: &mut Vec<bool>) -> std::io::Result<()> {
+/// Waits until the door (the wake-up pipe) or one of `pipes` has
+/// something (data, its end or an error), reading the wake-ups; `ready`
+/// says which pipes. Whether the door is still open.
+fn wait(
+    door: Option<&std::io::PipeReader>,
+    pipes: &[Pipe],
+    ready: &mut Vec<bool>,
+) -> std::io::Result<bool> {
     let mut fds = Vec::with_capacity(pipes.len() + 1);
-    fds.push(PollFd::new(woken.as_fd(), PollFlags::POLLIN));
+    fds.extend(door.map(|d| PollFd::new(d.as_fd(), PollFlags::POLLIN)));
+    let first = fds.len();
     fds.extend(
         pipes
             .iter()
@@ -182,12 +199,19 @@ fn wait(woken: &std::io::PipeReader, pipes: &[Pipe], ready: &mut Vec<bool>) -> s
         }
     }
     ready.clear();
-    ready.extend(fds[1..].iter().map(|f| f.any().unwrap_or(true)));
-    if fds[0].any().unwrap_or(false) {
-        let mut sink = [0u8; 64];
-        while matches!((&*woken).read(&mut sink), Ok(n) if n > 0) {}
+    ready.extend(fds[first..].iter().map(|f| f.any().unwrap_or(true)));
+    let Some(door) = door.filter(|_| fds[0].any().unwrap_or(false)) else {
+        return Ok(door.is_some());
+    };
+    let mut sink = [0u8; 64];
+    loop {
+        match (&*door).read(&mut sink) {
+            Ok(0) => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return Ok(true),
+        }
     }
-    Ok(())
 }
 
 /// Reads what `pipe` has, up to [`READS_A_TURN`] reads (fewer once a read

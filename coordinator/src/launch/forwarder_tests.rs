@@ -159,3 +159,34 @@ fn a_panic_forwarding_one_pipe_ends_that_pipe_only() {
     ended_within(next_ended, "the pipe after the panic");
     assert_eq!(shown.text(), "[1]<stdout>:after\n");
 }
+
+#[test]
+fn a_dropped_forwarder_still_forwards_its_pipes_to_their_end() {
+    let forwarder = Forwarder::start().unwrap();
+    let (to, shown, ended) = add(&forwarder, 2);
+    drop(forwarder);
+    // Its pipe is still forwarded to its end.
+    writeln!(&to, "last words").unwrap();
+    drop(to);
+    ended_within(ended, "the pipe of a dropped forwarder");
+    assert_eq!(shown.text(), "[2]<stdout>:last words\n");
+}
+
+#[test]
+fn the_thread_ends_once_its_door_is_closed_and_its_pipes_have_ended() {
+    let (woken, wake) = std::io::pipe().unwrap();
+    nonblocking(woken.as_fd()).unwrap();
+    let added = Arc::new(Mutex::new(Vec::new()));
+    let theirs = Arc::clone(&added);
+    let thread = std::thread::spawn(move || run(&theirs, &woken));
+    drop(wake);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !thread.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the thread ended within 10 s of its door closing"
+        );
+        std::thread::yield_now();
+    }
+    thread.join().unwrap();
+}
