@@ -214,29 +214,16 @@ fn wait(
     }
 }
 
-/// Reads what `pipe` has, up to [`READS_A_TURN`] reads (fewer once a read
-/// does not fill the chunk), and forwards it; how it ended, if it did.
+/// Reads what `pipe` has, up to [`READS_A_TURN`] reads, and forwards it;
+/// how it ended, if it did.
 fn serve(pipe: &mut Pipe, chunk: &mut [u8], bufs: &mut Buffers) -> Option<std::io::Result<()>> {
-    for _ in 0..READS_A_TURN {
-        match pipe.from.read(chunk) {
-            Ok(0) => {
-                pipe.forwarding.feed(&[], bufs, &mut *pipe.terminal);
-                return Some(Ok(()));
-            }
-            Ok(n) => {
-                pipe.forwarding.feed(&chunk[..n], bufs, &mut *pipe.terminal);
-                if n < chunk.len() {
-                    // The pipe is most likely empty now: back to poll(2)
-                    // rather than a read that finds nothing.
-                    return None;
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
-            Err(e) => return Some(Err(e)),
-        }
-    }
-    None
+    let Pipe {
+        from,
+        forwarding,
+        terminal,
+        ..
+    } = pipe;
+    forwarding.pump(from, chunk, bufs, &mut **terminal, READS_A_TURN)
 }
 
 #[cfg(test)]
