@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::launch::output::Stream;
+use crate::launch::output::{Stream, Tap};
 
 /// A terminal the test reads back.
 #[derive(Clone, Default)]
@@ -24,20 +24,24 @@ impl Shown {
     }
 }
 
-/// A pipe added to `forwarder` as rank `rank`'s stdout: its writing end,
-/// what its terminal shows, and how its forwarding ends.
-fn add(
-    forwarder: &Forwarder,
-    rank: usize,
-) -> (
+type Added = (
     std::io::PipeWriter,
     Shown,
     oneshot::Receiver<std::io::Result<()>>,
-) {
+);
+
+/// A pipe added to `forwarder` as rank `rank`'s stdout: its writing end,
+/// what its terminal shows, and how its forwarding ends.
+fn add(forwarder: &Forwarder, rank: usize) -> Added {
+    add_tapped(forwarder, rank, None)
+}
+
+/// [`add`], the pipe's lines shown to `tap`.
+fn add_tapped(forwarder: &Forwarder, rank: usize, tap: Option<Arc<dyn Tap>>) -> Added {
     let (from, to) = std::io::pipe().unwrap();
     let shown = Shown::default();
     let (done, ended) = oneshot::channel();
-    let forwarding = Forwarding::new(rank, Stream::Stdout, false, None, None);
+    let forwarding = Forwarding::new(rank, Stream::Stdout, false, None, tap);
     forwarder
         .add(from.into(), forwarding, Box::new(shown.clone()), done)
         .unwrap();
@@ -45,7 +49,7 @@ fn add(
 }
 
 /// How `ended` ended, within 10 s.
-fn ended_within(ended: oneshot::Receiver<std::io::Result<()>>, what: &str) {
+fn end_within(ended: oneshot::Receiver<std::io::Result<()>>, what: &str) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -54,7 +58,11 @@ fn ended_within(ended: oneshot::Receiver<std::io::Result<()>>, what: &str) {
         .block_on(async { tokio::time::timeout(Duration::from_secs(10), ended).await })
         .unwrap_or_else(|_| panic!("{what}: not read to its end within 10 s"))
         .expect("the forwarding thread is gone")
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+/// That `ended` ended well, within 10 s.
+fn ended_within(ended: oneshot::Receiver<std::io::Result<()>>, what: &str) {
+    end_within(ended, what).unwrap_or_else(|e| panic!("{what}: {e}"));
 }
 
 #[test]
@@ -125,7 +133,7 @@ fn a_worker_printing_without_pause_shares_the_thread() {
 #[derive(Debug)]
 struct Broken;
 
-impl crate::launch::output::Tap for Broken {
+impl Tap for Broken {
     fn line(&self, _: &[u8]) {
         panic!("a tap with a bug");
     }
@@ -136,21 +144,9 @@ impl crate::launch::output::Tap for Broken {
 #[test]
 fn a_panic_forwarding_one_pipe_ends_that_pipe_only() {
     let forwarder = Forwarder::start().unwrap();
-    let (from, to) = std::io::pipe().unwrap();
-    let (done, ended) = oneshot::channel();
-    let forwarding = Forwarding::new(0, Stream::Stderr, false, None, Some(Arc::new(Broken)));
-    forwarder
-        .add(from.into(), forwarding, Box::new(Shown::default()), done)
-        .unwrap();
+    let (to, _, ended) = add_tapped(&forwarder, 0, Some(Arc::new(Broken)));
     writeln!(&to, "boom").unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let got = runtime
-        .block_on(async { tokio::time::timeout(Duration::from_secs(10), ended).await })
-        .expect("the broken pipe's end within 10 s")
-        .expect("the forwarding thread is gone");
+    let got = end_within(ended, "the broken pipe");
     assert!(got.is_err(), "the broken pipe ends with an error");
     // The same thread goes on with the next pipe.
     let (next, shown, next_ended) = add(&forwarder, 1);
