@@ -10,6 +10,7 @@ pub mod files;
 pub mod job;
 pub mod launch;
 pub mod layout;
+pub mod malloc;
 pub mod metrics;
 pub mod serve;
 pub mod server;

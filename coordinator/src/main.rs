@@ -9,6 +9,9 @@ use coordinator::config::serve::Given;
 use coordinator::job;
 use coordinator::serve::ServeConfig;
 
+#[allow(unsafe_code)]
+mod sys;
+
 /// A node's serve options come from its environment and config file only.
 static NO_SERVE_OPTIONS: Given = Vec::new();
 
@@ -165,6 +168,7 @@ fn load(
 }
 
 fn main() -> ExitCode {
+    sys::settle_allocator();
     let (cli, role) = match command_line() {
         Ok(c) => c,
         Err(code) => return code,

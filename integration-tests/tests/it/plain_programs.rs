@@ -201,3 +201,83 @@ fn a_job_ends_though_a_worker_left_a_child_printing_into_its_output() {
     let _ = std::fs::remove_file(&pidfile);
     assert_all_gone(&BTreeSet::from([child]), Duration::from_secs(10));
 }
+
+/// Prints, as one JSON line, the worker's `GLIBC_TUNABLES` and whether it
+/// sees elasticrun's saved copy, and its parent's (elasticrun's) name, the
+/// `GLIBC_TUNABLES` it was started with and how many thread arenas of
+/// glibc's allocator (64 MiB reservations, no file) it has.
+const PARENT: &str = r#"
+import json, os
+parent = os.getppid()
+start_env = open(f"/proc/{parent}/environ", "rb").read().split(b"\0")
+tunables = [e.decode() for e in start_env if e.startswith(b"GLIBC_TUNABLES=")]
+arenas = 0
+for line in open(f"/proc/{parent}/maps"):
+    f = line.split()
+    lo, hi = (int(x, 16) for x in f[0].split("-"))
+    if len(f) == 5 and (60 << 20) <= hi - lo <= (64 << 20):
+        arenas += 1
+print(json.dumps({
+    "tunables": os.environ.get("GLIBC_TUNABLES"),
+    "saved_seen": "ELASTICRUN_USER_GLIBC_TUNABLES" in os.environ,
+    "parent": open(f"/proc/{parent}/comm").read().strip(),
+    "parent_started_with": tunables,
+    "parent_arenas": arenas,
+}), flush=True)
+"#;
+
+/// What `elasticrun -np 1 python3 -c PARENT` printed, with elasticrun's own
+/// `GLIBC_TUNABLES` as given.
+fn parent_report(tunables: Option<&str>) -> serde_json::Value {
+    let mut cmd = std::process::Command::new(integration_tests::elasticrun());
+    cmd.args(["-np", "1", "python3", "-c", PARENT]);
+    match tunables {
+        Some(v) => cmd.env("GLIBC_TUNABLES", v),
+        None => cmd.env_remove("GLIBC_TUNABLES"),
+    };
+    let run = integration_tests::start(cmd).finish(Duration::from_secs(60));
+    run.expect_code(0);
+    let line = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("[0]<stdout>:"))
+        .unwrap_or_else(|| panic!("no report in\n{}", run.stdout));
+    let report: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(report["parent"], "elasticrun", "{report}");
+    assert_eq!(report["saved_seen"], false, "{report}");
+    report
+}
+
+/// elasticrun runs itself with one malloc arena and no per-thread cache
+/// (its memory stays flat however long the job), and its workers still get
+/// the `GLIBC_TUNABLES` the user gave it, or none.
+#[test]
+fn the_coordinators_allocator_is_its_own_and_workers_get_the_users_tunables() {
+    let plain = parent_report(None);
+    assert_eq!(plain["tunables"], control::alloc_env::MALLOC_TUNABLES);
+    let started = plain["parent_started_with"][0].as_str().unwrap_or("");
+    assert!(
+        started.starts_with("GLIBC_TUNABLES=glibc.malloc.tcache_count=0"),
+        "{plain}"
+    );
+    assert_eq!(plain["parent_arenas"], 0, "{plain}");
+
+    let other = "glibc.rtld.optional_static_tls=2048";
+    let kept = parent_report(Some(other));
+    let worker = format!("{other}:{}", control::alloc_env::MALLOC_TUNABLES);
+    assert_eq!(kept["tunables"], worker.as_str());
+    assert_eq!(kept["parent_arenas"], 0, "{kept}");
+
+    // An empty value (glibc's defaults for the workers) reaches them as it is.
+    assert_eq!(parent_report(Some(""))["tunables"], "");
+
+    // A user who sets glibc's allocator sets the coordinator's too: glibc's
+    // thread arenas are back, which tells that the count above can fail.
+    let own = parent_report(Some("glibc.malloc.tcache_count=7"));
+    assert_eq!(own["tunables"], "glibc.malloc.tcache_count=7");
+    assert_eq!(
+        own["parent_started_with"][0],
+        "GLIBC_TUNABLES=glibc.malloc.tcache_count=7"
+    );
+    assert!(own["parent_arenas"].as_u64() > Some(0), "{own}");
+}

@@ -25,6 +25,7 @@ use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ::coordinator::malloc;
 use clap::Parser;
 use control::Secret;
 use rand::{RngExt, SeedableRng};
@@ -208,7 +209,13 @@ fn round(x: f64) -> f64 {
 async fn start(args: &Args, shape: Shape) -> Result<Run, String> {
     let secret = Secret::generate().map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-    let mut child = Command::new(exe)
+    let mut child = Command::new(exe);
+    // The allocator `elasticrun` gives itself (coordinator::malloc).
+    let tunables = std::env::var_os(malloc::TUNABLES_VAR);
+    if let malloc::Step::Restart { tunables, .. } = malloc::step(tunables.as_deref(), None) {
+        child.env(malloc::TUNABLES_VAR, tunables);
+    }
+    let mut child = child
         .args(["--coordinator", "--workers", &shape.workers.to_string()])
         .args(["--slots-per-host", &shape.slots_per_host.to_string(), "--"])
         .args(&args.options)
