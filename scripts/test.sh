@@ -143,9 +143,34 @@ if [ "$whole" -eq 1 ]; then
         > target/doc-check.log 2>&1) &
     docs=$!
 fi
-cargo test --no-fail-fast "$@" || status=$?
-if [ "$whole" -eq 1 ]; then
-    phase "the Rust tests"
+if [ "$whole" -eq 0 ]; then
+    cargo test --no-fail-fast "$@" || status=$?
+else
+    cargo test --no-fail-fast "$@" &
+    rust=$!
+    # The package as users install it: its wheel (abi3; maturin checks its
+    # symbols against the manylinux policy it tags it with), built by
+    # maturin on this build's artifacts (the dev profile, this machine's
+    # glibc: scripts/build_wheel.sh's release wheel links against glibc 2.17
+    # with zig instead), into the Python tests' environment. Also at the
+    # lowest priority beside the tests: cargo holds no lock while the test
+    # binaries run, and the extension module's features make artifacts of
+    # their own (a minute and a half of CPU after the tests). Should cargo
+    # build it while the tests' cargo still checks what is fresh, the tests
+    # wait for it, as they did when it came after them.
+    wheel_ok=0
+    if wait "$pyenv"; then
+        pyenv_ok=1
+        if wheel=$(VIRTUAL_ENV="$PWD/target/pyenv" nice -n 19 scripts/build_wheel.sh --native --profile dev \
+            2> target/wheel-build.log | tail -n 1) \
+            && [[ "$wheel" == *-cp39-abi3-manylinux*_x86_64.whl || "$wheel" == *-cp39-abi3-manylinux*_aarch64.whl ]]; then
+            wheel_ok=1
+        fi
+    else
+        pyenv_ok=0
+    fi
+    wait "$rust" || status=$?
+    phase "the Rust tests (the wheel built beside them)"
     if ! wait "$docs"; then
         cat target/doc-check.log >&2
         echo "scripts/test.sh: cargo doc found broken documentation (see above)" >&2
@@ -158,26 +183,19 @@ if [ "$whole" -eq 1 ]; then
     # The Python package (python/, docs/python.md), in a virtual environment
     # under target/, its tests run as elasticrun jobs started by the
     # elasticrun binary the tests above built.
-    if ! wait "$pyenv"; then
+    if [ "$pyenv_ok" -eq 0 ]; then
         cat target/pyenv-install.log >&2
         echo "scripts/test.sh: the Python tests' environment could not be made" >&2
         status=1
-    fi
-    phase "waiting for the Python tests' environment"
-    # The package as users install it: its wheel (abi3; maturin checks its
-    # symbols against the manylinux policy it tags it with), built by
-    # maturin on this build's artifacts (the dev profile, this machine's
-    # glibc: scripts/build_wheel.sh's release wheel links against glibc 2.17
-    # with zig instead), installed into the tests' environment.
-    if wheel=$(VIRTUAL_ENV="$PWD/target/pyenv" scripts/build_wheel.sh --native --profile dev | tail -n 1) \
-        && [[ "$wheel" == *-cp39-abi3-manylinux*_x86_64.whl || "$wheel" == *-cp39-abi3-manylinux*_aarch64.whl ]]; then
+    elif [ "$wheel_ok" -eq 1 ]; then
         ELASTICRUN_BIN="$PWD/target/debug/elasticrun" ELASTICRUN_WHEEL="$wheel" \
             python/tests/run.sh || status=1
     else
+        cat target/wheel-build.log >&2
         echo "scripts/test.sh: the Python package's wheel was not built as an abi3 manylinux wheel: ${wheel:-none}" >&2
         status=1
     fi
-    phase "the wheel and the Python tests"
+    phase "the Python tests"
 fi
 if [ "$status" -ne 0 ]; then
     # A full disk fails builds, etcd and pip in ways that look like bugs.

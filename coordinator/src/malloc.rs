@@ -2,10 +2,11 @@
 //! kept for every process it starts.
 //!
 //! A coordinator lives as long as its job and allocates a little for every
-//! heartbeat, scrape and generation. With glibc's defaults (a cache of freed
-//! blocks per thread, an arena per thread) that steady trickle left its
-//! resident memory creeping for the whole job, though what it held stayed
-//! the same (docs/BENCHMARKS.md: "One malloc arena and no thread cache").
+//! heartbeat, scrape and generation. With glibc's defaults (each thread
+//! caching up to 7 freed blocks of each small size, which no other size can
+//! use) that steady trickle left its resident memory creeping for the whole
+//! job, though what it held stayed the same (docs/BENCHMARKS.md: "No thread
+//! cache for the coordinator's allocator").
 //! glibc reads the cache's size only when a program starts, from
 //! `GLIBC_TUNABLES`, so `elasticrun` starts itself again with [`OURS`]
 //! there and the user's value kept in [`SAVED_VAR`]; the second start puts
@@ -26,9 +27,10 @@ pub const SAVED_VAR: &str = "ELASTICRUN_USER_GLIBC_TUNABLES";
 /// [`SAVED_VAR`] when the user had no `GLIBC_TUNABLES`.
 pub const UNSET: &str = "unset";
 
-/// The coordinator's allocator: no per-thread cache of freed blocks, and
-/// one arena (a handful of threads that allocate little need no more).
-pub const OURS: &str = "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=1";
+/// The coordinator's allocator: no per-thread cache of freed blocks. (One
+/// arena as well made it flatter still, but cost a tenth more CPU at
+/// 10,000 workers, its two runtime threads waiting on the arena's lock.)
+pub const OURS: &str = "glibc.malloc.tcache_count=0";
 
 /// What `elasticrun` does with its environment when it starts.
 #[derive(Debug, PartialEq, Eq)]

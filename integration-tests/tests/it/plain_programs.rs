@@ -203,26 +203,19 @@ fn a_job_ends_though_a_worker_left_a_child_printing_into_its_output() {
 }
 
 /// Prints, as one JSON line, the worker's `GLIBC_TUNABLES` and whether it
-/// sees elasticrun's saved copy, and its parent's (elasticrun's) name, the
-/// `GLIBC_TUNABLES` it was started with and how many thread arenas of
-/// glibc's allocator (64 MiB reservations, no file) it has.
+/// sees elasticrun's saved copy, and its parent's (elasticrun's) name and
+/// the `GLIBC_TUNABLES` it was started with (as glibc's loader left it: it
+/// ends each tunable it reads in place).
 const PARENT: &str = r#"
 import json, os
 parent = os.getppid()
 start_env = open(f"/proc/{parent}/environ", "rb").read().split(b"\0")
 tunables = [e.decode() for e in start_env if e.startswith(b"GLIBC_TUNABLES=")]
-arenas = 0
-for line in open(f"/proc/{parent}/maps"):
-    f = line.split()
-    lo, hi = (int(x, 16) for x in f[0].split("-"))
-    if len(f) == 5 and (60 << 20) <= hi - lo <= (64 << 20):
-        arenas += 1
 print(json.dumps({
     "tunables": os.environ.get("GLIBC_TUNABLES"),
     "saved_seen": "ELASTICRUN_USER_GLIBC_TUNABLES" in os.environ,
     "parent": open(f"/proc/{parent}/comm").read().strip(),
     "parent_started_with": tunables,
-    "parent_arenas": arenas,
 }), flush=True)
 "#;
 
@@ -248,36 +241,31 @@ fn parent_report(tunables: Option<&str>) -> serde_json::Value {
     report
 }
 
-/// elasticrun runs itself with one malloc arena and no per-thread cache
+/// elasticrun runs itself without glibc's per-thread cache of freed blocks
 /// (its memory stays flat however long the job), and its workers still get
 /// the `GLIBC_TUNABLES` the user gave it, or none.
 #[test]
 fn the_coordinators_allocator_is_its_own_and_workers_get_the_users_tunables() {
     let plain = parent_report(None);
     assert_eq!(plain["tunables"], control::alloc_env::MALLOC_TUNABLES);
-    let started = plain["parent_started_with"][0].as_str().unwrap_or("");
-    assert!(
-        started.starts_with("GLIBC_TUNABLES=glibc.malloc.tcache_count=0"),
-        "{plain}"
-    );
-    assert_eq!(plain["parent_arenas"], 0, "{plain}");
+    let ours = format!("GLIBC_TUNABLES={}", coordinator::malloc::OURS);
+    assert_eq!(plain["parent_started_with"][0], ours.as_str(), "{plain}");
 
     let other = "glibc.rtld.optional_static_tls=2048";
     let kept = parent_report(Some(other));
     let worker = format!("{other}:{}", control::alloc_env::MALLOC_TUNABLES);
     assert_eq!(kept["tunables"], worker.as_str());
-    assert_eq!(kept["parent_arenas"], 0, "{kept}");
+    let started = kept["parent_started_with"][0].as_str().unwrap_or("");
+    assert!(started.starts_with(&ours), "{kept}");
 
     // An empty value (glibc's defaults for the workers) reaches them as it is.
     assert_eq!(parent_report(Some(""))["tunables"], "");
 
-    // A user who sets glibc's allocator sets the coordinator's too: glibc's
-    // thread arenas are back, which tells that the count above can fail.
+    // A user who sets glibc's allocator sets the coordinator's too.
     let own = parent_report(Some("glibc.malloc.tcache_count=7"));
     assert_eq!(own["tunables"], "glibc.malloc.tcache_count=7");
     assert_eq!(
         own["parent_started_with"][0],
         "GLIBC_TUNABLES=glibc.malloc.tcache_count=7"
     );
-    assert!(own["parent_arenas"].as_u64() > Some(0), "{own}");
 }
