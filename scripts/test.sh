@@ -152,16 +152,17 @@ else
     # symbols against the manylinux policy it tags it with), built by
     # maturin on this build's artifacts (the dev profile, this machine's
     # glibc: scripts/build_wheel.sh's release wheel links against glibc 2.17
-    # with zig instead), into the Python tests' environment. Also at the
-    # lowest priority beside the tests: cargo holds no lock while the test
-    # binaries run, and the extension module's features make artifacts of
-    # their own (a minute and a half of CPU after the tests). Should cargo
-    # build it while the tests' cargo still checks what is fresh, the tests
-    # wait for it, as they did when it came after them.
+    # with zig instead), into the Python tests' environment. Also at a low
+    # priority beside the tests (above the documentation's, needed only at
+    # the end): cargo holds no lock while the test binaries run, and the
+    # extension module's features make artifacts of their own (a minute and
+    # a half of CPU after the tests). Should cargo build it while the tests'
+    # cargo still checks what is fresh, the tests wait for it, as they did
+    # when it came after them.
     wheel_ok=0
     if wait "$pyenv"; then
         pyenv_ok=1
-        if wheel=$(VIRTUAL_ENV="$PWD/target/pyenv" nice -n 19 scripts/build_wheel.sh --native --profile dev \
+        if wheel=$(VIRTUAL_ENV="$PWD/target/pyenv" nice -n 10 scripts/build_wheel.sh --native --profile dev \
             2> target/wheel-build.log | tail -n 1) \
             && [[ "$wheel" == *-cp39-abi3-manylinux*_x86_64.whl || "$wheel" == *-cp39-abi3-manylinux*_aarch64.whl ]]; then
             wheel_ok=1
@@ -171,13 +172,6 @@ else
     fi
     wait "$rust" || status=$?
     phase "the Rust tests (the wheel built beside them)"
-    if ! wait "$docs"; then
-        cat target/doc-check.log >&2
-        echo "scripts/test.sh: cargo doc found broken documentation (see above)" >&2
-        status=1
-    fi
-    rm -rf target/doc-check
-    phase "waiting for the documentation"
 fi
 if [ "$whole" -eq 1 ]; then
     # The Python package (python/, docs/python.md), in a virtual environment
@@ -196,6 +190,15 @@ if [ "$whole" -eq 1 ]; then
         status=1
     fi
     phase "the Python tests"
+    # The documentation, waited for last: what of it the Rust tests left no
+    # room for is made beside the Python tests, which wait on processes too.
+    if ! wait "$docs"; then
+        cat target/doc-check.log >&2
+        echo "scripts/test.sh: cargo doc found broken documentation (see above)" >&2
+        status=1
+    fi
+    rm -rf target/doc-check
+    phase "waiting for the documentation"
 fi
 if [ "$status" -ne 0 ]; then
     # A full disk fails builds, etcd and pip in ways that look like bugs.

@@ -27,10 +27,14 @@ pub const SAVED_VAR: &str = "ELASTICRUN_USER_GLIBC_TUNABLES";
 /// [`SAVED_VAR`] when the user had no `GLIBC_TUNABLES`.
 pub const UNSET: &str = "unset";
 
-/// The coordinator's allocator: no per-thread cache of freed blocks. (One
-/// arena as well made it flatter still, but cost a tenth more CPU at
-/// 10,000 workers, its two runtime threads waiting on the arena's lock.)
-pub const OURS: &str = "glibc.malloc.tcache_count=0";
+/// The coordinator's allocator: no per-thread cache of freed blocks, and
+/// blocks of 64 KiB and more mapped on their own, however often they come
+/// and go (glibc's threshold otherwise rises to the largest block freed,
+/// and a scrape's 150 KiB page then comes from the heap and is freed again
+/// under whatever the heap holds next). One arena as well was flatter
+/// still, but cost a tenth more CPU at 10,000 workers, its two runtime
+/// threads waiting on the arena's lock.
+pub const OURS: &str = "glibc.malloc.tcache_count=0:glibc.malloc.mmap_threshold=65536";
 
 /// What `elasticrun` does with its environment when it starts.
 #[derive(Debug, PartialEq, Eq)]

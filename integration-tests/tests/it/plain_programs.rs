@@ -248,15 +248,22 @@ fn parent_report(tunables: Option<&str>) -> serde_json::Value {
 fn the_coordinators_allocator_is_its_own_and_workers_get_the_users_tunables() {
     let plain = parent_report(None);
     assert_eq!(plain["tunables"], control::alloc_env::MALLOC_TUNABLES);
-    let ours = format!("GLIBC_TUNABLES={}", coordinator::malloc::OURS);
-    assert_eq!(plain["parent_started_with"][0], ours.as_str(), "{plain}");
+    // glibc's loader (2.41 here) ends the first tunable it reads in place,
+    // so the start environment may show only the first of ours.
+    let started_with_ours = |report: &serde_json::Value| {
+        let started = report["parent_started_with"][0].as_str().unwrap_or("");
+        let value = started.strip_prefix("GLIBC_TUNABLES=").unwrap_or("");
+        let ours = coordinator::malloc::OURS;
+        value.starts_with("glibc.malloc.tcache_count=0")
+            && (ours.starts_with(value) || value.starts_with(ours))
+    };
+    assert!(started_with_ours(&plain), "{plain}");
 
     let other = "glibc.rtld.optional_static_tls=2048";
     let kept = parent_report(Some(other));
     let worker = format!("{other}:{}", control::alloc_env::MALLOC_TUNABLES);
     assert_eq!(kept["tunables"], worker.as_str());
-    let started = kept["parent_started_with"][0].as_str().unwrap_or("");
-    assert!(started.starts_with(&ours), "{kept}");
+    assert!(started_with_ours(&kept), "{kept}");
 
     // An empty value (glibc's defaults for the workers) reaches them as it is.
     assert_eq!(parent_report(Some(""))["tunables"], "");
