@@ -20,12 +20,19 @@ pub(crate) fn settle_allocator() {
             if let Some(name) = args.next() {
                 again.arg0(name);
             }
-            // Returns only if it could not start again.
+            // Returns only if it could not start again, having set SIGPIPE
+            // back to its default for the program it meant to run: it is
+            // ignored again, as Rust's runtime had it (a write to a closed
+            // pipe is then an error, not the end of the coordinator).
             let _ = again
                 .args(args)
                 .env(TUNABLES_VAR, tunables)
                 .env(SAVED_VAR, saved)
                 .exec();
+            use nix::sys::signal::{SigHandler, Signal, signal};
+            // SAFETY: no handler is installed (SIG_IGN), and this process
+            // has no other thread yet.
+            let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) };
         }
         Step::Restore(user) => {
             match user {

@@ -119,19 +119,11 @@ faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 print(json.dumps({"tunables": os.environ.get("GLIBC_TUNABLES"), "faults": faults}), flush=True)
 "#;
 
-/// What the rank 0 worker of `elasticrun -np 1 python3 -c ALLOCATOR` printed,
-/// with elasticrun's own `GLIBC_TUNABLES` as given.
-fn allocator_report(tunables: Option<&str>) -> serde_json::Value {
+/// The JSON line the rank 0 worker of `elasticrun -np 1 python3 -c
+/// PROGRAM` printed, with elasticrun's own `GLIBC_TUNABLES` as given.
+fn rank0_report(program: &str, tunables: Option<&str>) -> serde_json::Value {
     let mut cmd = std::process::Command::new(integration_tests::elasticrun());
-    cmd.args([
-        "-np",
-        "1",
-        "--start-timeout",
-        "1",
-        "python3",
-        "-c",
-        ALLOCATOR,
-    ]);
+    cmd.args(["-np", "1", "--start-timeout", "1", "python3", "-c", program]);
     match tunables {
         Some(v) => cmd.env("GLIBC_TUNABLES", v),
         None => cmd.env_remove("GLIBC_TUNABLES"),
@@ -144,6 +136,11 @@ fn allocator_report(tunables: Option<&str>) -> serde_json::Value {
         .find_map(|l| l.strip_prefix("[0]<stdout>:"))
         .unwrap_or_else(|| panic!("no report in\n{}", run.stdout));
     serde_json::from_str(line).unwrap()
+}
+
+/// [`ALLOCATOR`]'s report.
+fn allocator_report(tunables: Option<&str>) -> serde_json::Value {
+    rank0_report(ALLOCATOR, tunables)
 }
 
 #[test]
@@ -219,31 +216,19 @@ print(json.dumps({
 }), flush=True)
 "#;
 
-/// What `elasticrun -np 1 python3 -c PARENT` printed, with elasticrun's own
-/// `GLIBC_TUNABLES` as given.
+/// [`PARENT`]'s report, which must come from a worker of `elasticrun`
+/// that does not see the saved copy.
 fn parent_report(tunables: Option<&str>) -> serde_json::Value {
-    let mut cmd = std::process::Command::new(integration_tests::elasticrun());
-    cmd.args(["-np", "1", "python3", "-c", PARENT]);
-    match tunables {
-        Some(v) => cmd.env("GLIBC_TUNABLES", v),
-        None => cmd.env_remove("GLIBC_TUNABLES"),
-    };
-    let run = integration_tests::start(cmd).finish(Duration::from_secs(60));
-    run.expect_code(0);
-    let line = run
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("[0]<stdout>:"))
-        .unwrap_or_else(|| panic!("no report in\n{}", run.stdout));
-    let report: serde_json::Value = serde_json::from_str(line).unwrap();
+    let report = rank0_report(PARENT, tunables);
     assert_eq!(report["parent"], "elasticrun", "{report}");
     assert_eq!(report["saved_seen"], false, "{report}");
     report
 }
 
-/// elasticrun runs itself without glibc's per-thread cache of freed blocks
-/// (its memory stays flat however long the job), and its workers still get
-/// the `GLIBC_TUNABLES` the user gave it, or none.
+/// elasticrun runs itself with its own allocator settings (no per-thread
+/// cache of freed blocks, a fixed mmap threshold: its memory creeps less
+/// over a long job), and its workers still get the `GLIBC_TUNABLES` the
+/// user gave it, or none.
 #[test]
 fn the_coordinators_allocator_is_its_own_and_workers_get_the_users_tunables() {
     let plain = parent_report(None);
