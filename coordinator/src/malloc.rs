@@ -4,9 +4,10 @@
 //! A coordinator lives as long as its job and allocates a little for every
 //! heartbeat, scrape and generation. With glibc's defaults (each thread
 //! caching up to 7 freed blocks of each small size, which no other size can
-//! use) that steady trickle left its resident memory creeping for the whole
-//! job, though what it held stayed the same (docs/BENCHMARKS.md: "No thread
-//! cache for the coordinator's allocator").
+//! use; the mmap threshold rising to the largest block freed) that steady
+//! trickle left its resident memory creeping for the whole job, though what
+//! it held stayed the same (docs/BENCHMARKS.md: "No thread cache for the
+//! coordinator's allocator").
 //! glibc reads the cache's size only when a program starts, from
 //! `GLIBC_TUNABLES`, so `elasticrun` starts itself again with [`OURS`]
 //! there and the user's value kept in [`SAVED_VAR`]; the second start puts
@@ -57,11 +58,7 @@ pub fn step(tunables: Option<&OsStr>, saved: Option<&OsStr>) -> Step {
         return Step::Restore(user.map(|v| OsStr::from_bytes(v).to_owned()));
     }
     let user = tunables.unwrap_or_default();
-    if user
-        .as_encoded_bytes()
-        .windows(13)
-        .any(|w| w == b"glibc.malloc.")
-    {
+    if user.as_bytes().windows(13).any(|w| w == b"glibc.malloc.") {
         return Step::Keep;
     }
     let mut ours = OsString::from(OURS);
