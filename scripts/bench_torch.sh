@@ -17,7 +17,11 @@
 # worktree of it, then unzip; an arm with it first on PYTHONPATH runs before
 # the others in each round), ALLOCATOR_AB=1 (also elasticrun with glibc's
 # allocator defaults, `GLIBC_TUNABLES=`, and the peers with the allocator
-# settings elasticrun gives its workers: docs/launching.md).
+# settings elasticrun gives its workers: docs/launching.md), CEILING=1 (also
+# DDP without communication under torchrun, `--no-communication`: a comm
+# hook that hands the buckets back unreduced, with glibc's defaults and with
+# elasticrun's allocator settings: no backend's DDP can be faster; and DDP
+# over Gloo with those settings too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -61,5 +65,9 @@ for r in $(seq 1 "$rounds"); do
         [ -n "${HVD_VENV:-}" ] && c="$c, Horovod $(GLIBC_TUNABLES=$tuned hvd "$@") img/s"
     fi
     [ -n "${FSDP:-}" ] && c="$c$(fsdp "$@")"
+    if [ -n "${CEILING:-}" ]; then
+        c="$c; DDP over Gloo with elasticrun's allocator settings $(GLIBC_TUNABLES=$tuned ddp "$@") img/s"
+        c="$c; DDP without communication $(ddp --no-communication "$@") img/s, with elasticrun's allocator settings $(GLIBC_TUNABLES=$tuned ddp --no-communication "$@") img/s"
+    fi
     echo "round $r: ${base}elasticrun.torch $a img/s, DDP on elasticrun $d img/s, DDP over Gloo under torchrun $b img/s$c"
 done

@@ -33,6 +33,9 @@ p.add_argument("--batch-size", type=int, default=8)
 p.add_argument("--num-warmup-batches", type=int, default=2)
 p.add_argument("--num-batches-per-iter", type=int, default=3)
 p.add_argument("--num-iters", type=int, default=5)
+p.add_argument("--no-communication", action="store_true",
+               help="--api ddp: a comm hook that hands each bucket back unreduced, the step's "
+                    "cost with no collective at all (the ceiling any backend can reach)")
 args = p.parse_args()
 torch.manual_seed(0)
 model = getattr(models, args.model)()
@@ -67,6 +70,13 @@ else:
     if args.api == "ddp":
         ids = [device.index] if device.type == "cuda" else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        if args.no_communication:
+            def unreduced(_, bucket):
+                fut = torch.futures.Future()
+                fut.set_result(bucket.buffer())
+                return fut
+
+            model.register_comm_hook(None, unreduced)
     else:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -97,4 +107,5 @@ rates = [args.batch_size * args.num_batches_per_iter / timeit.timeit(step, numbe
 if rank == 0:
     print(json.dumps({"api": args.api, "backend": args.backend, "model": args.model, "world_size": size,
                       "device": args.device, "batch_size": args.batch_size,
+                      "no_communication": args.no_communication,
                       "img_per_s": size * statistics.median(rates)}), flush=True)
