@@ -147,6 +147,26 @@ def rss_kib(pid):
     return 0
 
 
+def anon_kib(pid):
+    """(resident, mapped) KiB of the process's writable private anonymous
+    mappings (its heaps, the malloc arenas' usable parts, thread stacks and
+    larger blocks mapped on their own): what the allocator has taken from the
+    kernel, beside how much of it has been touched."""
+    resident = mapped = 0
+    anon = False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5:
+                anon = head[1].startswith("rw") and head[1].endswith("p") and (
+                    len(head) == 5 or head[5] in ("[heap]", "[stack]"))
+            elif anon and head[0] == "Size:":
+                mapped += int(head[1])
+            elif anon and head[0] == "Rss:":
+                resident += int(head[1])
+    return resident, mapped
+
+
 def memory(minutes, kill_every):
     seed = int(time.time())
     rng = random.Random(seed)
@@ -171,7 +191,7 @@ def memory(minutes, kill_every):
         samples, next_kill, kills = [], start + kill_every, 0
         while time.time() - start < minutes * 60:
             time.sleep(5)
-            samples.append((time.time() - start, rss_kib(job.pid)))
+            samples.append((time.time() - start, rss_kib(job.pid), *anon_kib(job.pid)))
             if time.time() >= next_kill:
                 workers = subprocess.run(["pgrep", "-P", str(job.pid)], stdout=subprocess.PIPE,
                                          text=True).stdout.split()
@@ -186,14 +206,17 @@ def memory(minutes, kill_every):
         os.killpg(job.pid, signal.SIGTERM)
         job.wait(timeout=30)
         resets = sum(1 for l in open(err_path) if "generation" in l and "workers" in l) - 1
-    after_first = [kib for t, kib in samples if t >= 60]
     print(f"kills: {kills}; generations after the first: {resets} (a kill drops its worker, its replacement joins)")
-    print("seconds, VmRSS KiB: " + ", ".join(f"{t:.0f}:{kib}" for t, kib in samples[::6]))
+    print("seconds, VmRSS KiB: " + ", ".join(f"{s[0]:.0f}:{s[1]}" for s in samples[::6]))
+    print("seconds, anonymous resident/mapped KiB: " + ", ".join(f"{s[0]:.0f}:{s[2]}/{s[3]}" for s in samples[::6]))
+    after_first = [s for s in samples if s[0] >= 60]
     if after_first:
-        at_1min, peak, last = after_first[0], max(after_first), after_first[-1]
-        print(f"| VmRSS at 1 min | largest after | at the end | growth after 1 min |")
-        print(f"|---:|---:|---:|---:|")
-        print(f"| {at_1min} KiB | {peak} KiB | {last} KiB | {100 * (peak - at_1min) / at_1min:+.1f}% |")
+        print("| | at 1 min | largest after | at the end | growth after 1 min |")
+        print("|---|---:|---:|---:|---:|")
+        for i, what in ((1, "VmRSS"), (2, "anonymous, resident"), (3, "anonymous, mapped")):
+            at_1min, peak, last = after_first[0][i], max(s[i] for s in after_first), after_first[-1][i]
+            print(f"| {what} | {at_1min} KiB | {peak} KiB | {last} KiB | {peak - at_1min:+d} KiB, "
+                  f"{100 * (peak - at_1min) / at_1min:+.1f}% |")
 
 
 def main():
