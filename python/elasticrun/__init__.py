@@ -70,7 +70,9 @@ __all__ = [
 # A training process's own threads keep every core it has busy: the runtime
 # sleeps as soon as it waits (for a peer's data, for more gradients) instead
 # of yielding and looking again, which took those cores' time from training
-# (mobilenet_v2, 2 ranks on 2 cores: 1.04x the img/s). Set
+# (mobilenet_v2, 2 ranks on 2 cores: 1.04x the img/s); its shared-memory
+# links then take 16 MiB rings, handing a large bucket to a peer whose core
+# trains in fewer, larger pieces (docs/collectives.md). Set
 # ELASTICRUN_SPIN_US before the import to choose otherwise.
 _os.environ.setdefault("ELASTICRUN_SPIN_US", "0")
 

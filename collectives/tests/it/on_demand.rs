@@ -36,6 +36,7 @@ pub(crate) fn config(on_demand: bool, shm: bool) -> TcpConfig {
             enabled: shm,
             // Rings of a page: large messages wrap them many times.
             ring_bytes: 4096,
+            busy_ring_bytes: 4096,
             ..Default::default()
         },
         on_demand,

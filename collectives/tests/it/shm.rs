@@ -34,6 +34,7 @@ fn tiny_rings() -> ShmConfig {
     ShmConfig {
         ring_bytes: 4096,
         spin: Duration::from_micros(2),
+        busy_ring_bytes: 4096,
         ..Default::default()
     }
 }

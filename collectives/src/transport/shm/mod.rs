@@ -39,14 +39,30 @@ pub struct ShmConfig {
     /// yields and looks again before it sleeps on the doorbell. Default 100 µs
     /// (zero where the ranks sharing memory outnumber the CPUs).
     pub spin: Duration,
+    /// Bytes of each direction's ring where the links are told to sleep at
+    /// once (a zero `spin`: a program whose own threads keep every core
+    /// busy, as the Python package says), when more than `ring_bytes`.
+    /// Default 16 MiB. There a side that fills its ring waits for its peer
+    /// to be scheduled, a scheduler's time slice while the peer's core
+    /// computes: a 28.9 MB DDP bucket took 73 ms through 1 MiB rings beside
+    /// the backward pass, 15 ms through 16 MiB (docs/BENCHMARKS.md). A
+    /// crowded host's links, which sleep at once too, keep `ring_bytes`: a
+    /// pair's segment is allocated whole when the pair is made (0.4 ms for
+    /// two 1 MiB rings, 4-12 ms for two of 16 MiB), which a reset pays for
+    /// every new pair.
+    pub busy_ring_bytes: usize,
 }
+
+/// Each direction's ring by default: [`ShmConfig::ring_bytes`].
+pub(crate) const RING_BYTES: usize = 1 << 20;
 
 impl Default for ShmConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            ring_bytes: 1 << 20,
+            ring_bytes: RING_BYTES,
             spin: Duration::from_micros(100),
+            busy_ring_bytes: 16 << 20,
         }
     }
 }
@@ -81,34 +97,67 @@ pub(crate) fn mem_available(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// This host's key for a full mesh of `local` ranks of this host, with
-/// `cfg`: `None` where shared memory is off, or (said) where the mesh's
-/// segments would take more than half the memory this host has available:
-/// 128 ranks' full mesh is 16 GiB of segments, allocated up front, and the
-/// kernel's OOM killer ends the job long before a segment fails. Its pairs
-/// then stay on their connections.
-pub(crate) fn host_for_full_mesh(cfg: &ShmConfig, local: usize) -> Option<[u8; 32]> {
+/// `cfg` with the rings a full mesh of `local` ranks of this host can
+/// have, and this host's key for it: `None` where shared memory is off, or
+/// (said) where the mesh's segments would take more than half the memory
+/// this host has available even with rings of the default size
+/// ([`mesh_ring`]): 128 ranks' full mesh is 16 GiB of segments, allocated up
+/// front, and the kernel's OOM killer ends the job long before a segment
+/// fails. Its pairs then stay on their connections.
+pub(crate) fn for_full_mesh(cfg: ShmConfig, local: usize) -> (ShmConfig, Option<[u8; 32]>) {
     if !cfg.enabled {
-        return None;
+        return (cfg, None);
     }
-    let need = full_mesh_bytes(local, cfg.ring_bytes);
-    let available = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| mem_available(&m));
-    if let Some(available) = available
-        && need > available / 2
-    {
+    let available = available();
+    let Some(ring_bytes) = mesh_ring(local, cfg.ring_bytes, available) else {
+        let need = full_mesh_bytes(local, cfg.ring_bytes.min(RING_BYTES));
         tracing::warn!(
             local,
             need_mib = need >> 20,
-            available_mib = available >> 20,
+            available_mib = available.unwrap_or(0) >> 20,
             "no shared memory in this full mesh: the segments of every pair of this host's \
              ranks would take more than half the memory available (--connections on-demand \
              makes only the pairs the collectives use)"
         );
-        return None;
+        return (cfg, None);
+    };
+    (ShmConfig { ring_bytes, ..cfg }, host_key())
+}
+
+/// `cfg` with rings that `local` ranks' pairs made on demand can have:
+/// those of a full mesh ([`mesh_ring`], the most that could be made), and
+/// never more than asked; the default ones where not even those fit, as
+/// before rings grew on busy hosts.
+pub(crate) fn for_pairs(cfg: ShmConfig, local: usize) -> ShmConfig {
+    let ring_bytes =
+        mesh_ring(local, cfg.ring_bytes, available()).unwrap_or(cfg.ring_bytes.min(RING_BYTES));
+    ShmConfig { ring_bytes, ..cfg }
+}
+
+/// This host's `MemAvailable`, in bytes (`None` where not known).
+fn available() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| mem_available(&m))
+}
+
+/// The rings of a full mesh of `local` ranks whose segments take at most
+/// half of `available` bytes (unknown: `wanted`): `wanted`, else halved down
+/// to the default ([`RING_BYTES`], or `wanted` if smaller) if that fits,
+/// else `None`.
+pub(crate) fn mesh_ring(local: usize, wanted: usize, available: Option<u64>) -> Option<usize> {
+    let Some(available) = available else {
+        return Some(wanted);
+    };
+    let floor = wanted.min(RING_BYTES);
+    let mut ring = wanted;
+    while full_mesh_bytes(local, ring) > available / 2 {
+        if ring <= floor {
+            return None;
+        }
+        ring = (ring / 2).max(floor);
     }
-    host_key()
+    Some(ring)
 }
 
 const OFFER_LEN: usize = 32 + 4 + 4 + 8 + 16 + 4 + 4;
@@ -237,20 +286,44 @@ mod tests {
     }
 
     #[test]
-    fn a_full_mesh_too_large_for_this_host_goes_without_shared_memory() {
-        let cfg = ShmConfig {
-            // 2 TiB rings: no machine running the tests has half of a
-            // three-rank mesh's 12 TiB available.
+    fn a_full_mesh_too_large_for_this_host_takes_smaller_rings_or_none() {
+        const MIB: usize = 1 << 20;
+        let gib = |g: u64| Some(g << 30);
+        // Two ranks' 16 MiB rings: 64 MiB of segments.
+        assert_eq!(mesh_ring(2, 16 * MIB, gib(1)), Some(16 * MIB));
+        // 16 ranks: 3.75 GiB with 16 MiB rings, 1.9 with 8.
+        assert_eq!(mesh_ring(16, 16 * MIB, gib(4)), Some(8 * MIB));
+        // 128 ranks: 16 GiB with the default rings.
+        assert_eq!(mesh_ring(128, 16 * MIB, gib(64)), Some(2 * MIB));
+        assert_eq!(mesh_ring(128, 16 * MIB, gib(24)), None);
+        assert_eq!(mesh_ring(128, MIB, gib(24)), None);
+        // Rings below the default are never made larger, nor halved.
+        assert_eq!(mesh_ring(3, 4096, gib(1)), Some(4096));
+        assert_eq!(mesh_ring(3, 4096, Some(4096)), None);
+        // Memory not known: as asked.
+        assert_eq!(mesh_ring(128, 16 * MIB, None), Some(16 * MIB));
+        // 2 TiB rings: no machine running the tests has half of a
+        // three-rank mesh's 12 TiB available; rings it has room for.
+        let huge = ShmConfig {
             ring_bytes: 1 << 41,
             ..ShmConfig::default()
         };
-        assert_eq!(host_for_full_mesh(&cfg, 3), None);
-        assert_eq!(host_for_full_mesh(&ShmConfig::default(), 3), host_key());
+        let (cfg, host) = for_full_mesh(huge, 3);
+        assert!(
+            (MIB..1 << 41).contains(&cfg.ring_bytes),
+            "{}",
+            cfg.ring_bytes
+        );
+        assert_eq!(host, host_key());
+        let pairs = for_pairs(huge, 3).ring_bytes;
+        assert!((MIB..1 << 41).contains(&pairs), "{pairs}");
+        let (cfg, host) = for_full_mesh(ShmConfig::default(), 3);
+        assert_eq!((cfg.ring_bytes, host), (MIB, host_key()));
         let off = ShmConfig {
             enabled: false,
             ..ShmConfig::default()
         };
-        assert_eq!(host_for_full_mesh(&off, 3), None);
+        assert_eq!(for_full_mesh(off, 3).1, None);
     }
 
     #[test]

@@ -97,7 +97,7 @@ impl TcpEndpoint {
 
     /// Makes every proven connection a link (shared memory with a peer on
     /// this host, where both want it and the mesh's `local` ranks of this
-    /// host fit: [`shm::host_for_full_mesh`]; the connection otherwise) and
+    /// host fit: [`shm::for_full_mesh`]; the connection otherwise) and
     /// starts the transport.
     pub(crate) async fn linked<L: Layer>(
         &self,
@@ -106,8 +106,8 @@ impl TcpEndpoint {
         proven: Vec<(Rank, L::Stream, Side)>,
         local: usize,
     ) -> Result<LinkedTransport<L>, TransportError> {
-        let shm = spun(self.config.shared_memory, crowded(local));
-        let host = shm::host_for_full_mesh(&shm, local);
+        let (shm, host) =
+            shm::for_full_mesh(spun(self.config.shared_memory, crowded(local)), local);
         let mut links = JoinSet::new();
         for (peer, s, side) in proven {
             let linking = link::<L>(me.rank, peer, s, side, shm, host);
@@ -298,10 +298,21 @@ pub(crate) type MeshLink<L> =
     Link<Either<<L as Layer>::Read, ShmRead>, Either<<L as Layer>::Write, ShmWrite>>;
 
 /// `cfg` for the links of a host whose ranks are `crowded` (see
-/// [`crowded`]): they sleep at once.
+/// [`crowded`]): they sleep at once. Links told to sleep at once (a zero
+/// `spin`: the Python package's `ELASTICRUN_SPIN_US=0`) take rings of at
+/// least [`ShmConfig::busy_ring_bytes`]; a crowded host's keep theirs.
 pub(crate) fn spun(cfg: ShmConfig, crowded: bool) -> ShmConfig {
+    let ring_bytes = if cfg.spin.is_zero() {
+        cfg.ring_bytes.max(cfg.busy_ring_bytes)
+    } else {
+        cfg.ring_bytes
+    };
     let spin = if crowded { Duration::ZERO } else { cfg.spin };
-    ShmConfig { spin, ..cfg }
+    ShmConfig {
+        spin,
+        ring_bytes,
+        ..cfg
+    }
 }
 
 /// Which end of a connection this rank is.
@@ -554,7 +565,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn links_of_a_host_with_more_ranks_than_cpus_sleep_at_once() {
+    fn links_of_a_host_with_more_ranks_than_cpus_sleep_at_once_and_told_ones_on_larger_rings() {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert!(!crowded(1));
         assert!(!crowded(cpus));
@@ -565,11 +576,26 @@ mod tests {
         };
         let calm = spun(cfg, false);
         assert_eq!((calm.spin, calm.ring_bytes), (cfg.spin, cfg.ring_bytes));
+        // A crowded host's links sleep at once on the rings they had
+        // (a new pair's segment, allocated whole, costs a reset of many
+        // ranks little); links told to sleep at once get room for a bucket.
         let packed = spun(cfg, true);
         assert_eq!(packed.spin, Duration::ZERO);
         assert_eq!(
             (packed.ring_bytes, packed.enabled),
             (cfg.ring_bytes, cfg.enabled)
         );
+        let told = ShmConfig {
+            spin: Duration::ZERO,
+            ..cfg
+        };
+        assert_eq!(spun(told, false).ring_bytes, cfg.busy_ring_bytes);
+        assert_eq!(spun(told, true).ring_bytes, cfg.busy_ring_bytes);
+        // A ring asked larger stays so.
+        let large = ShmConfig {
+            ring_bytes: 64 << 20,
+            ..told
+        };
+        assert_eq!(spun(large, true).ring_bytes, 64 << 20);
     }
 }

@@ -31,7 +31,7 @@ use crate::error::{LossCause, TransportError};
 use crate::tag::Rank;
 use crate::transport::book::PeerBook;
 use crate::transport::endpoint::no_address;
-use crate::transport::shm::{ShmRead, ShmWrite};
+use crate::transport::shm::{self, ShmConfig, ShmRead, ShmWrite};
 use crate::transport::stream::StreamTransport;
 use crate::transport::stream::greet::{self, HELLO_TIMEOUT};
 use crate::transport::stream::handshake::{Dialers, Hello};
@@ -48,9 +48,11 @@ struct Linker<L> {
     layer: L,
     /// This process's host key (`None` with shared memory off).
     host: Option<[u8; 32]>,
-    /// Whether this host's ranks outnumber its CPUs (their links then sleep
-    /// at once), judged from the peers' addresses.
-    crowded: bool,
+    /// The shared-memory settings of this host's links: sleeping at once
+    /// where its ranks, judged from the peers' addresses, outnumber its
+    /// CPUs, and rings as large as such pairs can have ([`spun`],
+    /// [`shm::for_pairs`]).
+    shm: ShmConfig,
 }
 
 impl<L: Layer> Linker<L> {
@@ -62,8 +64,7 @@ impl<L: Layer> Linker<L> {
         side: Side,
         deadline: Instant,
     ) -> Result<MeshLink<L>, TransportError> {
-        let shm = spun(self.config.shared_memory, self.crowded);
-        let linking = link::<L>(self.me.rank, peer, s, side, shm, self.host);
+        let linking = link::<L>(self.me.rank, peer, s, side, self.shm, self.host);
         match timeout_at(deadline, linking).await {
             Ok(made) => made,
             Err(_) => Err(TransportError::SetupTimeout {
@@ -198,14 +199,14 @@ impl TcpEndpoint {
         peers: PeerAddrs,
         layer: L,
     ) -> LinkedTransport<L> {
-        let shm = self.config.shared_memory;
+        let cfg = self.config.shared_memory;
         let local = peers.local(me);
         let linker = Linker {
             me,
             config: self.config.clone(),
             layer,
-            host: shm.enabled.then(crate::transport::shm::host_key).flatten(),
-            crowded: crowded(local),
+            host: cfg.enabled.then(shm::host_key).flatten(),
+            shm: shm::for_pairs(spun(cfg, crowded(local)), local),
         };
         let dialer = Arc::new(TcpDialer {
             linker: linker.clone(),

@@ -239,8 +239,15 @@ async fn measure<T: Element, X: Transport>(
     let ring = if args.no_shared_memory || args.transport == TransportKind::Quic {
         0
     } else {
-        args.shm_ring_bytes
-            .unwrap_or(ShmConfig::default().ring_bytes)
+        // Links told to sleep at once take the library's busy rings.
+        let d = ShmConfig::default();
+        let told = args.shm_spin_us == Some(0);
+        let ring = if told {
+            d.ring_bytes.max(d.busy_ring_bytes)
+        } else {
+            d.ring_bytes
+        };
+        args.shm_ring_bytes.unwrap_or(ring)
     };
     let warmup = warmup.max(first_pass(ring, bytes));
     for _ in 0..warmup {

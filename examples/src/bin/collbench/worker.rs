@@ -162,6 +162,8 @@ fn shm_config(args: &Args) -> ShmConfig {
         enabled: !args.no_shared_memory,
         ring_bytes: args.shm_ring_bytes.unwrap_or(d.ring_bytes),
         spin: args.shm_spin_us.map_or(d.spin, Duration::from_micros),
+        // A ring asked for is the ring, spinning or not.
+        busy_ring_bytes: args.shm_ring_bytes.unwrap_or(d.busy_ring_bytes),
     }
 }
 
