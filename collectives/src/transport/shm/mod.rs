@@ -56,6 +56,20 @@ pub struct ShmConfig {
 /// Each direction's ring by default: [`ShmConfig::ring_bytes`].
 pub(crate) const RING_BYTES: usize = 1 << 20;
 
+impl ShmConfig {
+    /// Each direction's ring of links made with these settings on a host
+    /// that is not crowded: `busy_ring_bytes` where `spin` is zero and that
+    /// is larger, `ring_bytes` otherwise (a full mesh or on-demand pairs may
+    /// take less where memory is short).
+    pub fn told_ring_bytes(&self) -> usize {
+        if self.spin.is_zero() {
+            self.ring_bytes.max(self.busy_ring_bytes)
+        } else {
+            self.ring_bytes
+        }
+    }
+}
+
 impl Default for ShmConfig {
     fn default() -> Self {
         Self {
@@ -129,8 +143,11 @@ pub(crate) fn for_full_mesh(cfg: ShmConfig, local: usize) -> (ShmConfig, Option<
 /// never more than asked; the default ones where not even those fit, as
 /// before rings grew on busy hosts.
 pub(crate) fn for_pairs(cfg: ShmConfig, local: usize) -> ShmConfig {
-    let ring_bytes =
-        mesh_ring(local, cfg.ring_bytes, available()).unwrap_or(cfg.ring_bytes.min(RING_BYTES));
+    if cfg.ring_bytes <= RING_BYTES {
+        // Never halved below the default: nothing to look up.
+        return cfg;
+    }
+    let ring_bytes = mesh_ring(local, cfg.ring_bytes, available()).unwrap_or(RING_BYTES);
     ShmConfig { ring_bytes, ..cfg }
 }
 

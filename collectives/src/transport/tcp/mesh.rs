@@ -302,11 +302,7 @@ pub(crate) type MeshLink<L> =
 /// `spin`: the Python package's `ELASTICRUN_SPIN_US=0`) take rings of at
 /// least [`ShmConfig::busy_ring_bytes`]; a crowded host's keep theirs.
 pub(crate) fn spun(cfg: ShmConfig, crowded: bool) -> ShmConfig {
-    let ring_bytes = if cfg.spin.is_zero() {
-        cfg.ring_bytes.max(cfg.busy_ring_bytes)
-    } else {
-        cfg.ring_bytes
-    };
+    let ring_bytes = cfg.told_ring_bytes();
     let spin = if crowded { Duration::ZERO } else { cfg.spin };
     ShmConfig {
         spin,

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use collectives::{
     CollectiveError, Collectives, Communicator, DType, Element, FusedPhases, Host, ReduceOp,
-    ShmConfig, Transport, bf16, f16, schedule::even_counts,
+    Transport, bf16, f16, schedule::even_counts,
 };
 use control::env::TransportKind;
 
@@ -239,15 +239,7 @@ async fn measure<T: Element, X: Transport>(
     let ring = if args.no_shared_memory || args.transport == TransportKind::Quic {
         0
     } else {
-        // Links told to sleep at once take the library's busy rings.
-        let d = ShmConfig::default();
-        let told = args.shm_spin_us == Some(0);
-        let ring = if told {
-            d.ring_bytes.max(d.busy_ring_bytes)
-        } else {
-            d.ring_bytes
-        };
-        args.shm_ring_bytes.unwrap_or(ring)
+        crate::worker::shm_config(args).told_ring_bytes()
     };
     let warmup = warmup.max(first_pass(ring, bytes));
     for _ in 0..warmup {

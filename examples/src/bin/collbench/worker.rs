@@ -156,7 +156,7 @@ fn plane_name(plane: &DataPlane) -> &'static str {
 }
 
 /// The shared-memory settings of this run: the library's, with collbench's options.
-fn shm_config(args: &Args) -> ShmConfig {
+pub(crate) fn shm_config(args: &Args) -> ShmConfig {
     let d = ShmConfig::default();
     ShmConfig {
         enabled: !args.no_shared_memory,
