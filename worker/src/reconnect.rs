@@ -28,6 +28,10 @@ use crate::error::InitError;
 /// First pause between attempts; each failure doubles it up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How long one try may wait for the coordinator's side of the handshake
+/// (a coordinator gives a connection 3 s to prove itself once it took it;
+/// the rest is for its accepting under a storm of registrations).
+const ATTEMPT_LIMIT: Duration = Duration::from_secs(10);
 /// How often a reconnecting worker looks whether its launcher still runs.
 const LAUNCHER_POLL: Duration = Duration::from_millis(20);
 
@@ -203,20 +207,34 @@ impl<C: Connect> Redial<C> {
         Ok(control::connect(stream, &self.secret, left).await?)
     }
 
-    /// One try: connect, authenticate within `deadline`, and register as this
-    /// worker in its generation with its data-plane address.
+    /// One try: connect, authenticate within [`ATTEMPT_LIMIT`] (and
+    /// `deadline`), and register as this worker in its generation with its
+    /// data-plane address. A try is given up as soon as another coordinator
+    /// is elected: a connection made to a coordinator while it died may be
+    /// left open by the kernel with no one behind it, and would otherwise
+    /// hold the worker until the limit.
     pub async fn attempt(
         &self,
         shared: &Shared,
         deadline: Instant,
     ) -> Result<WorkerLink<C::Stream>, String> {
         let stream = self.connect.connect().await.map_err(|e| e.to_string())?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        let mut link = control::connect(stream, &self.secret, left)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.register(&mut link, shared).await?;
-        Ok(link)
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .min(ATTEMPT_LIMIT);
+        let registered = async {
+            let mut link = control::connect(stream, &self.secret, left)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.register(&mut link, shared).await?;
+            Ok(link)
+        };
+        tokio::select! {
+            r = registered => r,
+            () = self.connect.superseded() => {
+                Err("another coordinator was elected meanwhile".to_owned())
+            }
+        }
     }
 
     /// Registers on `link` as this worker, in the generation `shared` says,
@@ -568,6 +586,71 @@ mod tests {
         {
             assert!(matches!(m, WorkerMsg::Heartbeat { .. }), "{m:?}");
         }
+    }
+
+    /// A coordinator elected in etcd: the leader of the moment `(epoch,
+    /// address)`, and the epoch last dialled (what `superseded` compares).
+    struct Elected {
+        leader: tokio::sync::watch::Receiver<(i64, std::net::SocketAddr)>,
+        dialled: Arc<std::sync::atomic::AtomicI64>,
+    }
+
+    impl Connect for Elected {
+        type Stream = TcpStream;
+
+        fn target(&self) -> String {
+            self.leader.borrow().1.to_string()
+        }
+
+        async fn connect(&self) -> std::io::Result<TcpStream> {
+            let (epoch, addr) = *self.leader.borrow();
+            let s = TcpStream::connect(addr).await?;
+            self.dialled.store(epoch, Ordering::SeqCst);
+            Ok(s)
+        }
+
+        fn superseded(&self) -> impl std::future::Future<Output = ()> + Send {
+            let (mut rx, dialled) = (self.leader.clone(), self.dialled.clone());
+            async move {
+                let _ = rx
+                    .wait_for(|(e, _)| *e > dialled.load(Ordering::SeqCst))
+                    .await;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_try_at_a_silent_coordinator_ends_when_another_is_elected() {
+        // The old leader's port: it takes the connection and never speaks.
+        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let next = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let secret = Secret::generate().unwrap();
+        let (elect, leader) = tokio::sync::watch::channel((1, silent.local_addr().unwrap()));
+        let (shared, tcp) = worker_in_generation_7(silent.local_addr().unwrap(), &secret, LIMIT);
+        let redial = Redial {
+            connect: Elected {
+                leader,
+                dialled: Arc::default(),
+            },
+            secret: tcp.secret,
+            host: tcp.host,
+            slot: tcp.slot,
+            pid: tcp.pid,
+            give_up_after: Duration::from_secs(60),
+        };
+        let worker = tokio::spawn(async move { redial.reconnect(&shared).await.map(drop) });
+        let held = tokio::time::timeout(LIMIT, silent.accept()).await;
+        let _held = held
+            .expect("the worker did not dial the old leader")
+            .unwrap();
+        elect.send_replace((2, next.local_addr().unwrap()));
+        // Well within one try's limit: the election ended the try, not time.
+        let within = ATTEMPT_LIMIT / 2;
+        let again = tokio::time::timeout(within, next_connection(&next, &secret)).await;
+        let (_link, first) = again.expect("the worker stayed with the silent coordinator");
+        assert!(matches!(first, WorkerMsg::Register(_)), "{first:?}");
+        let done = tokio::time::timeout(LIMIT, worker).await.unwrap().unwrap();
+        assert!(done.is_ok(), "{done:?}");
     }
 
     /// A one-rank assignment to `generation`.

@@ -46,7 +46,10 @@ impl Driver {
         match cmd {
             Command::Spawn(slot) => return self.spawn(&slot).await,
             Command::Stop { slot, why } => {
-                tracing::info!(%slot, %why, "stopping worker");
+                // The job goes on without it: say which worker and why (a
+                // member that did not reconnect to a new leader, a host gone).
+                self.say
+                    .line(format_args!("stopping the worker on {slot}: {why}"));
                 self.workers
                     .tell(&slot, CoordinatorMsg::Stop { reason: why });
                 self.workers.retire(&slot);

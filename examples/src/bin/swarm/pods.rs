@@ -111,7 +111,13 @@ pub(crate) async fn measure(
     let loss = pods.lose_one(seed, g1).await?;
     let exit = pods.end().await?;
     let tally = pods.stats.now();
-    let _ = std::fs::remove_dir_all(&dir);
+    // The replicas' logs stay for reading when anything went wrong.
+    let kept = if tally.failures.is_empty() && exit == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+        None
+    } else {
+        Some(dir.display().to_string())
+    };
     Ok(serde_json::json!({
         "mode": "etcd",
         "pods": n,
@@ -128,6 +134,8 @@ pub(crate) async fn measure(
         "etcd_requests_pod_loss": loss.requests,
         "leader_exit_code": exit,
         "pod_failures": tally.failures.len(),
+        "first_failures": tally.failures.iter().take(3).collect::<Vec<_>>(),
+        "replica_logs": kept,
     }))
 }
 

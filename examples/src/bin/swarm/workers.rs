@@ -30,6 +30,8 @@ use super::stats::Stats;
 /// its connection attempts (a full backlog), and waits for its handshake.
 const DIAL_FOR: Duration = Duration::from_secs(60);
 const HANDSHAKE_FOR: Duration = Duration::from_secs(30);
+/// How often a pod's try looks whether another leader was elected.
+const LEADER_POLL: Duration = Duration::from_millis(50);
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// Raw wait statuses, as the coordinator's launcher reads them.
@@ -328,11 +330,19 @@ async fn dial(who: &Identity, stats: &Stats) -> Result<Link, String> {
     let mut pause = Duration::from_millis(20);
     loop {
         let stream = connected(who, deadline, &mut pause).await?;
+        let dialled = who.coordinator.addr();
         let counted = Counted {
             inner: stream,
             bytes: stats.bytes_in(),
         };
-        match control::connect(counted, &who.secret, HANDSHAKE_FOR).await {
+        // As a worker pod's runtime does (worker/src/reconnect.rs): a try
+        // ends when another leader is elected, since a connection made to a
+        // leader while it died may be left open with no one behind it.
+        let handshake = tokio::select! {
+            h = control::connect(counted, &who.secret, HANDSHAKE_FOR) => h.map_err(|e| e.to_string()),
+            () = moved(who, dialled) => Err("another leader was elected meanwhile".to_owned()),
+        };
+        match handshake {
             Ok(link) => return Ok(link),
             Err(e)
                 if matches!(who.coordinator, Reach::Leader(_))
@@ -341,8 +351,19 @@ async fn dial(who: &Identity, stats: &Stats) -> Result<Link, String> {
                 tracing::debug!(id = who.id, error = %e, "the handshake failed; dialling the leader again");
                 back_off(&mut pause).await;
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e),
         }
+    }
+}
+
+/// Resolves once the leader is no longer at `dialled` (never for a worker
+/// with one coordinator).
+async fn moved(who: &Identity, dialled: Option<SocketAddr>) {
+    if matches!(who.coordinator, Reach::At(_)) {
+        return std::future::pending().await;
+    }
+    while who.coordinator.addr() == dialled {
+        tokio::time::sleep(LEADER_POLL).await;
     }
 }
 
