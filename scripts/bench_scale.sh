@@ -17,6 +17,7 @@
 #   heartbeat_cpu_pct      coordinator CPU (user + system) over the steady window
 #   coordinator_rss_mib    at rest; coordinator_peak_rss_mib: the peak
 #   reset_bytes   bytes the coordinator sent its workers for the reset
+#   end_ms        every worker told to finish to the coordinator's exit
 #
 # Usage: scripts/bench_scale.sh [N...]   (default: 1000 2000 5000 10000)
 #        STEADY=5 SLOTS=8 SEED=1 scripts/bench_scale.sh 10000

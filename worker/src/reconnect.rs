@@ -207,7 +207,7 @@ impl<C: Connect> Redial<C> {
         Ok(control::connect(stream, &self.secret, left).await?)
     }
 
-    /// One try: connect, authenticate within [`ATTEMPT_LIMIT`] (and
+    /// One try: connect, authenticate within 10 s (`ATTEMPT_LIMIT`, and
     /// `deadline`), and register as this worker in its generation with its
     /// data-plane address. A try is given up as soon as another coordinator
     /// is elected: a connection made to a coordinator while it died may be

@@ -388,7 +388,7 @@ impl Driver {
                     return Vec::new();
                 };
                 if let Some(i) = self.inspector.as_mut() {
-                    i.handle_report(Instant::now().into_std(), rank, e.slot.clone(), &pending);
+                    i.handle_report(Instant::now().into_std(), rank, &e.slot, &pending);
                 }
                 match self.metrics.rank_progress(rank, progress, Instant::now()) {
                     Some(w) => self.straggling(rank, &e.slot, w),

@@ -4,9 +4,37 @@
 use elastic::membership::SlotId;
 use tokio::time::Instant;
 
-use super::families::RankLabel;
+use prometheus_client::metrics::gauge::Gauge;
+
+use super::families::{Families, FloatGauge, RankLabel};
 use super::{JobMetrics, Progress, clamp};
 use crate::straggler::Window;
+
+/// A rank's series in the per-rank families, looked up once a generation
+/// rather than five times a heartbeat (each lookup a lock and a hash; at
+/// 10,000 ranks, a tenth of the coordinator's heartbeat CPU). A rank's
+/// series are removed only when a generation no longer has the rank, and
+/// a generation rebuilds the ranks these are kept with.
+#[derive(Clone, Debug)]
+pub struct RankGauges {
+    steps: Gauge,
+    rate: FloatGauge,
+    step_time: FloatGauge,
+    bytes: FloatGauge,
+    wait: FloatGauge,
+}
+
+impl RankGauges {
+    fn of(f: &Families, label: &RankLabel) -> Self {
+        RankGauges {
+            steps: f.rank_steps.get_or_create(label).clone(),
+            rate: f.rank_rate.get_or_create(label).clone(),
+            step_time: f.rank_step_time.get_or_create(label).clone(),
+            bytes: f.rank_bytes.get_or_create(label).clone(),
+            wait: f.rank_wait.get_or_create(label).clone(),
+        }
+    }
+}
 
 impl JobMetrics {
     /// Rank `rank` said, at `at`, how far it got (a heartbeat). Returns
@@ -15,11 +43,17 @@ impl JobMetrics {
         let label = RankLabel {
             rank: u32::try_from(rank).ok()?,
         };
-        let f = &self.0.f;
         let steps = i64::try_from(now.steps).unwrap_or(i64::MAX);
-        f.rank_steps.get_or_create(&label).set(steps);
         let mut view = self.view();
-        let r = view.ranks.get_mut(rank)?;
+        let Some(r) = view.ranks.get_mut(rank) else {
+            // Not in the generation the page shows yet.
+            self.0.f.rank_steps.get_or_create(&label).set(steps);
+            return None;
+        };
+        let g = r
+            .gauges
+            .get_or_insert_with(|| RankGauges::of(&self.0.f, &label));
+        g.steps.set(steps);
         r.steps = now.steps;
         let (then, before) = r.last.replace((at, now))?;
         let span = at.saturating_duration_since(then);
@@ -29,24 +63,24 @@ impl JobMetrics {
         }
         if let Some(bytes) = now.collective_bytes.checked_sub(before.collective_bytes) {
             let rate = bytes as f64 / secs;
-            f.rank_bytes.get_or_create(&label).set(rate);
+            g.bytes.set(rate);
             r.collective_bytes_per_second = Some(rate);
         }
         let waited = now.collective_wait.checked_sub(before.collective_wait);
         if let Some(waited) = waited {
             let share = waited.as_secs_f64() / secs;
-            f.rank_wait.get_or_create(&label).set(share);
+            g.wait.set(share);
             r.collective_wait_ratio = Some(share);
         }
         // A rollback (fewer steps) says nothing of the rate.
         let steps = now.steps.checked_sub(before.steps)?;
         let rate = steps as f64 / secs;
-        f.rank_rate.get_or_create(&label).set(rate);
+        g.rate.set(rate);
         r.steps_per_second = Some(rate);
         let busy = span.saturating_sub(waited.unwrap_or_default());
         if steps > 0 {
             let step = busy.as_secs_f64() / steps as f64;
-            f.rank_step_time.get_or_create(&label).set(step);
+            g.step_time.set(step);
             r.step_seconds = Some(step);
         }
         Some(Window { steps, busy })

@@ -14,6 +14,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::Progress;
+use super::ranks::RankGauges;
 
 /// Generations kept for the page.
 pub const HISTORY: usize = 500;
@@ -50,6 +51,9 @@ pub struct RankView {
     /// Its last heartbeat: when, and its progress then.
     #[serde(skip)]
     pub last: Option<(Instant, Progress)>,
+    /// Its series in the per-rank families, once it has reported.
+    #[serde(skip)]
+    pub gauges: Option<RankGauges>,
 }
 
 /// A generation of the job's history.
@@ -135,6 +139,7 @@ impl View {
                 collective_wait_ratio: None,
                 straggler: false,
                 last: None,
+                gauges: None,
             })
             .collect();
         if self.history.len() == HISTORY {

@@ -141,7 +141,8 @@ type Key = (Vec<usize>, Vec<usize>);
 #[derive(Debug)]
 pub struct Inspector {
     cfg: StallConfig,
-    reports: BTreeMap<usize, Report>,
+    /// Each rank's latest report, by rank.
+    reports: Vec<Option<Report>>,
     /// How many of the reports list a pending tensor: with none, nothing
     /// can be stalled, and the sweeps skip the reports (thousands of ranks
     /// at rest).
@@ -155,7 +156,7 @@ impl Inspector {
     pub fn new(cfg: StallConfig) -> Self {
         Inspector {
             cfg,
-            reports: BTreeMap::new(),
+            reports: Vec::new(),
             listing: 0,
             next_warning: HashMap::new(),
             shut_down: false,
@@ -165,22 +166,45 @@ impl Inspector {
     /// Records the heartbeat of `rank` (running at `slot`) that arrived at `now`,
     /// replacing its previous one. A rank whose worker has exited reports an
     /// empty list: nothing it will submit.
-    pub fn handle_report(&mut self, now: Instant, rank: usize, slot: SlotKey, r: &PendingReport) {
-        let pending = r
+    pub fn handle_report(&mut self, now: Instant, rank: usize, slot: &SlotKey, r: &PendingReport) {
+        let pending: HashMap<String, Duration> = r
             .tensors
             .iter()
             .map(|t| (t.name.clone(), Duration::from_millis(t.age_ms)))
             .collect();
-        let report = Report {
-            slot,
-            at: now,
-            pending,
-            complete: r.is_complete(),
-        };
-        self.listing += usize::from(!report.pending.is_empty());
-        if let Some(old) = self.reports.insert(rank, report) {
-            self.listing -= usize::from(!old.pending.is_empty());
+        self.listing += usize::from(!pending.is_empty());
+        if self.reports.len() <= rank {
+            self.reports.resize_with(rank + 1, || None);
         }
+        let Some(entry) = self.reports.get_mut(rank) else {
+            return;
+        };
+        match entry {
+            // The same worker again: its slot stays (a heartbeat a second
+            // from thousands of ranks, each a copy of a host name less).
+            Some(old) if old.slot == *slot => {
+                self.listing -= usize::from(!old.pending.is_empty());
+                old.at = now;
+                old.pending = pending;
+                old.complete = r.is_complete();
+            }
+            _ => {
+                if let Some(old) = entry.take() {
+                    self.listing -= usize::from(!old.pending.is_empty());
+                }
+                *entry = Some(Report {
+                    slot: slot.clone(),
+                    at: now,
+                    pending,
+                    complete: r.is_complete(),
+                });
+            }
+        }
+    }
+
+    /// The reports, by rank.
+    fn each(&self) -> impl Iterator<Item = (usize, &Report)> {
+        (self.reports.iter().enumerate()).filter_map(|(rank, r)| Some((rank, r.as_ref()?)))
     }
 
     /// Whether some rank's latest report lists a pending tensor (with none,
@@ -191,7 +215,7 @@ impl Inspector {
 
     /// Forgets `rank` (it left the job): it is neither waited on nor waiting.
     pub fn forget(&mut self, rank: usize) {
-        if let Some(old) = self.reports.remove(&rank) {
+        if let Some(old) = self.reports.get_mut(rank).and_then(Option::take) {
             self.listing -= usize::from(!old.pending.is_empty());
         }
     }
@@ -250,7 +274,7 @@ impl Inspector {
         if self.listing == 0 {
             return ages;
         }
-        for (&rank, r) in &self.reports {
+        for (rank, r) in self.each() {
             let since = now.saturating_duration_since(r.at);
             for (name, age) in &r.pending {
                 ages.entry(name.as_str())
@@ -265,10 +289,9 @@ impl Inspector {
     /// it has pending lacks it.
     fn stalled(&self, name: &str, by: &BTreeMap<usize, Duration>) -> Option<Stalled> {
         let missing: Vec<usize> = self
-            .reports
-            .iter()
+            .each()
             .filter(|(rank, r)| r.complete && !by.contains_key(rank))
-            .map(|(&rank, _)| rank)
+            .map(|(rank, _)| rank)
             .collect();
         if missing.is_empty() {
             return None;
@@ -326,7 +349,7 @@ impl Inspector {
             missing: missing
                 .iter()
                 .filter_map(|&rank| {
-                    let slot = self.reports.get(&rank)?.slot.clone();
+                    let slot = self.reports.get(rank)?.as_ref()?.slot.clone();
                     Some(RankAt { rank, slot })
                 })
                 .collect(),

@@ -51,7 +51,7 @@ impl Sim {
     fn report(&mut self, t: u64, rank: usize, tensors: &[(&str, u64)]) {
         let s = slot("localhost", rank as u32);
         self.insp
-            .handle_report(self.t0 + ms(t), rank, s, &pending(tensors));
+            .handle_report(self.t0 + ms(t), rank, &s, &pending(tensors));
     }
 
     fn poll(&mut self, t: u64) -> Vec<StallEvent> {
@@ -117,7 +117,7 @@ fn ranks_not_heard_from_or_with_a_cut_report_are_not_blamed() {
     let cut = PendingReport::bounded(crowded.iter().map(|n| (n.as_str(), ms(0))));
     assert!(!cut.is_complete());
     sim.insp
-        .handle_report(sim.t0, 1, slot("localhost", 1), &cut);
+        .handle_report(sim.t0, 1, &slot("localhost", 1), &cut);
     let events = sim.poll(0);
     assert!(
         events.iter().all(|e| match e {

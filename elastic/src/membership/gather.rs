@@ -176,6 +176,7 @@ impl Membership {
             _ => None,
         };
         self.phase = Phase::Finishing;
+        self.finished_prefix = 0;
         let newcomers: Vec<SlotId> = self
             .workers
             .iter()

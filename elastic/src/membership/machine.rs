@@ -48,6 +48,10 @@ pub struct Membership {
     /// While settling is deferred ([`Membership::defer_settling`]): what
     /// the deferred settling is to do.
     pub(super) settle_later: Option<SettleLater>,
+    /// While finishing: how many members, from rank 0, have finished. Each
+    /// finish looks on from there, so the job's end at n ranks costs O(n)
+    /// lookups, not O(n^2) (ranks tend to finish in rank order).
+    pub(super) finished_prefix: usize,
 }
 
 /// A settling deferred: whether an event asked for it, and the slots
@@ -168,6 +172,7 @@ impl Membership {
             without_runtime: false,
             start_backoff: StartBackoff::default(),
             settle_later: None,
+            finished_prefix: 0,
         }
     }
 
@@ -418,12 +423,9 @@ impl Membership {
         if !matches!(self.phase, Phase::Finishing) {
             self.begin_finishing(&mut out);
         }
-        let all_done = self.members.iter().all(|s| {
-            self.workers
-                .get(s)
-                .is_some_and(|w| w.state == WorkerState::Finished)
-        });
-        if all_done && matches!(self.phase, Phase::Finishing) {
+        if all_finished(&self.members, &self.workers, &mut self.finished_prefix)
+            && matches!(self.phase, Phase::Finishing)
+        {
             self.end(Command::Finish, &mut out);
         }
         out
@@ -510,5 +512,73 @@ impl Membership {
             Command::Fail(JobFailure::FailedAfterFinish { slot, why }),
             out,
         );
+    }
+}
+
+/// Whether every member has finished, looking on from the `prefix` of
+/// members known to have (which it advances; it starts again from rank 0
+/// if the members changed under it).
+fn all_finished(
+    members: &[SlotId],
+    workers: &BTreeMap<SlotId, Worker>,
+    prefix: &mut usize,
+) -> bool {
+    let done = |s: &SlotId| {
+        workers
+            .get(s)
+            .is_some_and(|w| w.state == WorkerState::Finished)
+    };
+    let valid =
+        *prefix <= members.len() && (*prefix == 0 || members.get(*prefix - 1).is_some_and(done));
+    let mut i = if valid { *prefix } else { 0 };
+    while members.get(i).is_some_and(done) {
+        i += 1;
+    }
+    *prefix = i;
+    i == members.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(state: WorkerState) -> Worker {
+        Worker {
+            state,
+            order: 0,
+            late: false,
+            spare: false,
+        }
+    }
+
+    #[test]
+    fn the_finished_prefix_moves_on_and_starts_again_when_members_change() {
+        let members: Vec<SlotId> = (0..4).map(|i| SlotId::new("h", i)).collect();
+        let mut workers: BTreeMap<SlotId, Worker> = (members.iter())
+            .map(|s| (s.clone(), worker(WorkerState::Member)))
+            .collect();
+        let mut prefix = 0;
+        let finish = |workers: &mut BTreeMap<SlotId, Worker>, i: usize| {
+            if let Some(w) = workers.get_mut(&members[i]) {
+                w.state = WorkerState::Finished;
+            }
+        };
+        // Out of rank order: the prefix waits for rank 0.
+        finish(&mut workers, 2);
+        assert!(!all_finished(&members, &workers, &mut prefix));
+        assert_eq!(prefix, 0);
+        finish(&mut workers, 0);
+        finish(&mut workers, 1);
+        assert!(!all_finished(&members, &workers, &mut prefix));
+        assert_eq!(prefix, 3, "ranks 0 to 2 have finished");
+        finish(&mut workers, 3);
+        assert!(all_finished(&members, &workers, &mut prefix));
+        assert_eq!(prefix, 4);
+        // Members that are not what the prefix counted: looked at afresh.
+        let others = vec![SlotId::new("g", 0), members[0].clone()];
+        workers.insert(others[0].clone(), worker(WorkerState::Member));
+        let mut stale = 1;
+        assert!(!all_finished(&others, &workers, &mut stale));
+        assert_eq!(stale, 0);
     }
 }

@@ -146,7 +146,9 @@ async fn measure(args: &Args, shape: Shape) -> Result<serde_json::Value, String>
         .await;
     quiet?;
     let before_end = usage(run.pid).unwrap_or_default();
+    let ending = Instant::now();
     let exit = end(&mut run).await?;
+    let end_ms = ms(Instant::now() - ending);
     let tally = run.stats.now();
     let failures = tally.failures.len();
     Ok(serde_json::json!({
@@ -169,6 +171,7 @@ async fn measure(args: &Args, shape: Shape) -> Result<serde_json::Value, String>
         "coordinator_cpu_s": round(before_end.cpu_s),
         "load_generator_rss_mib": round(usage(std::process::id()).unwrap_or_default().rss_mib),
         "coordinator_exit_code": exit,
+        "end_ms": end_ms,
         "worker_failures": failures,
         "lookups": tally.lookups,
         "lookups_answered": tally.lookups_answered,
