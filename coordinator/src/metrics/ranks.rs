@@ -4,36 +4,35 @@
 use elastic::membership::SlotId;
 use tokio::time::Instant;
 
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::families::{Families, FloatGauge, RankLabel};
+use super::families::{FloatGauge, RankLabel};
 use super::{JobMetrics, Progress, clamp};
 use crate::straggler::Window;
 
-/// A rank's series in the per-rank families, looked up once a generation
-/// rather than five times a heartbeat (each lookup a lock and a hash; at
-/// 10,000 ranks, a tenth of the coordinator's heartbeat CPU). A rank's
-/// series are removed only when a generation no longer has the rank, and
-/// a generation rebuilds the ranks these are kept with.
-#[derive(Clone, Debug)]
+/// A rank's series in the per-rank families, each looked up once a
+/// generation (when first set: a series shows once it has a value) rather
+/// than at every heartbeat (each lookup a lock and a hash; at 10,000 ranks,
+/// a tenth of the coordinator's heartbeat CPU). A rank's series are removed
+/// only when a generation no longer has the rank, and a generation rebuilds
+/// the ranks these are kept with.
+#[derive(Clone, Debug, Default)]
 pub struct RankGauges {
-    steps: Gauge,
-    rate: FloatGauge,
-    step_time: FloatGauge,
-    bytes: FloatGauge,
-    wait: FloatGauge,
+    steps: Option<Gauge>,
+    rate: Option<FloatGauge>,
+    step_time: Option<FloatGauge>,
+    bytes: Option<FloatGauge>,
+    wait: Option<FloatGauge>,
 }
 
-impl RankGauges {
-    fn of(f: &Families, label: &RankLabel) -> Self {
-        RankGauges {
-            steps: f.rank_steps.get_or_create(label).clone(),
-            rate: f.rank_rate.get_or_create(label).clone(),
-            step_time: f.rank_step_time.get_or_create(label).clone(),
-            bytes: f.rank_bytes.get_or_create(label).clone(),
-            wait: f.rank_wait.get_or_create(label).clone(),
-        }
-    }
+/// `label`'s series of `family`, kept in `kept` once looked up.
+fn series<'k, M: Clone + Default>(
+    kept: &'k mut Option<M>,
+    family: &Family<RankLabel, M>,
+    label: &RankLabel,
+) -> &'k M {
+    kept.get_or_insert_with(|| family.get_or_create(label).clone())
 }
 
 impl JobMetrics {
@@ -50,10 +49,8 @@ impl JobMetrics {
             self.0.f.rank_steps.get_or_create(&label).set(steps);
             return None;
         };
-        let g = r
-            .gauges
-            .get_or_insert_with(|| RankGauges::of(&self.0.f, &label));
-        g.steps.set(steps);
+        let (f, g) = (&self.0.f, r.gauges.get_or_insert_with(RankGauges::default));
+        series(&mut g.steps, &f.rank_steps, &label).set(steps);
         r.steps = now.steps;
         let (then, before) = r.last.replace((at, now))?;
         let span = at.saturating_duration_since(then);
@@ -63,24 +60,24 @@ impl JobMetrics {
         }
         if let Some(bytes) = now.collective_bytes.checked_sub(before.collective_bytes) {
             let rate = bytes as f64 / secs;
-            g.bytes.set(rate);
+            series(&mut g.bytes, &f.rank_bytes, &label).set(rate);
             r.collective_bytes_per_second = Some(rate);
         }
         let waited = now.collective_wait.checked_sub(before.collective_wait);
         if let Some(waited) = waited {
             let share = waited.as_secs_f64() / secs;
-            g.wait.set(share);
+            series(&mut g.wait, &f.rank_wait, &label).set(share);
             r.collective_wait_ratio = Some(share);
         }
         // A rollback (fewer steps) says nothing of the rate.
         let steps = now.steps.checked_sub(before.steps)?;
         let rate = steps as f64 / secs;
-        g.rate.set(rate);
+        series(&mut g.rate, &f.rank_rate, &label).set(rate);
         r.steps_per_second = Some(rate);
         let busy = span.saturating_sub(waited.unwrap_or_default());
         if steps > 0 {
             let step = busy.as_secs_f64() / steps as f64;
-            g.step_time.set(step);
+            series(&mut g.step_time, &f.rank_step_time, &label).set(step);
             r.step_seconds = Some(step);
         }
         Some(Window { steps, busy })

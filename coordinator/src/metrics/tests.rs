@@ -198,6 +198,43 @@ fn each_ranks_steps_and_rate_come_from_its_heartbeats() {
     );
 }
 
+/// A rank's series show once they have a value, and a rank a generation
+/// drops and a later one takes back gets series the exposition has again
+/// (its handles are not kept across generations).
+#[test]
+fn a_ranks_series_show_when_set_and_come_back_with_the_rank() {
+    let m = JobMetrics::new();
+    let t0 = tokio::time::Instant::now();
+    m.generation(1, &ranks(2));
+    m.rank_progress(1, steps(5), t0);
+    let text = m.render();
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_steps{rank="1"}"#),
+        Some(5.0)
+    );
+    let rate = r#"elasticrun_rank_steps_per_second{rank="1"}"#;
+    assert_eq!(
+        sample(&text, rate),
+        None,
+        "no rate from one heartbeat: {text}"
+    );
+    m.generation(2, &ranks(1));
+    assert_eq!(
+        sample(&m.render(), r#"elasticrun_rank_steps{rank="1"}"#),
+        None
+    );
+    m.generation(3, &ranks(2));
+    m.rank_progress(1, steps(7), t0 + Duration::from_secs(1));
+    m.rank_progress(1, steps(9), t0 + Duration::from_secs(2));
+    let text = m.render();
+    assert_eq!(
+        sample(&text, r#"elasticrun_rank_steps{rank="1"}"#),
+        Some(9.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, rate), Some(2.0), "{text}");
+}
+
 #[test]
 fn step_time_outside_collectives_and_stragglers_per_rank() {
     let m = JobMetrics::new();
