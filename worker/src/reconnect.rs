@@ -184,17 +184,37 @@ impl<C: Connect> Redial<C> {
 
     /// The first control connection, authenticated: dialled again with
     /// backoff while the coordinator is not up yet, until `deadline`; a
-    /// handshake that fails (a wrong secret) is final. Registering is the
-    /// caller's, once it has an address to publish ([`Redial::register`]).
+    /// handshake that fails (a wrong secret) is final, one cut short by the
+    /// election of another coordinator is tried again with that one (see
+    /// [`Redial::attempt`]). Registering is the caller's, once it has an
+    /// address to publish ([`Redial::register`]).
     pub(crate) async fn open(&self, deadline: Instant) -> Result<WorkerLink<C::Stream>, InitError> {
         let mut backoff = FIRST_BACKOFF;
-        let stream = loop {
+        loop {
+            let stream = self.dial(deadline, &mut backoff).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::select! {
+                r = control::connect(stream, &self.secret, left) => return Ok(r?),
+                () = self.connect.superseded() => {
+                    tracing::debug!(at = %self.connect.target(), "another coordinator was elected meanwhile");
+                }
+            }
+        }
+    }
+
+    /// A stream to the coordinator, dialled with backoff until `deadline`.
+    async fn dial(
+        &self,
+        deadline: Instant,
+        backoff: &mut Duration,
+    ) -> Result<C::Stream, InitError> {
+        loop {
             match tokio::time::timeout_at(deadline, self.connect.connect()).await {
-                Ok(Ok(s)) => break s,
-                Ok(Err(e)) if Instant::now() + backoff < deadline => {
+                Ok(Ok(s)) => return Ok(s),
+                Ok(Err(e)) if Instant::now() + *backoff < deadline => {
                     tracing::debug!(at = %self.connect.target(), %e, "coordinator not reachable yet");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    tokio::time::sleep(*backoff).await;
+                    *backoff = (*backoff * 2).min(MAX_BACKOFF);
                 }
                 _ => {
                     return Err(InitError::Unreachable {
@@ -202,9 +222,7 @@ impl<C: Connect> Redial<C> {
                     });
                 }
             }
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        Ok(control::connect(stream, &self.secret, left).await?)
+        }
     }
 
     /// One try: connect, authenticate within 10 s (`ATTEMPT_LIMIT`, and
@@ -651,6 +669,43 @@ mod tests {
         assert!(matches!(first, WorkerMsg::Register(_)), "{first:?}");
         let done = tokio::time::timeout(LIMIT, worker).await.unwrap().unwrap();
         assert!(done.is_ok(), "{done:?}");
+    }
+
+    #[tokio::test]
+    async fn a_first_handshake_with_a_silent_coordinator_ends_when_another_is_elected() {
+        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let next = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let secret = Secret::generate().unwrap();
+        let (elect, leader) = tokio::sync::watch::channel((1, silent.local_addr().unwrap()));
+        let (_, tcp) = worker_in_generation_7(silent.local_addr().unwrap(), &secret, LIMIT);
+        let redial = Redial {
+            connect: Elected {
+                leader,
+                dialled: Arc::default(),
+            },
+            secret: tcp.secret,
+            host: tcp.host,
+            slot: tcp.slot,
+            pid: tcp.pid,
+            give_up_after: LIMIT,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let worker = tokio::spawn(async move { redial.open(deadline).await.map(drop) });
+        let held = tokio::time::timeout(LIMIT, silent.accept()).await;
+        let _held = held
+            .expect("the worker did not dial the old leader")
+            .unwrap();
+        elect.send_replace((2, next.local_addr().unwrap()));
+        let accepted = async {
+            let (s, _) = next.accept().await.unwrap();
+            control::accept(s, &secret, LIMIT).await
+        };
+        let link = tokio::time::timeout(LIMIT, accepted).await;
+        let _link = link
+            .expect("the worker stayed with the silent coordinator")
+            .unwrap();
+        let opened = tokio::time::timeout(LIMIT, worker).await.unwrap().unwrap();
+        assert!(opened.is_ok(), "{opened:?}");
     }
 
     /// A one-rank assignment to `generation`.
