@@ -637,9 +637,19 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_try_at_a_silent_coordinator_ends_when_another_is_elected() {
-        // The old leader's port: it takes the connection and never speaks.
+    /// A worker in generation 7 whose leader (epoch 1) is `silent`, a port
+    /// that takes connections and never speaks (a dying leader's); `next`
+    /// is the coordinator `elect` can name instead.
+    struct ElectedWorker {
+        silent: TcpListener,
+        next: TcpListener,
+        secret: Secret,
+        elect: tokio::sync::watch::Sender<(i64, std::net::SocketAddr)>,
+        shared: Shared,
+        redial: Redial<Elected>,
+    }
+
+    async fn elected_worker() -> ElectedWorker {
         let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let next = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let secret = Secret::generate().unwrap();
@@ -656,6 +666,26 @@ mod tests {
             pid: tcp.pid,
             give_up_after: Duration::from_secs(60),
         };
+        ElectedWorker {
+            silent,
+            next,
+            secret,
+            elect,
+            shared,
+            redial,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_try_at_a_silent_coordinator_ends_when_another_is_elected() {
+        let ElectedWorker {
+            silent,
+            next,
+            secret,
+            elect,
+            shared,
+            redial,
+        } = elected_worker().await;
         let worker = tokio::spawn(async move { redial.reconnect(&shared).await.map(drop) });
         let held = tokio::time::timeout(LIMIT, silent.accept()).await;
         let _held = held
@@ -673,22 +703,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_first_handshake_with_a_silent_coordinator_ends_when_another_is_elected() {
-        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let next = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let secret = Secret::generate().unwrap();
-        let (elect, leader) = tokio::sync::watch::channel((1, silent.local_addr().unwrap()));
-        let (_, tcp) = worker_in_generation_7(silent.local_addr().unwrap(), &secret, LIMIT);
-        let redial = Redial {
-            connect: Elected {
-                leader,
-                dialled: Arc::default(),
-            },
-            secret: tcp.secret,
-            host: tcp.host,
-            slot: tcp.slot,
-            pid: tcp.pid,
-            give_up_after: LIMIT,
-        };
+        let ElectedWorker {
+            silent,
+            next,
+            secret,
+            elect,
+            redial,
+            ..
+        } = elected_worker().await;
         let deadline = Instant::now() + Duration::from_secs(60);
         let worker = tokio::spawn(async move { redial.open(deadline).await.map(drop) });
         let held = tokio::time::timeout(LIMIT, silent.accept()).await;
