@@ -330,7 +330,8 @@ async fn dial(who: &Identity, stats: &Stats) -> Result<Link, String> {
     let mut pause = Duration::from_millis(20);
     loop {
         let stream = connected(who, deadline, &mut pause).await?;
-        let dialled = who.coordinator.addr();
+        // Where this stream goes (the leader may have changed since).
+        let dialled = stream.peer_addr().ok();
         let counted = Counted {
             inner: stream,
             bytes: stats.bytes_in(),
