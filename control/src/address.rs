@@ -48,12 +48,10 @@ pub struct LeafPublicKey(pub [u8; 32]);
 
 impl std::fmt::Debug for LeafPublicKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LeafPublicKey({})", hex(&self.0[..4]))
+        f.write_str("LeafPublicKey(")?;
+        hex_into(f, &self.0[..4])?;
+        f.write_str(")")
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(s: &str) -> Option<[u8; 32]> {
@@ -334,6 +332,10 @@ mod tests {
 
     fn decode(bytes: &[u8]) -> Result<PeerAddress, bincode::error::DecodeError> {
         bincode::serde::decode_from_slice(bytes, bincode::config::standard()).map(|(a, _)| a)
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// The endpoint written on the stack is, byte for byte, what a
