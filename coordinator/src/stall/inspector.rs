@@ -179,19 +179,18 @@ impl Inspector {
         let Some(entry) = self.reports.get_mut(rank) else {
             return;
         };
+        if let Some(old) = entry {
+            self.listing -= usize::from(!old.pending.is_empty());
+        }
         match entry {
             // The same worker again: its slot stays (a heartbeat a second
             // from thousands of ranks, each a copy of a host name less).
             Some(old) if old.slot == *slot => {
-                self.listing -= usize::from(!old.pending.is_empty());
                 old.at = now;
                 old.pending = pending;
                 old.complete = r.is_complete();
             }
             _ => {
-                if let Some(old) = entry.take() {
-                    self.listing -= usize::from(!old.pending.is_empty());
-                }
                 *entry = Some(Report {
                     slot: slot.clone(),
                     at: now,
