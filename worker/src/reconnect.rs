@@ -32,6 +32,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// (a coordinator gives a connection 3 s to prove itself once it took it;
 /// the rest is for its accepting under a storm of registrations).
 const ATTEMPT_LIMIT: Duration = Duration::from_secs(10);
+/// Why a try was given up for another coordinator.
+const ELECTED: &str = "another coordinator was elected meanwhile";
 /// How often a reconnecting worker looks whether its launcher still runs.
 const LAUNCHER_POLL: Duration = Duration::from_millis(20);
 
@@ -193,12 +195,21 @@ impl<C: Connect> Redial<C> {
         loop {
             let stream = self.dial(deadline, &mut backoff).await?;
             let left = deadline.saturating_duration_since(Instant::now());
-            tokio::select! {
-                r = control::connect(stream, &self.secret, left) => return Ok(r?),
-                () = self.connect.superseded() => {
-                    tracing::debug!(at = %self.connect.target(), "another coordinator was elected meanwhile");
-                }
+            let handshake = control::connect(stream, &self.secret, left);
+            if let Some(r) = self.unless_superseded(handshake).await {
+                return Ok(r?);
             }
+            tracing::debug!(at = %self.connect.target(), "{ELECTED}");
+        }
+    }
+
+    /// `work` on a connection just made, unless another coordinator is
+    /// elected first (`None`): a connection made to a coordinator while it
+    /// died may be left open by the kernel with no one behind it.
+    async fn unless_superseded<T>(&self, work: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            r = work => Some(r),
+            () = self.connect.superseded() => None,
         }
     }
 
@@ -227,10 +238,9 @@ impl<C: Connect> Redial<C> {
 
     /// One try: connect, authenticate within 10 s (`ATTEMPT_LIMIT`, and
     /// `deadline`), and register as this worker in its generation with its
-    /// data-plane address. A try is given up as soon as another coordinator
-    /// is elected: a connection made to a coordinator while it died may be
-    /// left open by the kernel with no one behind it, and would otherwise
-    /// hold the worker until the limit.
+    /// data-plane address; given up as soon as another coordinator is
+    /// elected (`unless_superseded`), rather than held until the
+    /// limit.
     pub async fn attempt(
         &self,
         shared: &Shared,
@@ -247,12 +257,7 @@ impl<C: Connect> Redial<C> {
             self.register(&mut link, shared).await?;
             Ok(link)
         };
-        tokio::select! {
-            r = registered => r,
-            () = self.connect.superseded() => {
-                Err("another coordinator was elected meanwhile".to_owned())
-            }
-        }
+        (self.unless_superseded(registered).await).unwrap_or_else(|| Err(ELECTED.to_owned()))
     }
 
     /// Registers on `link` as this worker, in the generation `shared` says,
