@@ -9,6 +9,7 @@
 //! frame is refused with that reason), never a panic or a misread.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -68,21 +69,24 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
 /// Every data-plane endpoint of one worker.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PeerAddress {
-    pub endpoints: Vec<DataEndpoint>,
+    /// Shared, not copied, by every clone: an address is handed to many
+    /// (each assignment of a large generation carries some thirty, each
+    /// shared by thirty assignments).
+    pub endpoints: Arc<[DataEndpoint]>,
 }
 
 impl PeerAddress {
     /// A worker reachable over TCP at `addr` only.
     pub fn tcp(addr: SocketAddr) -> Self {
         Self {
-            endpoints: vec![DataEndpoint::Tcp(addr)],
+            endpoints: Arc::new([DataEndpoint::Tcp(addr)]),
         }
     }
 
     /// A worker reachable over QUIC at `addr` only, whose TLS key is `key`.
     pub fn quic(addr: SocketAddr, key: LeafPublicKey) -> Self {
         Self {
-            endpoints: vec![DataEndpoint::Quic { addr, key }],
+            endpoints: Arc::new([DataEndpoint::Quic { addr, key }]),
         }
     }
 
@@ -97,7 +101,7 @@ impl PeerAddress {
     /// A worker reachable over TLS on TCP at `addr` only, whose TLS key is `key`.
     pub fn tls(addr: SocketAddr, key: LeafPublicKey) -> Self {
         Self {
-            endpoints: vec![DataEndpoint::Tls { addr, key }],
+            endpoints: Arc::new([DataEndpoint::Tls { addr, key }]),
         }
     }
 
@@ -121,7 +125,7 @@ impl PeerAddress {
     /// A worker reachable on the in-memory fabric at `address` only.
     pub fn mem(address: u64) -> Self {
         Self {
-            endpoints: vec![DataEndpoint::Mem(address)],
+            endpoints: Arc::new([DataEndpoint::Mem(address)]),
         }
     }
 
@@ -143,11 +147,17 @@ impl PeerAddress {
     }
 
     /// This address with the process behind it named.
-    pub fn with_process(mut self, process: u64) -> Self {
-        self.endpoints
-            .retain(|e| !matches!(e, DataEndpoint::Process(_)));
-        self.endpoints.push(DataEndpoint::Process(process));
-        self
+    pub fn with_process(self, process: u64) -> Self {
+        let others = self
+            .endpoints
+            .iter()
+            .filter(|e| !matches!(e, DataEndpoint::Process(_)));
+        Self {
+            endpoints: others
+                .copied()
+                .chain([DataEndpoint::Process(process)])
+                .collect(),
+        }
     }
 
     /// The in-memory fabric endpoint, if the worker offers one.

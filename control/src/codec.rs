@@ -5,7 +5,7 @@
 
 use std::marker::PhantomData;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
@@ -15,6 +15,10 @@ use crate::seal::{Sealing, TAG};
 /// Largest control frame. Messages are small; an assignment for 10 000 ranks is
 /// about 300 KiB.
 pub const MAX_FRAME: usize = 1 << 20;
+
+/// Bytes of a frame's length field (`LengthDelimitedCodec`'s default: big
+/// endian, counting what follows it).
+const LENGTH: usize = 4;
 
 fn bincode_config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<MAX_FRAME>()
@@ -119,16 +123,34 @@ impl<In: DeserializeOwned, Out> Decoder for FrameCodec<In, Out> {
 impl<In, Out: Serialize> Encoder<Out> for FrameCodec<In, Out> {
     type Error = CodecError;
 
+    /// Writes the frame straight into `dst` (the connection's write buffer,
+    /// whose room outlives the frame): the length, the message, the tag.
+    /// The same bytes as `LengthDelimitedCodec` around the encoded message,
+    /// with no buffer of its own per frame. A message that cannot be encoded
+    /// or is too long leaves `dst` as it was.
     fn encode(&mut self, msg: Out, dst: &mut BytesMut) -> Result<(), CodecError> {
-        let mut bytes = bincode::serde::encode_to_vec(&msg, bincode_config())
-            .map_err(|e| CodecError::Encode(e.to_string()))?;
-        if bytes.len() > MAX_FRAME {
-            return Err(CodecError::TooLarge);
-        }
+        let start = dst.len();
+        dst.put_u32(0);
+        let written =
+            bincode::serde::encode_into_std_write(&msg, &mut dst.writer(), bincode_config());
+        let body = dst.len() - start - LENGTH;
+        let tag = if self.sealing.is_some() { TAG } else { 0 };
+        let length = match (written, u32::try_from(body + tag)) {
+            (Ok(_), Ok(length)) if body <= MAX_FRAME => length,
+            (Err(e), _) => {
+                dst.truncate(start);
+                return Err(CodecError::Encode(e.to_string()));
+            }
+            _ => {
+                dst.truncate(start);
+                return Err(CodecError::TooLarge);
+            }
+        };
         if let Some(s) = self.sealing.as_mut() {
-            s.seal(&mut bytes);
+            let tag = s.tag(&dst[start + LENGTH..]);
+            dst.extend_from_slice(&tag);
         }
-        self.frames.encode(Bytes::from(bytes), dst)?;
+        dst[start..start + LENGTH].copy_from_slice(&length.to_be_bytes());
         Ok(())
     }
 }
@@ -252,6 +274,50 @@ mod tests {
     }
 
     /// A worker's and a coordinator's codec of one connection, sealed.
+    /// The frame the encoder writes into the connection's buffer is, byte
+    /// for byte, `LengthDelimitedCodec` around the encoded message and its
+    /// tag, after whatever the buffer held; a message too long for a frame
+    /// leaves the buffer as it was.
+    #[test]
+    fn frames_are_written_in_place_as_length_delimited_messages() {
+        let keys = crate::FrameKeys {
+            to_worker: [1; 32],
+            to_coordinator: [2; 32],
+        };
+        let msg = CoordinatorMsg::Stop {
+            reason: "x".repeat(300),
+        };
+        for sealed in [false, true] {
+            let mut codec = Coord::default();
+            let mut sealing = Sealing::new(&keys.to_worker, &keys.to_coordinator);
+            if sealed {
+                codec.seal(&keys.to_worker, &keys.to_coordinator);
+            }
+            let mut expected = BytesMut::from(&b"held"[..]);
+            let mut wire = expected.clone();
+            for _ in 0..3 {
+                codec.encode(msg.clone(), &mut wire).unwrap();
+                let mut body = bincode::serde::encode_to_vec(&msg, bincode_config()).unwrap();
+                if sealed {
+                    let tag = sealing.tag(&body);
+                    body.extend_from_slice(&tag);
+                }
+                LengthDelimitedCodec::new()
+                    .encode(bytes::Bytes::from(body), &mut expected)
+                    .unwrap();
+            }
+            assert_eq!(wire, expected, "sealed: {sealed}");
+            let huge = CoordinatorMsg::Stop {
+                reason: "x".repeat(MAX_FRAME),
+            };
+            assert_eq!(codec.encode(huge, &mut wire), Err(CodecError::TooLarge));
+            assert_eq!(
+                wire, expected,
+                "a refused message leaves the buffer (sealed: {sealed})"
+            );
+        }
+    }
+
     fn sealed(keys: &crate::FrameKeys) -> (Work, Coord) {
         let (mut w, mut c) = (Work::default(), Coord::default());
         w.seal(&keys.to_coordinator, &keys.to_worker);

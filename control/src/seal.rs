@@ -57,11 +57,11 @@ impl Sealing {
         }
     }
 
-    /// Appends the next outgoing frame's tag to `body`.
-    pub(crate) fn seal(&mut self, body: &mut Vec<u8>) {
-        let tag = self.send.mac(body).finalize().into_bytes();
-        body.extend_from_slice(&tag);
+    /// The next outgoing frame's tag, which follows `body` on the wire.
+    pub(crate) fn tag(&mut self, body: &[u8]) -> [u8; TAG] {
+        let tag = self.send.mac(body).finalize().into_bytes().into();
         self.send.count += 1;
+        tag
     }
 
     /// The message bytes of the next incoming frame, if its tag verifies;

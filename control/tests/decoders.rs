@@ -52,7 +52,9 @@ fn worker_msgs() -> Vec<WorkerMsg> {
         },
         WorkerMsg::Rejoin {
             generation: Generation(u64::MAX),
-            data_addr: PeerAddress { endpoints: vec![] },
+            data_addr: PeerAddress {
+                endpoints: std::sync::Arc::new([]),
+            },
         },
     ]
 }

@@ -11,7 +11,6 @@
 //!         ── Assign{peers: Some(given_ranks)} ──► worker
 //! ```
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use control::{Generation, MAX_LOOKUP, PeerAddress, PeerTable};
@@ -72,20 +71,24 @@ pub fn table_for(rank: usize, table: &Arc<[PeerAddress]>, host_ranks: &[usize]) 
 /// the ranks of its host (`host_ranks`, shared memory and the hierarchical
 /// paths): about 3 log2(n) + the host's, in rank order.
 pub fn given_ranks(rank: usize, size: usize, host_ranks: &[usize]) -> Vec<usize> {
-    let mut given = BTreeSet::from([rank, 0]);
+    let steps = (usize::BITS - size.leading_zeros()) as usize;
+    let mut given = Vec::with_capacity(2 + 3 * steps + host_ranks.len());
+    given.extend([rank, 0]);
     if size > 0 {
         let mut step = 1;
         while step < size {
-            given.insert((rank + step) % size);
-            given.insert((rank + size - step % size) % size);
+            given.push((rank + step) % size);
+            given.push((rank + size - step % size) % size);
             if rank ^ step < size {
-                given.insert(rank ^ step);
+                given.push(rank ^ step);
             }
             step <<= 1;
         }
     }
     given.extend(host_ranks.iter().copied().filter(|&r| r < size));
-    given.into_iter().collect()
+    given.sort_unstable();
+    given.dedup();
+    given
 }
 
 #[cfg(test)]
