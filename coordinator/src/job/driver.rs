@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Outside;
-use super::batch::{self, Sweeps, Taken, Woke};
+use super::batch::{self, Batch, Sweeps, Taken, Woke};
 use super::discovery::{HostFeed, Offer};
 use super::journal::Journal;
 use super::links::{LinkEvent, LinkEventKind, Links};
@@ -138,14 +138,20 @@ impl Driver {
             };
             // The core settles once, after the batch and the sweep.
             self.core.defer_settling();
-            let exit_wake = matches!(woke, Woke::Due | Woke::ExitNews);
-            let (cmds, quiet) = match self.take(woke, arrivals, &mut events) {
+            // A wake only to sweep what waited is no deadline of a worker's.
+            let exit_wake = matches!(woke, Woke::ExitNews)
+                || (matches!(woke, Woke::Due) && due.is_some_and(|d| d <= Instant::now()));
+            let (cmds, batch) = match self.take(woke, arrivals, &mut events) {
                 Ok(taken) => taken,
                 Err(ending) => return ending,
             };
             let listing = self.inspector.as_ref().is_some_and(Inspector::listing);
-            if !sweeps.sweep_now(quiet, listing, Instant::now()) {
-                let settled = self.core.settle_deferred(self.now());
+            if !sweeps.sweep_now(batch, listing, Instant::now()) {
+                // Routine events settle with their sweep; heartbeats at once.
+                let settled = match sweeps.holding_routine() {
+                    true => Vec::new(),
+                    false => self.core.settle_deferred(self.now()),
+                };
                 if !settled.is_empty() {
                     // A heartbeat asked for something after all.
                     self.carry_out(settled).await;
@@ -156,16 +162,12 @@ impl Driver {
             self.carry_out(cmds).await;
             let early = self.retry_early();
             self.carry_out(early).await;
-            let mut more = if self.workers.exits_due(exit_wake, Instant::now()) {
-                self.poll_exits()
-            } else {
-                Vec::new()
-            };
-            more.extend(self.core.tick(self.now()));
-            more.extend(self.poll_stalls());
-            more.extend(self.core.settle_deferred(self.now()));
+            let started = Instant::now();
+            let more = self.sweep(exit_wake);
+            let mut cost = started.elapsed();
             self.carry_out(more).await;
             self.reset_cause = None;
+            let started = Instant::now();
             let by_state = self.core.worker_counts();
             self.metrics.set_workers(self.workers.len(), by_state);
             if let Some(ending) = self.ending {
@@ -173,7 +175,25 @@ impl Driver {
             }
             self.say_waiting();
             due = self.next_wake();
+            cost += started.elapsed();
+            sweeps.swept(cost);
         }
+    }
+
+    /// The sweep after a batch: the workers' exits (when due), the core's
+    /// timers, the stall inspector, and the core's settling deferred over
+    /// the batch.
+    fn sweep(&mut self, exit_wake: bool) -> Vec<Command> {
+        let period = self.launcher.exit_sweep();
+        let mut more = if self.workers.exits_due(exit_wake, Instant::now(), period) {
+            self.poll_exits()
+        } else {
+            Vec::new()
+        };
+        more.extend(self.core.tick(self.now()));
+        more.extend(self.poll_stalls());
+        more.extend(self.core.settle_deferred(self.now()));
+        more
     }
 
     /// Handles what woke the driver and the arrivals and link events waiting
@@ -185,8 +205,11 @@ impl Driver {
         woke: Woke,
         arrivals: &mut Arrivals,
         events: &mut mpsc::Receiver<LinkEvent>,
-    ) -> Result<(Vec<Command>, bool), Ending> {
-        let mut quiet = matches!(&woke, Woke::Link(e) if batch::is_beat(e));
+    ) -> Result<(Vec<Command>, Batch), Ending> {
+        let mut batch = match &woke {
+            Woke::Link(e) => Batch::of(e),
+            _ => Batch::Urgent,
+        };
         let mut cmds = match woke {
             Woke::Due | Woke::ExitNews => Vec::new(),
             Woke::Outside(Outside::End(ending)) => {
@@ -202,17 +225,19 @@ impl Driver {
         for taken in batch::drain(arrivals, events) {
             match taken {
                 Taken::Arrival(a) => {
-                    quiet = false;
+                    batch = Batch::Urgent;
                     cmds.extend(self.arrive(*a));
                 }
                 Taken::Link(e) => {
-                    quiet &= batch::is_beat(&e);
+                    batch = batch.max(Batch::of(&e));
                     cmds.extend(self.link_event(e));
                 }
             }
         }
-        let quiet = quiet && cmds.is_empty();
-        Ok((cmds, quiet))
+        if !cmds.is_empty() {
+            batch = Batch::Urgent;
+        }
+        Ok((cmds, batch))
     }
 
     /// Passes `sig` (SIGUSR1, SIGUSR2) on to every worker, and says to how

@@ -195,26 +195,42 @@ async fn run(mut link: Link, talk: Talk, mut out: mpsc::Receiver<CoordinatorMsg>
         events,
         directory,
     } = talk;
+    // One timer for the connection's life, moved on only when it rings: a
+    // message heard costs no timer of its own (at 10,000 workers, each
+    // heartbeat's and each reset's frames took one in and out of the
+    // runtime's timer wheel).
+    let mut heard_at = Instant::now();
+    let silent = tokio::time::sleep(silence);
+    tokio::pin!(silent);
     let ended = loop {
         let heard = tokio::select! {
             m = out.recv() => match m {
                 Some(m) => m,
                 None => return,
             },
-            m = tokio::time::timeout(silence, link.next()) => match m {
-                Ok(Some(Ok(WorkerMsg::Lookup { id, generation, ranks }))) => {
-                    let entries = directory.look_up(generation, &ranks);
-                    CoordinatorMsg::Addresses { id, generation, entries }
-                }
-                Ok(Some(Ok(msg))) => {
-                    if let Some(kind) = event(msg, &slot) {
-                        send(&events, &slot, id, kind).await;
+            m = link.next() => {
+                heard_at = Instant::now();
+                match m {
+                    Some(Ok(WorkerMsg::Lookup { id, generation, ranks })) => {
+                        let entries = directory.look_up(generation, &ranks);
+                        CoordinatorMsg::Addresses { id, generation, entries }
                     }
+                    Some(Ok(msg)) => {
+                        if let Some(kind) = event(msg, &slot) {
+                            send(&events, &slot, id, kind).await;
+                        }
+                        continue;
+                    }
+                    Some(Err(e)) => break format!("its control connection failed: {e}"),
+                    None => break "its control connection closed".to_owned(),
+                }
+            }
+            () = &mut silent => match silence_after(heard_at, silence, Instant::now()) {
+                Some(due) => {
+                    silent.as_mut().reset(due);
                     continue;
                 }
-                Ok(Some(Err(e))) => break format!("its control connection failed: {e}"),
-                Ok(None) => break "its control connection closed".to_owned(),
-                Err(_) => break format!("no heartbeat for {silence:?}"),
+                None => break format!("no heartbeat for {silence:?}"),
             },
         };
         let sent = tokio::time::timeout(HANDSHAKE_TIMEOUT, link.send(heard)).await;
@@ -226,6 +242,13 @@ async fn run(mut link: Link, talk: Talk, mut out: mpsc::Receiver<CoordinatorMsg>
         }
     };
     send(&events, &slot, id, LinkEventKind::Ended(ended)).await;
+}
+
+/// When a worker last heard at `heard_at` counts as silent, if that is
+/// still to come at `now`; `None`: it has been silent for `silence`.
+fn silence_after(heard_at: Instant, silence: Duration, now: Instant) -> Option<Instant> {
+    let due = heard_at + silence;
+    (due > now).then_some(due)
 }
 
 /// What a worker's message tells the driver, if anything.
@@ -276,4 +299,28 @@ async fn send(events: &mpsc::Sender<LinkEvent>, slot: &SlotId, id: usize, kind: 
         kind,
     };
     let _ = events.send(e).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The silence timer rings at `silence` after the connection opened;
+    /// a worker heard since is given until `silence` after that, one not
+    /// heard is silent.
+    #[test]
+    fn a_worker_is_silent_only_a_full_silence_after_it_was_last_heard() {
+        let silence = Duration::from_secs(6);
+        let opened = Instant::now();
+        let rang = opened + silence;
+        assert_eq!(silence_after(opened, silence, rang), None, "never heard");
+        let heard = opened + Duration::from_secs(4);
+        assert_eq!(silence_after(heard, silence, rang), Some(heard + silence));
+        let later = heard + silence;
+        assert_eq!(
+            silence_after(heard, silence, later),
+            None,
+            "heard once, then silent"
+        );
+    }
 }

@@ -172,16 +172,17 @@ impl Workers {
     /// batch of events: on the launcher's news of an exit or a deadline's
     /// wake (`woke_for`: an exit held for [`EXIT_SETTLE`], a closed
     /// connection's grace), once a control connection has closed, and at
-    /// least every [`EXIT_POLL`] whatever else comes (news missed, a
-    /// launcher that cannot tell). A look is a pass over every worker: at
-    /// 10,000 workers, done after every batch of a reset's rejoins, it had
-    /// taken a sixth to two fifths of the driver's time in the reset.
-    pub(super) fn exits_due(&self, woke_for: bool, now: Instant) -> bool {
+    /// least every `sweep` whatever else comes (the launcher's
+    /// [`Launcher::exit_sweep`]: news lost, or a launcher that cannot
+    /// tell). A look is a pass over every worker: at 10,000 workers, done
+    /// after every batch of a reset's rejoins, it had taken a sixth to two
+    /// fifths of the driver's time in the reset.
+    pub(super) fn exits_due(&self, woke_for: bool, now: Instant, sweep: Duration) -> bool {
         woke_for
             || self.look_now
             || self
                 .looked
-                .is_none_or(|at| now.saturating_duration_since(at) >= EXIT_POLL)
+                .is_none_or(|at| now.saturating_duration_since(at) >= sweep)
     }
 
     /// A worker's control connection closed: its exit is to be looked for.
@@ -265,25 +266,32 @@ async fn let_leave(mut old: Live) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::launch::EXIT_SWEEP;
 
     #[test]
-    fn exits_are_looked_at_on_news_a_closed_connection_and_at_least_every_poll() {
-        let mut w = Workers::default();
-        let t0 = Instant::now();
-        assert!(w.exits_due(false, t0), "never looked yet");
-        assert!(w.exits(false).is_empty());
-        let looked = w.looked.expect("looked");
-        assert!(!w.exits_due(false, looked), "just looked, nothing to watch");
-        assert!(w.exits_due(true, looked), "the launcher's news");
-        let almost = looked + EXIT_POLL - Duration::from_millis(1);
-        assert!(!w.exits_due(false, almost));
-        assert!(w.exits_due(false, looked + EXIT_POLL), "the poll's period");
-        w.watch();
-        assert!(w.exits_due(false, looked), "a closed connection");
-        assert!(w.exits(false).is_empty());
-        assert!(
-            !w.exits_due(false, w.looked.expect("looked")),
-            "nothing left"
-        );
+    fn exits_are_looked_at_on_news_a_closed_connection_and_at_least_every_sweep() {
+        for sweep in [EXIT_POLL, EXIT_SWEEP] {
+            let mut w = Workers::default();
+            let t0 = Instant::now();
+            assert!(w.exits_due(false, t0, sweep), "never looked yet");
+            assert!(w.exits(false).is_empty());
+            let looked = w.looked.expect("looked");
+            assert!(
+                !w.exits_due(false, looked, sweep),
+                "just looked, nothing to watch"
+            );
+            assert!(w.exits_due(true, looked, sweep), "the launcher's news");
+            let almost = looked + sweep - Duration::from_millis(1);
+            assert!(!w.exits_due(false, almost, sweep));
+            assert!(
+                w.exits_due(false, looked + sweep, sweep),
+                "the sweep's period"
+            );
+            w.watch();
+            assert!(w.exits_due(false, looked, sweep), "a closed connection");
+            assert!(w.exits(false).is_empty());
+            let now = w.looked.expect("looked");
+            assert!(!w.exits_due(false, now, sweep), "nothing left");
+        }
     }
 }

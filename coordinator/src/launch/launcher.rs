@@ -116,6 +116,15 @@ pub trait Launcher: Send + std::fmt::Debug {
     fn exit_news(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(tokio::time::sleep(EXIT_POLL))
     }
+
+    /// How often the driver looks at every worker's exit whatever else
+    /// comes. A launcher whose [`Launcher::exit_news`] tells of every exit
+    /// says [`EXIT_SWEEP`]: the look is then only a net for news lost, and
+    /// a pass over 10,000 workers every [`EXIT_POLL`] was a quarter of the
+    /// driver's time in a reset. The default: every [`EXIT_POLL`].
+    fn exit_sweep(&self) -> Duration {
+        EXIT_POLL
+    }
 }
 
 /// How long a closed control connection waits for its process's exit status
@@ -130,6 +139,10 @@ const FINISHED_EXIT_GRACE: Duration = Duration::from_secs(10);
 /// How often the driver polls the workers of a launcher that cannot say
 /// when one has ended.
 pub const EXIT_POLL: Duration = Duration::from_millis(20);
+
+/// How often the driver looks at every worker of a launcher that tells of
+/// each exit, in case news was lost.
+pub const EXIT_SWEEP: Duration = Duration::from_secs(1);
 
 /// A started worker, as its launcher sees it.
 pub trait Started: Send + std::fmt::Debug {

@@ -14,4 +14,4 @@ pub mod ssh;
 pub mod start;
 pub mod warm;
 
-pub use launcher::{EXIT_POLL, LaunchError, Launcher, Started, stop_all};
+pub use launcher::{EXIT_POLL, EXIT_SWEEP, LaunchError, Launcher, Started, stop_all};

@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use super::address::{control_addresses, is_this_machine};
 pub use super::launcher::StartError;
-use super::launcher::{EXIT_POLL, LaunchError, Launcher, Started};
+use super::launcher::{EXIT_POLL, EXIT_SWEEP, LaunchError, Launcher, Started};
 use super::output::{self, Stream};
 use super::process::{self, Spec, WorkerProcess};
 use super::program_env::{Restart, StaticLayout, omp_threads, program_env};
@@ -496,6 +496,15 @@ impl Launcher for ProcessLauncher {
     fn job_failing(&mut self) {
         if let Ok(mut at) = self.failing.lock() {
             at.get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// Every exit of a child is a SIGCHLD, once their stream is open.
+    fn exit_sweep(&self) -> Duration {
+        if self.child_exits.is_some() {
+            EXIT_SWEEP
+        } else {
+            EXIT_POLL
         }
     }
 

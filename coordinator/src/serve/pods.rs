@@ -192,6 +192,11 @@ impl Launcher for PodLauncher {
         pods.as_ref()?.get(&id).map(|r| r.pid)
     }
 
+    /// Every pod's end changes the workers' keys.
+    fn exit_sweep(&self) -> Duration {
+        crate::launch::EXIT_SWEEP
+    }
+
     /// A change of the workers' keys: a pod's end is its key finished or
     /// gone.
     fn exit_news(&mut self) -> BoxFuture<'_, ()> {

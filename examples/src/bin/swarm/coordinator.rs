@@ -202,6 +202,11 @@ impl Launcher for PipeLauncher {
     fn exit_news(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(self.table.news.notified())
     }
+
+    /// Every exit is news.
+    fn exit_sweep(&self) -> std::time::Duration {
+        coordinator::launch::EXIT_SWEEP
+    }
 }
 
 /// A simulated worker, as the driver sees it.
