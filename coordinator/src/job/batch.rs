@@ -13,7 +13,8 @@
 //! soon), and not at all while none does (the sweep's timers wake the
 //! driver by themselves). A batch of rejoins and reports of a generation
 //! running, which gave no command, waits until ten times the last sweep's
-//! work has passed since it began (at most [`ROUTINE_WAIT_MAX`]): a reset
+//! work has passed since it began (at most [`ROUTINE_WAIT_MAX`]; not at
+//! all after a sweep of under a quarter of a millisecond): a reset
 //! at 10,000 workers brings them in a few hundred batches, and the sweeps
 //! after them had been most of the driver's time in it.
 //!
@@ -108,6 +109,11 @@ const ROUTINE_SHARE: u32 = 10;
 /// Longest a routine batch waits for the sweep.
 pub(super) const ROUTINE_WAIT_MAX: Duration = Duration::from_millis(20);
 
+/// A sweep whose work took less than this is no cost to save: a routine
+/// batch after it is swept at once (a job of tens of workers, whose
+/// recovery is tens of milliseconds, waits for nothing).
+const ROUTINE_CHEAP: Duration = Duration::from_micros(250);
+
 /// When the driver last swept, what its passes took, and what came since.
 #[derive(Debug)]
 pub(super) struct Sweeps {
@@ -172,6 +178,9 @@ impl Sweeps {
     }
 
     fn routine_wait(&self) -> Duration {
+        if self.cost < ROUTINE_CHEAP {
+            return Duration::ZERO;
+        }
         (self.cost * ROUTINE_SHARE).min(ROUTINE_WAIT_MAX)
     }
 
@@ -236,8 +245,9 @@ mod tests {
     }
 
     /// Routine batches wait ten times the last sweep's work after it
-    /// began (never more than the cap), are swept with any batch swept
-    /// meanwhile, and bring the wake forward to their turn.
+    /// began (never more than the cap, nothing after a cheap sweep), are
+    /// swept with any batch swept meanwhile, and bring the wake forward to
+    /// their turn.
     #[tokio::test(start_paused = true)]
     async fn routine_batches_wait_for_a_tenth_of_the_time_to_be_sweeping() {
         let mut s = Sweeps::new();
@@ -245,6 +255,11 @@ mod tests {
         assert!(
             s.sweep_now(Batch::Routine, false, t0),
             "no sweep had work yet"
+        );
+        s.swept(ROUTINE_CHEAP - Duration::from_micros(1));
+        assert!(
+            s.sweep_now(Batch::Routine, false, t0),
+            "a cheap sweep is done at once"
         );
         s.swept(Duration::from_millis(1));
         let turn = t0 + Duration::from_millis(10);

@@ -148,9 +148,10 @@ impl Driver {
             let listing = self.inspector.as_ref().is_some_and(Inspector::listing);
             if !sweeps.sweep_now(batch, listing, Instant::now()) {
                 // Routine events settle with their sweep; heartbeats at once.
-                let settled = match sweeps.holding_routine() {
-                    true => Vec::new(),
-                    false => self.core.settle_deferred(self.now()),
+                let settled = if sweeps.holding_routine() {
+                    Vec::new()
+                } else {
+                    self.core.settle_deferred(self.now())
                 };
                 if !settled.is_empty() {
                     // A heartbeat asked for something after all.
@@ -198,8 +199,9 @@ impl Driver {
 
     /// Handles what woke the driver and the arrivals and link events waiting
     /// behind it (see `batch.rs`), the core's settling deferred: their
-    /// commands, and whether they were only heartbeats that asked for
-    /// nothing. `Err`: the job ends so.
+    /// commands, and what the batch asks of the sweep (`Batch`: only
+    /// heartbeats that asked for nothing, routine events that gave no
+    /// command, or anything else). `Err`: the job ends so.
     fn take(
         &mut self,
         woke: Woke,
