@@ -273,7 +273,6 @@ mod tests {
         }
     }
 
-    /// A worker's and a coordinator's codec of one connection, sealed.
     /// The frame the encoder writes into the connection's buffer is, byte
     /// for byte, `LengthDelimitedCodec` around the encoded message and its
     /// tag, after whatever the buffer held; a message too long for a frame
@@ -318,6 +317,7 @@ mod tests {
         }
     }
 
+    /// A worker's and a coordinator's codec of one connection, sealed.
     fn sealed(keys: &crate::FrameKeys) -> (Work, Coord) {
         let (mut w, mut c) = (Work::default(), Coord::default());
         w.seal(&keys.to_coordinator, &keys.to_worker);
