@@ -245,10 +245,15 @@ async fn run(mut link: Link, talk: Talk, mut out: mpsc::Receiver<CoordinatorMsg>
 }
 
 /// When a worker last heard at `heard_at` counts as silent, if that is
-/// still to come at `now`; `None`: it has been silent for `silence`.
+/// still to come at `now`; `None`: it has been silent for `silence`. A
+/// silence too long for the clock to reach is looked at again in a day.
 fn silence_after(heard_at: Instant, silence: Duration, now: Instant) -> Option<Instant> {
-    let due = heard_at + silence;
-    (due > now).then_some(due)
+    const DAY: Duration = Duration::from_secs(86_400);
+    match heard_at.checked_add(silence) {
+        Some(due) if due <= now => None,
+        Some(due) => Some(due),
+        None => Some(now + DAY),
+    }
 }
 
 /// What a worker's message tells the driver, if anything.
@@ -321,6 +326,12 @@ mod tests {
             silence_after(heard, silence, later),
             None,
             "heard once, then silent"
+        );
+        let forever = Duration::MAX;
+        assert_eq!(
+            silence_after(heard, forever, later),
+            Some(later + Duration::from_secs(86_400)),
+            "a silence past the clock's end is never reached"
         );
     }
 }
