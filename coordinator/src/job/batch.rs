@@ -135,7 +135,8 @@ impl Sweeps {
 
     /// Whether a batch is swept now: an urgent one at once; a routine one
     /// once [`ROUTINE_SHARE`] times the last sweep's work has passed since
-    /// it began (at most [`ROUTINE_WAIT_MAX`]); a quiet one not until
+    /// it began (at most [`ROUTINE_WAIT_MAX`]; at once after a sweep
+    /// cheaper than [`ROUTINE_CHEAP`]); a quiet one not until
     /// [`BEAT_SWEEP`] after the last sweep while the stall inspector is
     /// `listing` pending tensors, and not at all while it is not. A batch
     /// not swept is swept with the next one that is, or at
