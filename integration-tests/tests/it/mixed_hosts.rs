@@ -104,6 +104,11 @@ fn a_static_job_on_this_machine_and_a_remote_host_trains() {
     trains_to_the_end(job, 2, steps(1), Duration::from_secs(90));
 }
 
+/// Epochs of the job a host joins: about 3 s of steps, room for the join,
+/// which takes an ssh start of two workers (1.2 s on a loaded 2-core
+/// machine, when 2 epochs, 1.4 s, had left it none).
+const JOIN_EPOCHS: u64 = 5;
+
 /// An elastic job trains on this machine, then a remote host joins: the
 /// survivors keep ranks 0 and 1, the newcomers dial them from the remote
 /// host, and the job ends on all four.
@@ -127,7 +132,7 @@ fn a_remote_host_joins_an_elastic_job_on_this_machine() {
     ]
     .map(str::to_owned)
     .to_vec();
-    args.extend(train_args(2, true));
+    args.extend(train_args(JOIN_EPOCHS, true));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut job = Watched::start(c.elasticrun(&args));
     let on_two = |l: &Line| {
@@ -140,7 +145,7 @@ fn a_remote_host_joins_an_elastic_job_on_this_machine() {
         on_two,
     );
     write_atomically(&hosts_file, &format!("localhost:2\n{}:2\n", c.host(0)));
-    let lines = trains_to_the_end(job, 4, steps(2), Duration::from_secs(90));
+    let lines = trains_to_the_end(job, 4, steps(JOIN_EPOCHS), Duration::from_secs(90));
     let grown = lines
         .iter()
         .filter_map(event)
