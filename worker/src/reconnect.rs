@@ -642,19 +642,32 @@ mod tests {
         }
     }
 
-    /// A worker in generation 7 whose leader (epoch 1) is `silent`, a port
-    /// that takes connections and never speaks (a dying leader's); `next`
-    /// is the coordinator `elect` can name instead.
-    struct ElectedWorker {
+    /// The coordinators of a worker in generation 7: its leader (epoch 1)
+    /// is `silent`, a port that takes connections and never speaks (a
+    /// dying leader's); `next` is the coordinator `elect` can name instead.
+    struct Leaders {
         silent: TcpListener,
         next: TcpListener,
         secret: Secret,
         elect: tokio::sync::watch::Sender<(i64, std::net::SocketAddr)>,
-        shared: Shared,
-        redial: Redial<Elected>,
     }
 
-    async fn elected_worker() -> ElectedWorker {
+    impl Leaders {
+        /// Waits for the worker to dial the silent leader, then elects
+        /// `next`; the connection to the silent one is held open.
+        async fn dialled_then_superseded(&self) -> TcpStream {
+            let held = tokio::time::timeout(LIMIT, self.silent.accept()).await;
+            let (held, _) = held
+                .expect("the worker did not dial the old leader")
+                .unwrap();
+            self.elect
+                .send_replace((2, self.next.local_addr().unwrap()));
+            held
+        }
+    }
+
+    /// A worker in generation 7 whose leader is [`Leaders`]'s silent one.
+    async fn elected_worker() -> (Leaders, Shared, Redial<Elected>) {
         let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let next = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let secret = Secret::generate().unwrap();
@@ -671,35 +684,24 @@ mod tests {
             pid: tcp.pid,
             give_up_after: Duration::from_secs(60),
         };
-        ElectedWorker {
+        let leaders = Leaders {
             silent,
             next,
             secret,
             elect,
-            shared,
-            redial,
-        }
+        };
+        (leaders, shared, redial)
     }
 
     #[tokio::test]
     async fn a_try_at_a_silent_coordinator_ends_when_another_is_elected() {
-        let ElectedWorker {
-            silent,
-            next,
-            secret,
-            elect,
-            shared,
-            redial,
-        } = elected_worker().await;
+        let (leaders, shared, redial) = elected_worker().await;
         let worker = tokio::spawn(async move { redial.reconnect(&shared).await.map(drop) });
-        let held = tokio::time::timeout(LIMIT, silent.accept()).await;
-        let _held = held
-            .expect("the worker did not dial the old leader")
-            .unwrap();
-        elect.send_replace((2, next.local_addr().unwrap()));
+        let _held = leaders.dialled_then_superseded().await;
         // Well within one try's limit: the election ended the try, not time.
         let within = ATTEMPT_LIMIT / 2;
-        let again = tokio::time::timeout(within, next_connection(&next, &secret)).await;
+        let next = next_connection(&leaders.next, &leaders.secret);
+        let again = tokio::time::timeout(within, next).await;
         let (_link, first) = again.expect("the worker stayed with the silent coordinator");
         assert!(matches!(first, WorkerMsg::Register(_)), "{first:?}");
         let done = tokio::time::timeout(LIMIT, worker).await.unwrap().unwrap();
@@ -708,24 +710,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_first_handshake_with_a_silent_coordinator_ends_when_another_is_elected() {
-        let ElectedWorker {
-            silent,
-            next,
-            secret,
-            elect,
-            redial,
-            ..
-        } = elected_worker().await;
+        let (leaders, _, redial) = elected_worker().await;
         let deadline = Instant::now() + Duration::from_secs(60);
         let worker = tokio::spawn(async move { redial.open(deadline).await.map(drop) });
-        let held = tokio::time::timeout(LIMIT, silent.accept()).await;
-        let _held = held
-            .expect("the worker did not dial the old leader")
-            .unwrap();
-        elect.send_replace((2, next.local_addr().unwrap()));
+        let _held = leaders.dialled_then_superseded().await;
         let accepted = async {
-            let (s, _) = next.accept().await.unwrap();
-            control::accept(s, &secret, LIMIT).await
+            let (s, _) = leaders.next.accept().await.unwrap();
+            control::accept(s, &leaders.secret, LIMIT).await
         };
         let link = tokio::time::timeout(LIMIT, accepted).await;
         let _link = link
