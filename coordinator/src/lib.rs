@@ -12,6 +12,7 @@ pub mod launch;
 pub mod layout;
 pub mod malloc;
 pub mod metrics;
+pub mod runtime;
 pub mod serve;
 pub mod server;
 pub mod stall;

@@ -199,11 +199,7 @@ fn main() -> ExitCode {
         Ok(l) => tracing::debug!(was = l.was, now = l.now, "open-files limit"),
         Err(e) => tracing::debug!(%e, "cannot raise the open-files limit"),
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let rt = match coordinator::runtime::build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("elasticrun: cannot start: {e}");

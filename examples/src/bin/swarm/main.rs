@@ -82,7 +82,11 @@ pub(crate) struct Shape {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let rt = match tokio::runtime::Runtime::new() {
+    // The coordinator process runs on elasticrun's own runtime; the load
+    // generator on one thread of its own too, its thousands of simulated
+    // workers taking turns as the coordinator's links do: on two threads
+    // its cross-thread wake-ups took CPU from the coordinator it measures.
+    let rt = match ::coordinator::runtime::build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("swarm: no runtime: {e}");
