@@ -12,8 +12,7 @@
 #   recovery_ms   kill to every survivor assigned the new generation
 #                 (and answering it); recovery_full_ms: the replacement too
 #   recovery_coordinator_cpu_ms  coordinator CPU from the kill to every
-#                 survivor assigned; recovery_driver_cpu_ms: its job driver's
-#                 share (the main thread; the rest is the connections' tasks)
+#                 survivor assigned
 #   heartbeat_cpu_pct      coordinator CPU (user + system) over the steady window
 #   coordinator_rss_mib    at rest; coordinator_peak_rss_mib: the peak
 #   reset_bytes   bytes the coordinator sent its workers for the reset

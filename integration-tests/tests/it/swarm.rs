@@ -85,12 +85,8 @@ fn a_thousand_workers_register_train_lose_one_and_all_take_the_new_generation() 
     // The reset reached every worker: at least a Reset and an assignment each.
     assert!(field("reset_bytes_per_worker") > 100.0, "{figures}");
     assert!(field("coordinator_peak_rss_mib") > 0.0, "{figures}");
-    // The coordinator worked through the reset, its driver part of it.
-    let (cpu, driver) = (
-        field("recovery_coordinator_cpu_ms"),
-        field("recovery_driver_cpu_ms"),
-    );
-    assert!(cpu > 0.0 && driver > 0.0 && driver <= cpu, "{figures}");
+    // The coordinator worked through the reset.
+    assert!(field("recovery_coordinator_cpu_ms") > 0.0, "{figures}");
     // A thousand ranks get partial address tables: each worker looked one
     // peer up at each assignment, and the coordinator answered.
     assert!(field("lookups") >= f64::from(n), "{figures}");

@@ -168,7 +168,6 @@ async fn measure(args: &Args, shape: Shape) -> Result<serde_json::Value, String>
         "recovery_ms": recovery.survivors_ms,
         "recovery_full_ms": recovery.full_ms,
         "recovery_coordinator_cpu_ms": recovery.cpu_ms,
-        "recovery_driver_cpu_ms": recovery.driver_cpu_ms,
         "reset_bytes": recovery.bytes,
         "reset_bytes_per_worker": recovery.bytes / n as u64,
         "coordinator_peak_rss_mib": round(before_end.peak_rss_mib),
@@ -341,9 +340,8 @@ struct Recovery {
     survivors_ms: f64,
     full_ms: f64,
     /// The coordinator's CPU time from the kill until every survivor was
-    /// assigned: all its threads, and its driver's (the main thread's).
+    /// assigned, all its threads'.
     cpu_ms: f64,
-    driver_cpu_ms: f64,
     bytes: u64,
 }
 
@@ -357,8 +355,8 @@ async fn kill_one(run: &mut Run, seed: u64, g1: u64) -> Result<Recovery, String>
     let n = ids.len();
     let bytes = run.stats.bytes_read();
     let gone = || "the coordinator process ended".to_owned();
-    let cpu = |main_only| stats::cpu_ms(run.pid, main_only).ok_or_else(gone);
-    let (cpu0, driver0) = (cpu(false)?, cpu(true)?);
+    let cpu = || stats::cpu_ms(run.pid).ok_or_else(gone);
+    let cpu0 = cpu()?;
     let at = Instant::now();
     run.roster.tell(victim, workers::Command::Kill);
     let survivors = run
@@ -370,7 +368,7 @@ async fn kill_one(run: &mut Run, seed: u64, g1: u64) -> Result<Recovery, String>
                 .map(|a| a.last_survivor)
         })
         .await?;
-    let (cpu1, driver1) = (cpu(false)?, cpu(true)?);
+    let cpu1 = cpu()?;
     let full = run
         .wait("the whole job assigned a new generation", |t| {
             let after = t.generations.range(g1 + 1..);
@@ -384,7 +382,6 @@ async fn kill_one(run: &mut Run, seed: u64, g1: u64) -> Result<Recovery, String>
         survivors_ms: ms(survivors - at),
         full_ms: ms(full - at),
         cpu_ms: round(cpu1 - cpu0),
-        driver_cpu_ms: round(driver1 - driver0),
         bytes: run.stats.bytes_read() - bytes,
     })
 }

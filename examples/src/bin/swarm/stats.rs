@@ -229,22 +229,17 @@ pub(crate) fn usage(pid: u32) -> Option<Usage> {
     })
 }
 
-/// CPU time, in milliseconds, of `pid`'s threads (all of them, or only its
-/// main thread, which runs the coordinator's driver), from the scheduler's
+/// CPU time, in milliseconds, of all `pid`'s threads, from the scheduler's
 /// nanosecond counts (`/proc/PID/task/TID/schedstat`); `None` when /proc
 /// cannot tell (it ended).
-pub(crate) fn cpu_ms(pid: u32, main_only: bool) -> Option<f64> {
+pub(crate) fn cpu_ms(pid: u32) -> Option<f64> {
     let on_cpu = |tid: &str| -> Option<u64> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
         stat.split_whitespace().next()?.parse().ok()
     };
-    let ns = if main_only {
-        on_cpu(&pid.to_string())?
-    } else {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-        (tasks.flatten())
-            .filter_map(|t| on_cpu(t.file_name().to_str()?))
-            .sum()
-    };
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let ns: u64 = (tasks.flatten())
+        .filter_map(|t| on_cpu(t.file_name().to_str()?))
+        .sum();
     Some(ns as f64 / 1e6)
 }
