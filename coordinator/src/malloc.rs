@@ -33,8 +33,9 @@ pub const UNSET: &str = "unset";
 /// and go (glibc's threshold otherwise rises to the largest block freed,
 /// and a scrape's 150 KiB page then comes from the heap and is freed again
 /// under whatever the heap holds next). One arena as well was flatter
-/// still, but cost a tenth more CPU at 10,000 workers, its two runtime
-/// threads waiting on the arena's lock.
+/// still while the coordinator ran on two runtime threads (which then
+/// waited on its lock, a tenth more CPU at 10,000 workers); on its one
+/// thread now (`crate::runtime`) it changes nothing.
 pub const OURS: &str = "glibc.malloc.tcache_count=0:glibc.malloc.mmap_threshold=65536";
 
 /// What `elasticrun` does with its environment when it starts.
