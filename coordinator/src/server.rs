@@ -10,13 +10,20 @@
 //!  MemDialer ────┘   garbage / wrong secret: that connection closes, nothing else
 //! ```
 //!
-//! At most [`HANDSHAKES`] TCP connections are in their handshake at once
-//! (more wait in the listen backlog), each with [`PROOF_TIMEOUT`] to prove it
-//! knows the secret, so that a flood of silent or foreign connections cannot
-//! hold the door shut for long; refusals are logged a few per window with a
-//! count of the rest ([`control::Throttle`]).
+//! Connections are taken from the kernel's backlog as fast as they come,
+//! by a thread of their own (the runtime's one thread may be busy with
+//! thousands of handshakes and links), so that thousands of workers
+//! dialling at once are not dropped from a full backlog and retried a
+//! second or more later. At most [`HANDSHAKES`] are
+//! in their handshake at once (more wait in the listen backlog), each with
+//! [`PROOF_TIMEOUT`] to prove it knows the secret, so that a flood of
+//! silent or foreign connections cannot hold the door shut for long;
+//! refusals are logged a few per window with a count of the rest
+//! ([`control::Throttle`]).
 
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -24,17 +31,21 @@ use control::tls::ControlAcceptor;
 use control::{CoordinatorLink, Registration, Say, Secret, Throttle, WorkerMsg};
 use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
-use tokio::task::JoinHandle;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::runtime::Handle;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// How long one connection may take to authenticate and register.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a new TCP connection has to prove that it knows the secret (two
 /// round trips): short, since until then it holds one of the [`HANDSHAKES`].
 pub const PROOF_TIMEOUT: Duration = Duration::from_secs(3);
-/// How many TCP connections may be in their handshake at once.
-pub const HANDSHAKES: usize = 256;
+/// How many TCP connections may be in their handshake at once: more than
+/// a job of 10,000 workers opens when they all start together (each in
+/// handshake holds a socket, a task and its frame buffer, a few KiB).
+/// With 256, 10,000 connections at once overflowed the backlog behind
+/// them by thousands, each dropped one dialled again a second later.
+pub const HANDSHAKES: usize = 16_384;
 /// The control listener's backlog: Linux's default cap (`somaxconn`), so
 /// that thousands of workers starting at once wait in it rather than have
 /// their connections dropped (and retried after 1, 3, 7, 15 s).
@@ -43,6 +54,8 @@ const BACKLOG: u32 = 4096;
 const REFUSALS_SAID: u32 = 5;
 const REFUSALS_WINDOW: Duration = Duration::from_secs(10);
 static REFUSALS: Mutex<Throttle> = Mutex::new(Throttle::new(REFUSALS_WINDOW, REFUSALS_SAID));
+/// The accepting thread's stack: it holds nothing but a few handles.
+const ACCEPT_STACK: usize = 64 << 10;
 /// How many arrivals may wait for the driver.
 const ARRIVALS: usize = 1024;
 /// Bytes an in-memory control connection buffers each way.
@@ -75,15 +88,31 @@ pub struct Arrival {
 #[derive(Debug)]
 pub struct Arrivals {
     rx: mpsc::Receiver<Arrival>,
-    /// The TCP listener's task, if any.
-    listener: Option<JoinHandle<()>>,
+    /// The TCP listener, if any, closed when these are dropped (held for
+    /// its `Drop`).
+    _door: Option<Closer>,
 }
 
-impl Drop for Arrivals {
+/// The TCP listener as its accepting thread and [`Arrivals`] share it.
+#[derive(Debug)]
+struct Door {
+    listener: std::net::TcpListener,
+    handshakes: Arc<Semaphore>,
+    closing: AtomicBool,
+}
+
+/// Closes the door: the accepting thread, waiting for a handshake's slot
+/// or in accept(2), wakes and ends (a listening socket shut down fails
+/// accept with `EINVAL`), and new connections are refused.
+#[derive(Debug)]
+struct Closer(Arc<Door>);
+
+impl Drop for Closer {
     fn drop(&mut self) {
-        if let Some(l) = &self.listener {
-            l.abort();
-        }
+        self.0.closing.store(true, Ordering::Release);
+        self.0.handshakes.close();
+        let fd = self.0.listener.as_raw_fd();
+        let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
     }
 }
 
@@ -115,13 +144,39 @@ impl Server {
         secret: Secret,
         tls: Option<ControlAcceptor>,
     ) -> Result<Self, ServerError> {
+        Self::bind_capped(addr, secret, tls, HANDSHAKES).await
+    }
+
+    /// [`Server::bind`] with at most `handshakes` connections in their
+    /// handshake at once.
+    async fn bind_capped(
+        addr: SocketAddr,
+        secret: Secret,
+        tls: Option<ControlAcceptor>,
+        handshakes: usize,
+    ) -> Result<Self, ServerError> {
         let listener = listener(addr).map_err(ServerError::Listen)?;
         let addr = listener.local_addr().map_err(ServerError::Listen)?;
         let (tx, rx) = mpsc::channel(ARRIVALS);
-        let listener = tokio::spawn(listen(listener, Arc::new(secret), tls, tx));
+        let door = Arc::new(Door {
+            listener,
+            handshakes: Arc::new(Semaphore::new(handshakes)),
+            closing: AtomicBool::new(false),
+        });
+        let admit = Admit {
+            secret: Arc::new(secret),
+            tls,
+            arrivals: tx,
+        };
+        let (theirs, runtime) = (door.clone(), Handle::current());
+        std::thread::Builder::new()
+            .name("accept".into())
+            .stack_size(ACCEPT_STACK)
+            .spawn(move || accept_all(&theirs, &runtime, &admit))
+            .map_err(ServerError::Listen)?;
         let arrivals = Arrivals {
             rx,
-            listener: Some(listener),
+            _door: Some(Closer(door)),
         };
         Ok(Self { addr, arrivals })
     }
@@ -137,8 +192,9 @@ impl Server {
     }
 }
 
-/// A listening socket on `addr` with a backlog of [`BACKLOG`].
-fn listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+/// A listening socket on `addr` with a backlog of [`BACKLOG`], for a
+/// thread that waits in accept(2).
+fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let s = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -146,13 +202,15 @@ fn listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
     };
     s.set_reuseaddr(true)?;
     s.bind(addr)?;
-    s.listen(BACKLOG)
+    let listener = s.listen(BACKLOG)?.into_std()?;
+    listener.set_nonblocking(false)?;
+    Ok(listener)
 }
 
 /// Arrivals over in-memory connections, which the returned dialer makes.
 pub fn in_memory(secret: Secret) -> (Arrivals, MemDialer) {
     let (tx, rx) = mpsc::channel(ARRIVALS);
-    let arrivals = Arrivals { rx, listener: None };
+    let arrivals = Arrivals { rx, _door: None };
     let dialer = MemDialer {
         secret: Arc::new(secret),
         arrivals: tx,
@@ -185,37 +243,62 @@ impl MemDialer {
     }
 }
 
-async fn listen(
-    listener: TcpListener,
+/// What a connection accepted needs for its handshake.
+#[derive(Clone)]
+struct Admit {
     secret: Arc<Secret>,
     tls: Option<ControlAcceptor>,
     arrivals: mpsc::Sender<Arrival>,
-) {
-    let handshakes = Arc::new(Semaphore::new(HANDSHAKES));
+}
+
+/// The accepting thread: takes each connection from the backlog as soon as
+/// a handshake's slot is free and starts its handshake on `runtime`, until
+/// the door closes.
+fn accept_all(door: &Door, runtime: &Handle, admit: &Admit) {
     loop {
         // Connections beyond the cap wait in the backlog, not in memory.
-        let Ok(permit) = handshakes.clone().acquire_owned().await else {
+        let Ok(permit) = runtime.block_on(door.handshakes.clone().acquire_owned()) else {
             return;
         };
-        let (stream, from) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(%e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
+        match door.listener.accept() {
+            Ok((stream, from)) => {
+                runtime.spawn(hand_in(stream, from, permit, admit.clone()));
             }
-        };
-        let (secret, arrivals, tls) = (secret.clone(), arrivals.clone(), tls.clone());
-        tokio::spawn(async move {
-            let _ = stream.set_nodelay(true);
-            let admitted = match wrap(stream, tls.as_ref()).await {
-                Ok(stream) => admit(stream, &secret, PROOF_TIMEOUT).await,
-                Err(why) => Err(why),
-            };
-            drop(permit);
-            pass_on(admitted, &arrivals, &from.to_string()).await;
-        });
+            Err(_) if door.closing.load(Ordering::Acquire) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                // Out of file descriptors or memory: a pause keeps an error
+                // that stays from spinning the thread.
+                tracing::warn!(%e, "accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
+}
+
+/// A connection from the accepting thread, on the runtime: authenticated,
+/// its registration read, and handed to the driver.
+async fn hand_in(
+    stream: std::net::TcpStream,
+    from: SocketAddr,
+    permit: OwnedSemaphorePermit,
+    admit: Admit,
+) {
+    let stream = stream
+        .set_nonblocking(true)
+        .and_then(|()| TcpStream::from_std(stream));
+    let admitted = match stream {
+        Ok(stream) => {
+            let _ = stream.set_nodelay(true);
+            match wrap(stream, admit.tls.as_ref()).await {
+                Ok(stream) => self::admit(stream, &admit.secret, PROOF_TIMEOUT).await,
+                Err(why) => Err(why),
+            }
+        }
+        Err(e) => Err(format!("cannot serve the connection: {e}")),
+    };
+    drop(permit);
+    pass_on(admitted, &admit.arrivals, &from.to_string()).await;
 }
 
 /// Admits a connection and passes it on.
@@ -310,19 +393,21 @@ mod tests {
         }
     }
 
-    /// [`HANDSHAKES`] connections that never prove anything fill every
+    /// As many connections as the cap that never prove anything fill every
     /// handshake slot: a worker behind them waits in the backlog until the
     /// first of them is dropped after [`PROOF_TIMEOUT`], then gets in.
     #[tokio::test]
     async fn silent_connections_hold_at_most_the_cap_and_only_for_the_proof_timeout() {
+        const CAP: usize = 64;
         let secret = Secret::generate().unwrap();
-        let server = Server::bind("127.0.0.1:0".parse().unwrap(), secret.clone(), None)
+        let any = "127.0.0.1:0".parse().unwrap();
+        let server = Server::bind_capped(any, secret.clone(), None, CAP)
             .await
             .unwrap();
         let addr = server.local_addr();
         let mut arrivals = server.into_arrivals();
         let mut silent = Vec::new();
-        for _ in 0..HANDSHAKES {
+        for _ in 0..CAP {
             silent.push(TcpStream::connect(addr).await.unwrap());
         }
         let worker = tokio::spawn(async move {
@@ -348,9 +433,32 @@ mod tests {
         let closed = silent.iter().filter(|s| closed_by_server(s)).count();
         assert!(
             closed >= 1,
-            "the worker got in while all {HANDSHAKES} silent connections were still held"
+            "the worker got in while all {CAP} silent connections were still held"
         );
         drop(worker.await.unwrap());
+    }
+
+    /// Dropping the arrivals closes the door, whether the accepting thread
+    /// waits in accept(2) or for a handshake's slot: the next connection
+    /// is refused.
+    #[tokio::test]
+    async fn dropped_arrivals_refuse_new_connections() {
+        for cap in [4, 1] {
+            let secret = Secret::generate().unwrap();
+            let any = "127.0.0.1:0".parse().unwrap();
+            let server = Server::bind_capped(any, secret, None, cap).await.unwrap();
+            let addr = server.local_addr();
+            let arrivals = server.into_arrivals();
+            // With a cap of 1 this one holds the only slot.
+            let _silent = TcpStream::connect(addr).await.unwrap();
+            drop(arrivals);
+            // At once: the kernel completes no handshake on a closed door.
+            let next = TcpStream::connect(addr).await;
+            assert!(
+                matches!(&next, Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused),
+                "cap {cap}: a connection after the arrivals were dropped: {next:?}"
+            );
+        }
     }
 
     fn registration() -> Registration {
