@@ -13,8 +13,9 @@
 //! heartbeats a fifth less, and recovery is a quarter shorter.
 //!
 //! Blocking work stays off it: child processes' output is forwarded by
-//! threads of its own (`launch::forwarder`), and nothing here blocks in a
-//! system call outside Tokio's.
+//! threads of their own (`launch::forwarder`), control connections are
+//! accepted by one (`server`), and nothing here blocks in a system call
+//! outside Tokio's.
 
 /// The runtime `elasticrun` (and the load generator's coordinator
 /// process) runs the coordinator on: Tokio's current-thread scheduler
