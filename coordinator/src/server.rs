@@ -14,12 +14,11 @@
 //! by a thread of their own (the runtime's one thread may be busy with
 //! thousands of handshakes and links), so that thousands of workers
 //! dialling at once are not dropped from a full backlog and retried a
-//! second or more later. At most [`HANDSHAKES`] are
-//! in their handshake at once (more wait in the listen backlog), each with
-//! [`PROOF_TIMEOUT`] to prove it knows the secret, so that a flood of
-//! silent or foreign connections cannot hold the door shut for long;
-//! refusals are logged a few per window with a count of the rest
-//! ([`control::Throttle`]).
+//! second or more later. At most [`HANDSHAKES`] are in their handshake at
+//! once (more wait in the listen backlog), each with [`PROOF_TIMEOUT`] to
+//! prove it knows the secret, so that a flood of silent or foreign
+//! connections cannot hold the door shut for long; refusals are logged a
+//! few per window with a count of the rest ([`control::Throttle`]).
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
