@@ -22,7 +22,6 @@
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -96,8 +95,8 @@ pub struct Arrivals {
 #[derive(Debug)]
 struct Door {
     listener: std::net::TcpListener,
+    /// The handshakes' slots, closed with the door.
     handshakes: Arc<Semaphore>,
-    closing: AtomicBool,
 }
 
 /// Closes the door: the accepting thread, waiting for a handshake's slot
@@ -108,7 +107,6 @@ struct Closer(Arc<Door>);
 
 impl Drop for Closer {
     fn drop(&mut self) {
-        self.0.closing.store(true, Ordering::Release);
         self.0.handshakes.close();
         let fd = self.0.listener.as_raw_fd();
         let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
@@ -160,7 +158,6 @@ impl Server {
         let door = Arc::new(Door {
             listener,
             handshakes: Arc::new(Semaphore::new(handshakes)),
-            closing: AtomicBool::new(false),
         });
         let admit = Admit {
             secret: Arc::new(secret),
@@ -263,7 +260,7 @@ fn accept_all(door: &Door, runtime: &Handle, admit: &Admit) {
             Ok((stream, from)) => {
                 runtime.spawn(hand_in(stream, from, permit, admit.clone()));
             }
-            Err(_) if door.closing.load(Ordering::Acquire) => return,
+            Err(_) if door.handshakes.is_closed() => return,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
                 // Out of file descriptors or memory: a pause keeps an error
