@@ -176,28 +176,39 @@ else
     else
         pyenv_ok=0
     fi
-    wait "$rust" || status=$?
-    phase "the Rust tests (the wheel built beside them)"
-fi
-if [ "$whole" -eq 1 ]; then
     # The Python package (python/, docs/python.md), in a virtual environment
     # under target/, its tests run as elasticrun jobs started by the
-    # elasticrun binary the tests above built.
+    # elasticrun binary the Rust tests' build made: beside the rest of the
+    # Rust tests, as soon as the wheel is built. The integration tests wait
+    # on processes, etcd's leases and the network (about 0.6 of a core),
+    # the Python tests on torch's CPU work (1.6 cores); one after the other
+    # they left a core idle for minutes. Their output goes to a log printed
+    # when they end, so that neither suite's lines break into the other's.
+    python=""
     if [ "$pyenv_ok" -eq 0 ]; then
         cat target/pyenv-install.log >&2
         echo "scripts/test.sh: the Python tests' environment could not be made" >&2
         status=1
     elif [ "$wheel_ok" -eq 1 ]; then
         ELASTICRUN_BIN="$PWD/target/debug/elasticrun" ELASTICRUN_WHEEL="$wheel" \
-            python/tests/run.sh || status=1
+            python/tests/run.sh > target/python-tests.log 2>&1 &
+        python=$!
     else
         cat target/wheel-build.log >&2
         echo "scripts/test.sh: the Python package's wheel was not built as an abi3 manylinux wheel: ${wheel:-none}" >&2
         status=1
     fi
-    phase "the Python tests"
-    # The documentation, waited for last: what of it the Rust tests left no
-    # room for is made beside the Python tests, which wait on processes too.
+    wait "$rust" || status=$?
+    phase "the Rust tests (the wheel and the Python tests beside them)"
+    if [ -n "$python" ]; then
+        wait "$python" || status=1
+        cat target/python-tests.log
+        phase "the Python tests after the Rust tests"
+    fi
+fi
+if [ "$whole" -eq 1 ]; then
+    # The documentation, waited for last: it is made at the lowest priority
+    # in whatever room the tests leave.
     if ! wait "$docs"; then
         cat target/doc-check.log >&2
         echo "scripts/test.sh: cargo doc found broken documentation (see above)" >&2
