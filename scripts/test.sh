@@ -158,17 +158,17 @@ else
     # symbols against the manylinux policy it tags it with), built by
     # maturin on this build's artifacts (the dev profile, this machine's
     # glibc: scripts/build_wheel.sh's release wheel links against glibc 2.17
-    # with zig instead), into the Python tests' environment. Also at a low
-    # priority beside the tests (above the documentation's, needed only at
-    # the end): cargo holds no lock while the test binaries run, and the
+    # with zig instead), into the Python tests' environment, beside the
+    # tests: cargo holds no lock while the test binaries run, and the
     # extension module's features make artifacts of their own (a minute and
-    # a half of CPU after the tests). Should cargo build it while the tests'
-    # cargo still checks what is fresh, the tests wait for it, as they did
-    # when it came after them.
+    # a half of CPU). At the tests' priority, not below it: the Python tests
+    # wait for it, and at `nice -n 10` it took as long as the Rust tests.
+    # Should cargo build it while the tests' cargo still checks what is
+    # fresh, the tests wait for it, as they did when it came after them.
     wheel_ok=0
     if wait "$pyenv"; then
         pyenv_ok=1
-        if wheel=$(VIRTUAL_ENV="$PWD/target/pyenv" nice -n 10 scripts/build_wheel.sh --native --profile dev \
+        if wheel=$(VIRTUAL_ENV="$PWD/target/pyenv" scripts/build_wheel.sh --native --profile dev \
             2> target/wheel-build.log | tail -n 1) \
             && [[ "$wheel" == *-cp39-abi3-manylinux*_x86_64.whl || "$wheel" == *-cp39-abi3-manylinux*_aarch64.whl ]]; then
             wheel_ok=1
