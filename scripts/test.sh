@@ -151,10 +151,11 @@ else
     # with zig instead), into the Python tests' environment, beside the
     # tests: cargo holds no lock while the test binaries run, and the
     # extension module's features make artifacts of their own (a minute and
-    # a half of CPU). At the tests' priority, not below it: the Python tests
-    # wait for it, and at `nice -n 10` it took as long as the Rust tests.
-    # Should cargo build it while the tests' cargo still checks what is
-    # fresh, the tests wait for it, as they did when it came after them.
+    # a half of CPU). At the tests' priority, not below it: the
+    # documentation's check waits for it, and at `nice -n 10` it took as
+    # long as the Rust tests. Should cargo build it while the tests' cargo
+    # still checks what is fresh, the tests wait for it, as they did when
+    # it came after them.
     wheel_ok=0
     if wait "$pyenv"; then
         pyenv_ok=1
@@ -177,35 +178,28 @@ else
     (RUSTDOCFLAGS="-Dwarnings" nice -n 19 cargo doc "$@" --no-deps --document-private-items \
         --quiet > target/doc-check.log 2>&1) &
     docs=$!
+    wait "$rust" || status=$?
+    phase "the Rust tests (the wheel and the documentation's check beside them)"
     # The Python package (python/, docs/python.md), in a virtual environment
     # under target/, its tests run as elasticrun jobs started by the
-    # elasticrun binary the Rust tests' build made: beside the rest of the
-    # Rust tests, as soon as the wheel is built. The integration tests wait
-    # on processes, etcd's leases and the network (about 0.6 of a core),
-    # the Python tests on torch's CPU work (1.6 cores); one after the other
-    # they left a core idle for minutes. Their output goes to a log printed
-    # when they end, so that neither suite's lines break into the other's.
-    python=""
+    # elasticrun binary the Rust tests' build made. After the Rust tests,
+    # not beside them: with both at once on the two cores, a torch DDP
+    # script's rank once aborted as its interpreter ended (torch's
+    # "terminate called without an active exception", after its last step),
+    # and its job failed with it.
     if [ "$pyenv_ok" -eq 0 ]; then
         cat target/pyenv-install.log >&2
         echo "scripts/test.sh: the Python tests' environment could not be made" >&2
         status=1
     elif [ "$wheel_ok" -eq 1 ]; then
         ELASTICRUN_BIN="$PWD/target/debug/elasticrun" ELASTICRUN_WHEEL="$wheel" \
-            python/tests/run.sh > target/python-tests.log 2>&1 &
-        python=$!
+            python/tests/run.sh || status=1
     else
         cat target/wheel-build.log >&2
         echo "scripts/test.sh: the Python package's wheel was not built as an abi3 manylinux wheel: ${wheel:-none}" >&2
         status=1
     fi
-    wait "$rust" || status=$?
-    phase "the Rust tests (the wheel and the Python tests beside them)"
-    if [ -n "$python" ]; then
-        wait "$python" || status=1
-        cat target/python-tests.log
-        phase "the Python tests after the Rust tests"
-    fi
+    phase "the Python tests"
 fi
 if [ "$whole" -eq 1 ]; then
     # The documentation, waited for last: it is made at the lowest priority
