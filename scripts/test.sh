@@ -200,8 +200,6 @@ else
         status=1
     fi
     phase "the Python tests"
-fi
-if [ "$whole" -eq 1 ]; then
     # The documentation, waited for last: it is made at the lowest priority
     # in whatever room the tests leave.
     if ! wait "$docs"; then
