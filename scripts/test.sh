@@ -183,10 +183,11 @@ else
     # The Python package (python/, docs/python.md), in a virtual environment
     # under target/, its tests run as elasticrun jobs started by the
     # elasticrun binary the Rust tests' build made. After the Rust tests,
-    # not beside them: with both at once on the two cores, a torch DDP
-    # script's rank once aborted as its interpreter ended (torch's
-    # "terminate called without an active exception", after its last step),
-    # and its job failed with it.
+    # not beside them on the two cores. (A torch DDP script's rank that
+    # once aborted as its interpreter ended, "terminate called without an
+    # active exception", did so after the Rust tests too: torch kept the
+    # group alive into the teardown; docs/python.md says why and what ends
+    # it.)
     if [ "$pyenv_ok" -eq 0 ]; then
         cat target/pyenv-install.log >&2
         echo "scripts/test.sh: the Python tests' environment could not be made" >&2

@@ -10,6 +10,12 @@ import json
 
 import torch
 import torch.distributed as dist
+# Imported before the process group is made: DistributedDataParallel imports
+# it afterwards otherwise, and its functions' default arguments then keep the
+# group, and Gloo's threads, alive past destroy_process_group until the
+# interpreter's teardown, where a rank can end with SIGABRT
+# (docs/python.md, "A rank killed by SIGABRT as a DDP script ends").
+import torch.distributed.nn.functional  # noqa: F401
 import torch.nn.functional as F
 
 from digits import accuracy, data, model
@@ -39,6 +45,7 @@ def main():
     acc = accuracy(net.module, xte, yte)
     if rank == 0:
         print(json.dumps({"accuracy": round(acc, 4), "epochs": args.epochs, "world_size": size}), flush=True)
+    del net  # DistributedDataParallel holds the group too
     dist.destroy_process_group()
 
 

@@ -38,6 +38,20 @@ from elasticrun import _elasticrun as _native
 
 from . import cuda as _cuda
 
+# torch.distributed.nn.functional gives its functions the world process
+# group as a default argument (``group=group.WORLD``, evaluated once, when
+# the module is first imported). DistributedDataParallel and fully_shard
+# import it (through torch.distributed._shard) after the group is made, and
+# those defaults then keep the group, its backend and its threads alive
+# past ``destroy_process_group`` until the interpreter's own teardown, where
+# a backend thread that still needs the interpreter ends the process with
+# SIGABRT ("terminate called without an active exception"; docs/python.md).
+# Imported here, before any group exists, the defaults are None.
+try:
+    import torch.distributed.nn.functional  # noqa: F401
+except ImportError:  # pragma: no cover - torch without torch.distributed.nn
+    pass
+
 try:
     from torch._C._distributed_c10d import Backend as _C10dBackend
     from torch._C._distributed_c10d import ReduceOp as _ReduceOp
@@ -319,6 +333,9 @@ def _settle_forever(works):
         if work is None:
             return
         work._settle()
+        # Not kept while waiting for the next: a work holds its backend,
+        # which could then never go (nor this thread with it).
+        del work
 
 
 class ElasticrunBackend(_C10dBackend):
@@ -345,6 +362,9 @@ class ElasticrunBackend(_C10dBackend):
             self._works = queue.SimpleQueue()
             threading.Thread(target=_settle_forever, args=(self._works,),
                              name="elasticrun-c10d", daemon=True).start()
+            # The thread ends with the backend (destroy_process_group, a
+            # new generation's group): one thread a generation otherwise.
+            weakref.finalize(self, self._works.put, None)
         return self._works
 
     def _work(self, native, finish=None, outputs=()):

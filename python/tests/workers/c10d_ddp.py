@@ -3,6 +3,7 @@ of one process on the global batch; no elasticrun import. Prints ``OK
 <rank>``."""
 
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -48,5 +49,13 @@ for s in range(steps):
 
 for a, b in zip(one.parameters(), ddp.module.parameters()):
     assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+# The group goes with destroy_process_group once nothing holds it: no
+# thread of its backend is left for the interpreter's teardown.
+del ddp
 dist.destroy_process_group()
+for t in threading.enumerate():
+    if t.name == "elasticrun-c10d":
+        t.join(timeout=30)
+left = [t.name for t in threading.enumerate() if t.name == "elasticrun-c10d"]
+assert not left, f"threads of the destroyed process group still running: {left}"
 print(f"OK {r}")

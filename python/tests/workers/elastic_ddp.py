@@ -7,6 +7,7 @@ final weights as JSON."""
 import json
 import os
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -34,4 +35,12 @@ elastic_loop.train(state, ddp, opt, X, Y, delay,
 if dist.get_rank() == 0:
     w = torch.cat([model.weight.detach().reshape(-1), model.bias.detach()]).tolist()
     print(json.dumps({"weights": w}), flush=True)
+del ddp
 dist.destroy_process_group()
+# Every generation's group went with it (a reset destroys the last one's):
+# none of their backends' threads is left.
+for t in threading.enumerate():
+    if t.name == "elasticrun-c10d":
+        t.join(timeout=30)
+left = [t.name for t in threading.enumerate() if t.name == "elasticrun-c10d"]
+assert not left, f"threads of destroyed process groups still running: {left}"

@@ -12,6 +12,10 @@ import time
 
 import torch
 import torch.distributed as dist
+# Before the group is made, so that its functions' default arguments do not
+# keep the group past destroy_process_group (docs/python.md, "A rank killed
+# by SIGABRT as a DDP script ends").
+import torch.distributed.nn.functional  # noqa: F401
 
 ckpt, steps, delay = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 dist.init_process_group("gloo")
@@ -48,4 +52,5 @@ while step < steps:
 if r == 0:
     w = torch.cat([model.weight.detach().reshape(-1), model.bias.detach()]).tolist()
     print(json.dumps({"weights": w}), flush=True)
+del ddp  # it holds the group too
 dist.destroy_process_group()
