@@ -30,4 +30,6 @@ if [ -z "${ELASTICRUN_BIN:-}" ]; then
     cargo build -q -p coordinator --bin elasticrun
     ELASTICRUN_BIN="$PWD/target/debug/elasticrun"
 fi
-ELASTICRUN_BIN="$ELASTICRUN_BIN" "$venv/bin/python" -m pytest -q python/tests "$@"
+# PYTHONFAULTHANDLER: a worker killed by a fatal signal (SIGABRT, SIGSEGV)
+# prints every thread's Python stack first, into the failing test's output.
+ELASTICRUN_BIN="$ELASTICRUN_BIN" PYTHONFAULTHANDLER=1 "$venv/bin/python" -m pytest -q python/tests "$@"
