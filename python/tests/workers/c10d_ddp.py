@@ -3,11 +3,12 @@ of one process on the global batch; no elasticrun import. Prints ``OK
 <rank>``."""
 
 import sys
-import threading
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import group_threads
 
 dist.init_process_group(sys.argv[1] if len(sys.argv) > 1 else "elasticrun")
 r, n = dist.get_rank(), dist.get_world_size()
@@ -53,9 +54,5 @@ for a, b in zip(one.parameters(), ddp.module.parameters()):
 # thread of its backend is left for the interpreter's teardown.
 del ddp
 dist.destroy_process_group()
-for t in threading.enumerate():
-    if t.name == "elasticrun-c10d":
-        t.join(timeout=30)
-left = [t.name for t in threading.enumerate() if t.name == "elasticrun-c10d"]
-assert not left, f"threads of the destroyed process group still running: {left}"
+group_threads.assert_none_left()
 print(f"OK {r}")

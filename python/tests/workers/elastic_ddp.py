@@ -7,7 +7,6 @@ final weights as JSON."""
 import json
 import os
 import sys
-import threading
 
 import torch
 import torch.distributed as dist
@@ -16,6 +15,7 @@ import elasticrun.torch as hvd
 from elasticrun.torch import backend
 
 import elastic_loop
+import group_threads
 
 hvd.init()
 backend.init_process_group()
@@ -39,8 +39,4 @@ del ddp
 dist.destroy_process_group()
 # Every generation's group went with it (a reset destroys the last one's):
 # none of their backends' threads is left.
-for t in threading.enumerate():
-    if t.name == "elasticrun-c10d":
-        t.join(timeout=30)
-left = [t.name for t in threading.enumerate() if t.name == "elasticrun-c10d"]
-assert not left, f"threads of destroyed process groups still running: {left}"
+group_threads.assert_none_left()
