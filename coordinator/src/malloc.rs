@@ -38,6 +38,13 @@ pub const UNSET: &str = "unset";
 /// thread now (`crate::runtime`) it changes nothing.
 pub const OURS: &str = "glibc.malloc.tcache_count=0:glibc.malloc.mmap_threshold=65536";
 
+/// The mmap threshold [`OURS`] sets: a block this large or larger is
+/// mapped on its own and given back whole when freed, never placed in the
+/// heap. Buffers rendered afresh for each scrape are made at least this
+/// large so that their size, which grows with the job, moves nothing in the
+/// heap.
+pub const MMAP_THRESHOLD: usize = 65536;
+
 /// What `elasticrun` does with its environment when it starts.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Step {
@@ -114,6 +121,8 @@ mod tests {
     #[test]
     fn the_second_start_puts_the_users_value_back() {
         assert_eq!(step(os(OURS), os(UNSET)), Step::Restore(None));
+        let threshold = format!("glibc.malloc.mmap_threshold={MMAP_THRESHOLD}");
+        assert!(OURS.split(':').any(|t| t == threshold), "{OURS}");
         assert_eq!(step(os(OURS), os("=")), Step::Restore(Some("".into())));
         assert_eq!(
             step(os("x"), os("=glibc.rtld.optional_static_tls=2048")),

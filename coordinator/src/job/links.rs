@@ -179,15 +179,23 @@ pub struct Talk {
     pub directory: Directory,
 }
 
+/// Where a worker's messages wait for its connection's task, each in a box
+/// of its own: a channel's values lie in blocks of 32 that live as long as
+/// it does, and a [`CoordinatorMsg`] is about 300 bytes, so a block of them
+/// would span three pages, made resident only as messages reach them (a few
+/// a reset), wherever the block was put when the worker arrived. Boxed, a
+/// block is 288 bytes and each message a short-lived allocation.
+pub type Outbox = mpsc::Sender<Box<CoordinatorMsg>>;
+
 /// Starts the task for `link`; messages sent on the returned channel go to the
 /// worker. Dropping the channel closes the connection.
-pub fn spawn(link: Link, talk: Talk) -> mpsc::Sender<CoordinatorMsg> {
+pub fn spawn(link: Link, talk: Talk) -> Outbox {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(run(link, talk, rx));
     tx
 }
 
-async fn run(mut link: Link, talk: Talk, mut out: mpsc::Receiver<CoordinatorMsg>) {
+async fn run(mut link: Link, talk: Talk, mut out: mpsc::Receiver<Box<CoordinatorMsg>>) {
     let Talk {
         slot,
         id,
@@ -205,7 +213,7 @@ async fn run(mut link: Link, talk: Talk, mut out: mpsc::Receiver<CoordinatorMsg>
     let ended = loop {
         let heard = tokio::select! {
             m = out.recv() => match m {
-                Some(m) => m,
+                Some(m) => *m,
                 None => return,
             },
             m = link.next() => {

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use control::CoordinatorMsg;
 use elastic::membership::SlotId;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::job::STOP_GRACE;
+use crate::job::links::Outbox;
 use crate::launch::{EXIT_POLL, Launcher, Started, stop_all};
 
 /// How long a worker told to leave gets to exit on its own.
@@ -28,7 +28,7 @@ pub(super) const EXIT_SETTLE: Duration = Duration::from_millis(300);
 pub(super) struct Live {
     pub(super) id: usize,
     pub(super) process: Box<dyn Started>,
-    pub(super) link: Option<mpsc::Sender<CoordinatorMsg>>,
+    pub(super) link: Option<Outbox>,
     /// Told to leave: its exit is expected.
     pub(super) leaving: bool,
     /// When its control connection ended, and why.
@@ -155,7 +155,7 @@ impl Workers {
     /// means a stuck connection, which its task reports.
     pub(super) fn tell(&self, slot: &SlotId, msg: CoordinatorMsg) {
         if let Some(link) = self.live.get(slot).and_then(|l| l.link.as_ref()) {
-            let _ = link.try_send(msg);
+            let _ = link.try_send(Box::new(msg));
         }
     }
 
@@ -163,7 +163,7 @@ impl Workers {
     pub(super) fn tell_all(&self, msg: &CoordinatorMsg) {
         for live in self.live.values().filter(|l| !l.leaving) {
             if let Some(link) = &live.link {
-                let _ = link.try_send(msg.clone());
+                let _ = link.try_send(Box::new(msg.clone()));
             }
         }
     }

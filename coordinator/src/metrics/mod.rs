@@ -14,6 +14,7 @@ pub mod status;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -124,6 +125,8 @@ struct Inner {
     goodput: Mutex<Goodput>,
     view: Mutex<View>,
     state: Mutex<JobState>,
+    /// The last exposition's length, in bytes.
+    exposition: AtomicUsize,
 }
 
 /// The job's metrics: a handle shared by the driver and the server.
@@ -134,6 +137,16 @@ impl Default for JobMetrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Room for an exposition after one of `last` bytes: a quarter more, and
+/// never less than the coordinator's mmap threshold, so that each scrape's
+/// text is one block mapped on its own and given back whole. A string
+/// doubling its way to the text's length (which grows with the job's
+/// counters and series) took a new place in the heap now and then, and
+/// the heap's resident pages rose with it.
+fn exposition_room(last: usize) -> usize {
+    (last + last / 4).max(crate::malloc::MMAP_THRESHOLD)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -163,6 +176,7 @@ impl JobMetrics {
             goodput: Mutex::new(Goodput::new(now)),
             view: Mutex::new(View::new(now)),
             state: Mutex::new(JobState::Starting),
+            exposition: AtomicUsize::new(0),
         }));
         metrics.set_state(JobState::Starting);
         for cause in CAUSES {
@@ -180,9 +194,11 @@ impl JobMetrics {
     /// The exposition, in Prometheus's text format 0.0.4.
     pub fn render(&self) -> String {
         self.update_time();
-        let mut out = String::new();
+        let last = self.0.exposition.load(Ordering::Relaxed);
+        let mut out = String::with_capacity(exposition_room(last));
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.0.f.registry);
+        self.0.exposition.store(out.len(), Ordering::Relaxed);
         out
     }
 

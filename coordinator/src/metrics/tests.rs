@@ -378,3 +378,29 @@ fn the_status_document_fits_its_room_with_everything_at_its_longest() {
     let room = status::document_room(n as usize);
     assert!(doc.len() <= room, "{} bytes in a room of {room}", doc.len());
 }
+
+/// Each exposition is one block of room made before it is rendered: never
+/// less than the mmap threshold the coordinator sets (mapped on its own,
+/// given back whole), and a quarter more than the last one's length, so a
+/// job whose text has grown past the threshold still renders without the
+/// string growing on the way.
+#[test]
+fn each_exposition_is_rendered_into_room_made_before_it() {
+    let m = JobMetrics::new();
+    let small = m.render();
+    assert_eq!(small.capacity(), crate::malloc::MMAP_THRESHOLD);
+    assert!(small.len() < small.capacity() / 4, "{} bytes", small.len());
+    let t0 = tokio::time::Instant::now();
+    m.generation(1, &ranks(1000));
+    for rank in 0..1000 {
+        m.rank_progress(rank, steps(10), t0);
+        m.rank_progress(rank, steps(20), t0 + Duration::from_secs(1));
+    }
+    let grown = m.render();
+    assert!(grown.len() > small.capacity(), "{} bytes", grown.len());
+    // The time gauges' digits may differ by a few bytes; the room is made
+    // from the last length and the text fits it.
+    let again = m.render();
+    assert_eq!(again.capacity(), grown.len() + grown.len() / 4);
+    assert!(again.len() <= again.capacity());
+}
