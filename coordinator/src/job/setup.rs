@@ -213,22 +213,15 @@ pub(crate) async fn serve_metrics(
     let Some(addr) = cfg.metrics_address else {
         return Ok((metrics, None));
     };
-    let (at, task) = crate::metrics::http::serve(addr, metrics.clone()).await?;
+    let (at, server) = crate::metrics::http::serve(addr, metrics.clone())?;
     say.line(format_args!(
         "metrics at http://{at}/metrics, the status page at http://{at}/"
     ));
-    Ok((metrics, Some(MetricsServer(task))))
+    Ok((metrics, Some(server)))
 }
 
-/// The metrics server's task, stopped when this drops.
-#[derive(Debug)]
-pub(crate) struct MetricsServer(tokio::task::JoinHandle<()>);
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+/// The metrics server, stopped when this drops.
+pub(crate) type MetricsServer = crate::metrics::http::Server;
 
 /// Runs the job described by `cfg` until it ends; a static job whose
 /// workers failed starts them all again, up to `--max-restarts` times, and

@@ -3,8 +3,17 @@
 //! from the binary: `page.html`), `/status.json` what the page shows;
 //! anything else a 404. Each connection has 10 s to send its request head
 //! and 30 s in all, so a client that dials and says nothing holds nothing
-//! for long; the server runs until its task is aborted (the job ends), and
+//! for long; the server runs until its [`Server`] drops (the job ends), and
 //! meanwhile samples the job's goodput every second for the page's chart.
+//!
+//! It runs on a thread of its own, with a runtime of its own. A scrape
+//! renders the whole job (at 10,000 ranks `/status.json` is megabytes),
+//! which on the driver's thread would hold up heartbeats and resets; and
+//! the memory each scrape takes and gives back (hyper's buffers, the
+//! encoder's, the documents) then comes from that thread's malloc arena,
+//! the same blocks every second, instead of being placed among the blocks
+//! each reset makes and frees in the driver's heap, where it came to touch
+//! new pages now and then for the job's whole life.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,7 +24,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 
 use super::JobMetrics;
 
@@ -23,6 +32,9 @@ use super::JobMetrics;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection may stay open in all.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// The server thread's stack: hyper's connections and the renderings
+/// are shallow.
+const STACK: usize = 512 << 10;
 
 /// Why the metrics address could not be listened on.
 #[derive(Debug, thiserror::Error)]
@@ -32,23 +44,59 @@ pub struct ListenError {
     source: std::io::Error,
 }
 
-/// Listens on `addr` and serves `metrics` until the handle is aborted;
-/// with the address it listens on (port 0 picks one).
-pub async fn serve(
-    addr: SocketAddr,
-    metrics: JobMetrics,
-) -> Result<(SocketAddr, JoinHandle<()>), ListenError> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| ListenError { addr, source })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| ListenError { addr, source })?;
+/// The server's thread; dropping this stops it and waits for its end.
+#[derive(Debug)]
+pub struct Server {
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Listens on `addr` and serves `metrics` on a thread of its own until the
+/// returned [`Server`] drops; with the address it listens on (port 0
+/// picks one).
+pub fn serve(addr: SocketAddr, metrics: JobMetrics) -> Result<(SocketAddr, Server), ListenError> {
+    let fail = |source| ListenError { addr, source };
+    let listener = std::net::TcpListener::bind(addr).map_err(fail)?;
+    listener.set_nonblocking(true).map_err(fail)?;
+    let local = listener.local_addr().map_err(fail)?;
+    let runtime = crate::runtime::build().map_err(fail)?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("metrics".into())
+        .stack_size(STACK)
+        .spawn(move || runtime.block_on(run(listener, metrics, stopped)))
+        .map_err(fail)?;
+    let server = Server {
+        stop: Some(stop),
+        thread: Some(thread),
+    };
+    Ok((local, server))
+}
+
+/// The server until `stopped` (its sender dropped); its connections end
+/// with the thread's runtime.
+async fn run(listener: std::net::TcpListener, metrics: JobMetrics, stopped: oneshot::Receiver<()>) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(%e, "metrics: cannot serve");
+            return;
+        }
+    };
     let sampled = metrics.clone();
-    let task = tokio::spawn(async move {
-        tokio::join!(accept(listener, metrics), sample(sampled));
-    });
-    Ok((local, task))
+    tokio::select! {
+        _ = stopped => {}
+        _ = async { tokio::join!(accept(listener, metrics), sample(sampled)) } => {}
+    }
 }
 
 /// The status page.

@@ -93,9 +93,7 @@ fn get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
 async fn the_server_answers_metrics_the_page_and_its_data_and_nothing_else() {
     let m = JobMetrics::new();
     m.generation(7, &ranks(2));
-    let (addr, task) = http::serve("127.0.0.1:0".parse().unwrap(), m.clone())
-        .await
-        .unwrap();
+    let (addr, server) = http::serve("127.0.0.1:0".parse().unwrap(), m.clone()).unwrap();
     let (status, body) = tokio::task::spawn_blocking(move || get(addr, "/metrics"))
         .await
         .unwrap();
@@ -132,7 +130,12 @@ async fn the_server_answers_metrics_the_page_and_its_data_and_nothing_else() {
         .await
         .unwrap();
     assert!(status.contains("200"), "{status}");
-    task.abort();
+    // Dropped, the server's thread ends and its port is closed.
+    drop(server);
+    let refused = tokio::task::spawn_blocking(move || std::net::TcpStream::connect(addr))
+        .await
+        .unwrap();
+    assert!(refused.is_err(), "still listening after the drop");
 }
 
 /// A heartbeat's progress at `n` steps: 1,000 bytes and 10 ms of waiting
