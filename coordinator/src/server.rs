@@ -60,10 +60,11 @@ const ARRIVALS: usize = 1024;
 /// The channel arrivals wait in, each in a box of its own. A channel's
 /// values lie in blocks of 32 that live as long as it does; an [`Arrival`]
 /// is over 500 bytes, so a block of them would span five pages, each made
-/// resident only as arrivals reach it (a few a reset): the coordinator's
+/// resident only as arrivals reach it (one a replacement): the coordinator's
 /// memory would rise with the job's resets for the first sixty of them.
 /// Boxed, a block is 288 bytes and each arrival a short-lived allocation.
 type ArrivalTx = mpsc::Sender<Box<Arrival>>;
+
 /// Bytes an in-memory control connection buffers each way.
 const PIPE_BYTES: usize = 64 << 10;
 
