@@ -63,6 +63,10 @@ impl Browser {
             std::env::temp_dir().join(format!("elasticrun-browser-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        // The browser's own temporary files (its shared memory, with
+        // /dev/shm not used) go here too: killed, it cannot remove them.
+        let tmp = dir.join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
         let (cmds, answers) = (dir.join("in"), dir.join("out"));
         for fifo in [&cmds, &answers] {
             nix::unistd::mkfifo(fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
@@ -81,6 +85,7 @@ impl Browser {
             ])
             .arg(format!("--user-data-dir={}", dir.join("profile").display()))
             .arg("about:blank")
+            .env("TMPDIR", &tmp)
             .env("IN", &cmds)
             .env("OUT", &answers)
             .stdin(Stdio::null())
